@@ -1,0 +1,360 @@
+// The builders a kernel author calls: T:: for the kernel skeleton, Tx:: for
+// tile primitives. Running a kernel-building lambda records its IR.
+//
+//   PrimFunc f = T::prim_func("k", [&](Handle A_ptr) {
+//     auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+//     auto tid = T::thread_id({32});
+//     for (Var kk : T::serial(8)) A(tid, kk) = cast(tid * 100 + kk, f32);
+//   });
+//
+// Names of buffers and variables are read from the user's source line
+// (`auto A = T::match_buffer(...)` names the buffer "A"); pass a name
+// explicitly where the source is not available (e.g. in clang-repl).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "tx/expr.hpp"
+#include "tx/ir.hpp"
+
+namespace tx {
+
+using Loc = std::source_location;
+using Shape = std::vector<std::int64_t>;
+
+// An optional name; empty means "infer from the source line".
+struct Name {
+  std::string value;
+  Name() = default;
+  Name(const char* s) : value(s) {}         // NOLINT: implicit by design
+  Name(std::string s) : value(std::move(s)) {}  // NOLINT
+};
+
+// A kernel parameter (T.handle). Bound to a buffer by T::match_buffer.
+class Handle : public Var {
+ public:
+  Handle() = default;
+  explicit Handle(Var v) : Var(std::move(v)) {}
+};
+
+// One dimension of a region: slice(0, 32) is [0, 32); span(bx * 128, 128)
+// starts at an expression and has a static extent.
+struct Slice {
+  Expr start;
+  std::int64_t extent;
+  Slice(std::int64_t lo, std::int64_t hi) : start(make_int(lo)), extent(hi - lo) {}
+  Slice(std::initializer_list<std::int64_t> lohi);
+  Slice(Expr s, std::int64_t ext) : start(std::move(s)), extent(ext) {}
+};
+inline Slice slice(std::int64_t lo, std::int64_t hi) { return Slice(lo, hi); }
+inline Slice span(Expr start, std::int64_t extent) { return Slice(std::move(start), extent); }
+
+struct Region {
+  std::vector<Slice> slices;
+};
+// region({0, 32}, {0, 8}) -- the seeds' (slice(0, 32), slice(0, 8)).
+inline Region region(Slice a) { return Region{{a}}; }
+inline Region region(Slice a, Slice b) { return Region{{a, b}}; }
+inline Region region(Slice a, Slice b, Slice c) { return Region{{a, b, c}}; }
+inline Region region(Slice a, Slice b, Slice c, Slice d) { return Region{{a, b, c, d}}; }
+
+class TileBuffer;
+
+// A buffer element: reads as a value, assigns as a store.
+class BufferElem : public ExprTemplateTag {
+ public:
+  BufferElem(Buffer b, std::vector<Expr> idx, SourceLoc loc)
+      : buffer_(std::move(b)), indices_(std::move(idx)), loc_(loc) {}
+  BufferElem(const BufferElem&) = default;
+  Expr materialize() const { return make_load(buffer_, indices_, loc_); }
+  operator Expr() const { return materialize(); }  // NOLINT: implicit by design
+
+  // Records `buffer[indices] = value`.
+  void operator=(const Expr& value) const;  // NOLINT: assignment records a store
+  void operator=(const BufferElem& value) const { *this = value.materialize(); }
+  template <class V>
+    requires(DslValue<V> || Literal<V>)
+  void operator=(const V& value) const {
+    if constexpr (Literal<V>)
+      *this = to_expr_like(value, make_load(buffer_, indices_, loc_));
+    else
+      *this = to_expr(value);
+  }
+
+ private:
+  Buffer buffer_;
+  std::vector<Expr> indices_;
+  SourceLoc loc_;
+};
+
+// An index that remembers the source line of the expression it came from.
+struct Idx {
+  Expr value;
+  SourceLoc loc;
+  template <class V>
+    requires(DslValue<V> || Literal<V>)
+  Idx(const V& v, Loc l = Loc::current()) : value(to_expr(v)), loc(l) {}  // NOLINT
+};
+
+class TileBuffer : public Buffer {
+ public:
+  TileBuffer() = default;
+  explicit TileBuffer(Buffer b) : Buffer(std::move(b)) {}
+
+  BufferElem operator()(Idx i0) const { return elem({i0}); }
+  BufferElem operator()(Idx i0, Idx i1) const { return elem({i0, i1}); }
+  BufferElem operator()(Idx i0, Idx i1, Idx i2) const { return elem({i0, i1, i2}); }
+  BufferElem operator()(Idx i0, Idx i1, Idx i2, Idx i3) const { return elem({i0, i1, i2, i3}); }
+
+  BufferRegion operator[](const Region& r) const;
+  // The whole buffer as a region.
+  BufferRegion all() const;
+
+ private:
+  BufferElem elem(std::vector<Idx> idx) const;
+};
+
+// Vars bound by T::cta_id etc. It is itself the first (x) var, so
+// `auto tid = T::thread_id({32});` reads as a value; ids[i] gives the others.
+class IdVars : public Var {
+ public:
+  explicit IdVars(std::vector<Var> v) : Var(v.at(0)), vars_(std::move(v)) {}
+  const Var& operator[](std::size_t i) const { return vars_.at(i); }
+  std::size_t size() const { return vars_.size(); }
+
+ private:
+  std::vector<Var> vars_;
+};
+
+// A tile-primitive operand: a region, or a whole buffer.
+struct TileOperand {
+  BufferRegion region;
+  TileOperand(const BufferRegion& r) : region(r) {}  // NOLINT: implicit by design
+  TileOperand(const TileBuffer& b) : region(b.all()) {}  // NOLINT
+};
+
+// An operand that may also be a scalar (binary ops, fma, fill).
+struct TileOrScalar {
+  TileArg arg;
+  TileOrScalar(const BufferRegion& r) : arg(r) {}  // NOLINT: implicit by design
+  TileOrScalar(const TileBuffer& b) : arg(b.all()) {}  // NOLINT
+  template <class V>
+    requires(DslValue<V> || Literal<V>)
+  TileOrScalar(const V& v) : arg(to_expr(v)) {}  // NOLINT
+};
+
+namespace detail {
+// Builder frame management (used by the range-for loop and if helpers).
+void push_frame();
+Stmt pop_frame();
+void discard_frame();
+void emit(Stmt s);
+void emit_binder(std::function<Stmt(Stmt)> wrap);
+// Replace the last emitted statement (used by .else_()).
+Stmt take_last();
+std::string infer_name(SourceLoc loc, const std::string& fallback);
+bool building();
+void set_current_loc(SourceLoc loc);
+void emit_tile(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
+               SourceLoc loc);
+
+// Calls fn with one fresh Handle per parameter.
+template <class F>
+struct lambda_arity : lambda_arity<decltype(&F::operator())> {};
+template <class C, class R, class... A>
+struct lambda_arity<R (C::*)(A...) const> {
+  static constexpr std::size_t value = sizeof...(A);
+};
+template <class C, class R, class... A>
+struct lambda_arity<R (C::*)(A...)> {
+  static constexpr std::size_t value = sizeof...(A);
+};
+
+class FuncScope {
+ public:
+  FuncScope(std::string name, SourceLoc loc);
+  ~FuncScope();
+  Handle param(std::size_t i, std::size_t n);
+  PrimFunc finish();
+
+ private:
+  bool finished_ = false;
+};
+}  // namespace detail
+
+// A range-for loop that records a For node:  for (Var i : T::serial(8)) { ... }
+class LoopRange {
+ public:
+  LoopRange(Expr min, Expr extent, ForKind kind, Name name, SourceLoc loc);
+  LoopRange(const LoopRange&) = delete;
+  LoopRange& operator=(const LoopRange&) = delete;
+  ~LoopRange();
+
+  struct Sentinel {};
+  class Iterator {
+   public:
+    explicit Iterator(LoopRange* r) : r_(r) {}
+    Var operator*() const { return r_->var_; }
+    Iterator& operator++() {
+      r_->finish();
+      return *this;
+    }
+    bool operator!=(Sentinel) const { return !r_->finished_; }
+
+   private:
+    LoopRange* r_;
+  };
+  Iterator begin();
+  Sentinel end() const { return {}; }
+
+ private:
+  void finish();
+  Var var_;
+  Expr min_, extent_;
+  ForKind kind_;
+  SourceLoc loc_;
+  bool started_ = false, finished_ = false;
+  int exceptions_at_start_ = 0;
+};
+
+// T::if_(cond, [&] { ... }).else_([&] { ... });
+class IfBuilder {
+ public:
+  explicit IfBuilder(SourceLoc loc) : loc_(loc) {}
+  void else_(const std::function<void()>& f, Loc loc = Loc::current());
+
+ private:
+  SourceLoc loc_;
+};
+
+namespace T {
+
+template <class F>
+PrimFunc prim_func(std::string name, F&& body, Loc loc = Loc::current()) {
+  detail::FuncScope scope(std::move(name), loc);
+  constexpr std::size_t n = detail::lambda_arity<std::remove_cvref_t<F>>::value;
+  // Handles are made first, in order (argument evaluation order is unspecified).
+  std::array<Handle, n> handles;
+  for (std::size_t i = 0; i < n; ++i) handles[i] = scope.param(i, n);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    body(handles[I]...);
+  }(std::make_index_sequence<n>{});
+  return scope.finish();
+}
+
+TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype,
+                        std::optional<TileLayout> layout = std::nullopt, Name name = {},
+                        Loc loc = Loc::current());
+TileBuffer alloc_buffer(Shape shape, DType dtype, MemScope scope,
+                        std::optional<TileLayout> layout = std::nullopt, Name name = {},
+                        Loc loc = Loc::current());
+
+void device_entry(Loc loc = Loc::current());
+IdVars cta_id(Shape extents, Name name = {}, Loc loc = Loc::current());
+IdVars warpgroup_id(Shape extents, Name name = {}, Loc loc = Loc::current());
+IdVars warp_id(Shape extents, Name name = {}, Loc loc = Loc::current());
+IdVars lane_id(Shape extents, Name name = {}, Loc loc = Loc::current());
+IdVars thread_id(Shape extents, Name name = {}, Loc loc = Loc::current());
+IdVars warp_id_in_wg(Shape extents, Name name = {}, Loc loc = Loc::current());
+IdVars thread_id_in_wg(Shape extents, Name name = {}, Loc loc = Loc::current());
+
+LoopRange serial(Expr extent, Name name = {}, Loc loc = Loc::current());
+LoopRange serial(Expr min, Expr extent, Name name, Loc loc = Loc::current());
+LoopRange unroll(Expr extent, Name name = {}, Loc loc = Loc::current());
+
+IfBuilder if_(Expr cond, const std::function<void()>& then_body, Loc loc = Loc::current());
+
+// Binds a value to a new variable (a LetStmt over the rest of the block).
+Var let(Expr value, Name name = {}, Loc loc = Loc::current());
+
+namespace cuda {
+void cta_sync(Loc loc = Loc::current());
+void warpgroup_sync(Loc loc = Loc::current());
+void warp_sync(Loc loc = Loc::current());
+}  // namespace cuda
+
+}  // namespace T
+
+// ------------------------------------------------------------ tile primitives
+//
+// Tx::<scope>::<op>(dst, srcs..., attrs). Unqualified Tx::<op> is thread scope.
+
+namespace Tx {
+
+#define TX_TILE_OPS(SCOPE)                                                                   \
+  inline void copy(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
+    detail::emit_tile("copy", SCOPE, {dst.region, src.region}, std::move(a), loc);          \
+  }                                                                                          \
+  inline void zero(TileOperand dst, TileAttrs a = {}, Loc loc = Loc::current()) {          \
+    detail::emit_tile("zero", SCOPE, {dst.region}, std::move(a), loc);                      \
+  }                                                                                          \
+  inline void fill(TileOperand dst, Expr value, TileAttrs a = {}, Loc loc = Loc::current()) { \
+    detail::emit_tile("fill", SCOPE, {dst.region, value}, std::move(a), loc);               \
+  }                                                                                          \
+  inline void cast(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
+    detail::emit_tile("cast", SCOPE, {dst.region, src.region}, std::move(a), loc);          \
+  }                                                                                          \
+  TX_TILE_UNARY(SCOPE, sqrt)                                                                 \
+  TX_TILE_UNARY(SCOPE, exp)                                                                  \
+  TX_TILE_UNARY(SCOPE, exp2)                                                                 \
+  TX_TILE_UNARY(SCOPE, reciprocal)                                                           \
+  TX_TILE_UNARY(SCOPE, silu)                                                                 \
+  TX_TILE_BINARY(SCOPE, add)                                                                 \
+  TX_TILE_BINARY(SCOPE, sub)                                                                 \
+  TX_TILE_BINARY(SCOPE, mul)                                                                 \
+  TX_TILE_BINARY(SCOPE, fdiv)                                                                \
+  TX_TILE_BINARY(SCOPE, maximum)                                                             \
+  TX_TILE_BINARY(SCOPE, minimum)                                                             \
+  inline void fma(TileOperand dst, TileOrScalar a, TileOrScalar b, TileOrScalar c,           \
+                  TileAttrs at = {}, Loc loc = Loc::current()) {                             \
+    detail::emit_tile("fma", SCOPE, {dst.region, a.arg, b.arg, c.arg}, std::move(at), loc); \
+  }                                                                                          \
+  TX_TILE_REDUCE(SCOPE, sum)                                                                 \
+  TX_TILE_REDUCE(SCOPE, max)                                                                 \
+  TX_TILE_REDUCE(SCOPE, min)
+
+#define TX_TILE_UNARY(SCOPE, NAME)                                                         \
+  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {},                     \
+                   Loc loc = Loc::current()) {                                             \
+    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);         \
+  }
+#define TX_TILE_BINARY(SCOPE, NAME)                                                        \
+  inline void NAME(TileOperand dst, TileOrScalar a, TileOrScalar b, TileAttrs at = {},     \
+                   Loc loc = Loc::current()) {                                             \
+    detail::emit_tile(#NAME, SCOPE, {dst.region, a.arg, b.arg}, std::move(at), loc);      \
+  }
+#define TX_TILE_REDUCE(SCOPE, NAME)                                                        \
+  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {},                     \
+                   Loc loc = Loc::current()) {                                             \
+    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);         \
+  }
+
+namespace thread {
+TX_TILE_OPS(ExecScope::thread)
+}
+namespace warp {
+TX_TILE_OPS(ExecScope::warp)
+}
+namespace warpgroup {
+TX_TILE_OPS(ExecScope::warpgroup)
+}
+namespace cta {
+TX_TILE_OPS(ExecScope::cta)
+}
+using namespace thread;  // NOLINT: Tx::sum(...) is Tx::thread::sum(...)
+
+#undef TX_TILE_OPS
+#undef TX_TILE_UNARY
+#undef TX_TILE_BINARY
+#undef TX_TILE_REDUCE
+
+}  // namespace Tx
+
+}  // namespace tx

@@ -1,0 +1,513 @@
+// The tx IR: immutable expression and statement nodes.
+//
+// Nodes are created only through the validating make_* factories below and
+// held by shared_ptr<const ...>; nothing mutates a node after construction.
+// Passes rebuild what they change (IRMutator). Every node records the user's
+// source location. The node kinds are listed once in TX_EXPR_NODES /
+// TX_STMT_NODES; the visitor, mutator, printer and structural hash all
+// follow that list.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tx/dtype.hpp"
+#include "tx/error.hpp"
+#include "tx/layout.hpp"
+
+namespace tx {
+
+#define TX_EXPR_NODES(X) \
+  X(IntImm)              \
+  X(FloatImm)            \
+  X(Var)                 \
+  X(Cast)                \
+  X(Binary)              \
+  X(Unary)               \
+  X(Select)              \
+  X(Call)                \
+  X(Load)
+
+#define TX_STMT_NODES(X) \
+  X(Store)               \
+  X(Evaluate)            \
+  X(For)                 \
+  X(IfThenElse)          \
+  X(Seq)                 \
+  X(LetStmt)             \
+  X(Allocate)            \
+  X(ScopeIdBind)         \
+  X(TileCall)            \
+  X(Barrier)             \
+  X(CopyBytes)           \
+  X(Origin)
+
+enum class ExprKind : std::uint8_t {
+#define TX_ENUM(N) N,
+  TX_EXPR_NODES(TX_ENUM)
+};
+enum class StmtKind : std::uint8_t { TX_STMT_NODES(TX_ENUM)
+#undef TX_ENUM
+};
+
+// ---------------------------------------------------------------- base nodes
+
+struct ExprNode {
+  ExprKind kind;
+  DType dtype;
+  SourceLoc loc;
+  ExprNode(ExprKind k, DType t, SourceLoc l) : kind(k), dtype(t), loc(l) {}
+  virtual ~ExprNode();
+};
+
+struct StmtNode {
+  StmtKind kind;
+  SourceLoc loc;
+  StmtNode(StmtKind k, SourceLoc l) : kind(k), loc(l) {}
+  virtual ~StmtNode();
+};
+
+class VarNode;
+class BufferNode;
+
+// A handle to an immutable expression node (may be empty).
+class Expr {
+ public:
+  Expr() = default;
+  explicit Expr(std::shared_ptr<const ExprNode> n) : node_(std::move(n)) {}
+  // Literal conversions (an int literal is i32, a double literal f32).
+  Expr(int v);     // NOLINT: implicit so literals mix with expressions
+  Expr(double v);  // NOLINT
+  Expr(float v);   // NOLINT
+
+  const ExprNode* get() const { return node_.get(); }
+  const ExprNode* operator->() const { return node_.get(); }
+  explicit operator bool() const { return node_ != nullptr; }
+  bool defined() const { return node_ != nullptr; }
+  DType dtype() const { return node_->dtype; }
+  ExprKind kind() const { return node_->kind; }
+  template <class T>
+  const T* as() const {
+    return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
+  }
+  const std::shared_ptr<const ExprNode>& node() const { return node_; }
+  bool same_as(const Expr& o) const { return node_ == o.node_; }
+
+ private:
+  std::shared_ptr<const ExprNode> node_;
+};
+
+class Stmt {
+ public:
+  Stmt() = default;
+  explicit Stmt(std::shared_ptr<const StmtNode> n) : node_(std::move(n)) {}
+  const StmtNode* get() const { return node_.get(); }
+  const StmtNode* operator->() const { return node_.get(); }
+  explicit operator bool() const { return node_ != nullptr; }
+  bool defined() const { return node_ != nullptr; }
+  StmtKind kind() const { return node_->kind; }
+  template <class T>
+  const T* as() const {
+    return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
+  }
+  bool same_as(const Stmt& o) const { return node_ == o.node_; }
+
+ private:
+  std::shared_ptr<const StmtNode> node_;
+};
+
+// ------------------------------------------------------------------- vars
+
+class VarNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::Var;
+  const std::string name;
+  const std::uint64_t id;  // unique per process; printing disambiguates equal names
+  VarNode(std::string n, DType t, SourceLoc l);
+};
+
+class Var : public Expr {
+ public:
+  Var() = default;
+  explicit Var(std::shared_ptr<const VarNode> n) : Expr(n) {}
+  Var(std::string name, DType t = i32, SourceLoc loc = std::source_location::current());
+  const VarNode* get() const { return static_cast<const VarNode*>(Expr::get()); }
+  const VarNode* operator->() const { return get(); }
+  const std::string& name() const { return get()->name; }
+  bool operator==(const Var& o) const { return get() == o.get(); }
+};
+
+struct VarHash {
+  std::size_t operator()(const Var& v) const { return std::hash<const void*>()(v.get()); }
+};
+
+// ------------------------------------------------------------------ buffers
+
+enum class MemScope : std::uint8_t { global, shared, local };
+const char* mem_scope_name(MemScope s);
+namespace scope {
+inline constexpr MemScope global = MemScope::global;
+inline constexpr MemScope shared = MemScope::shared;
+inline constexpr MemScope local = MemScope::local;
+}  // namespace scope
+
+class BufferNode {
+ public:
+  const std::string name;
+  const DType dtype;
+  const std::vector<std::int64_t> shape;
+  const MemScope scope;
+  const TileLayout layout;  // always set; defaults to row-major on memory
+  const Var data;           // identity of the storage; views share it
+  const SourceLoc loc;
+  BufferNode(std::string n, DType t, std::vector<std::int64_t> s, MemScope sc, TileLayout l, Var d,
+             SourceLoc lc);
+
+  std::int64_t numel() const;
+  // Elements one thread stores: the layout's storage cosize for local
+  // buffers, the layout's cosize otherwise.
+  std::int64_t storage_elems() const;
+};
+
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(std::shared_ptr<const BufferNode> n) : node_(std::move(n)) {}
+  const BufferNode* get() const { return node_.get(); }
+  const BufferNode* operator->() const { return node_.get(); }
+  explicit operator bool() const { return node_ != nullptr; }
+  bool same_as(const Buffer& o) const { return node_ == o.node_; }
+  bool operator==(const Buffer& o) const { return node_ == o.node_; }
+  // Same storage (this buffer or a view of it).
+  bool aliases(const Buffer& o) const { return node_->data == o->data; }
+  const std::shared_ptr<const BufferNode>& node() const { return node_; }
+
+ private:
+  std::shared_ptr<const BufferNode> node_;
+};
+
+// Validates: positive shape, layout describes the shape, thread axes only on local buffers.
+Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shape, MemScope scope,
+                   std::optional<TileLayout> layout, SourceLoc loc);
+// A flat 1-D view of a buffer's storage (per-thread storage for local buffers).
+Buffer flat_view(const Buffer& b);
+
+// One dimension of a region: [start, start + extent), extent static.
+struct Range {
+  Expr start;
+  std::int64_t extent = 1;
+};
+
+struct BufferRegion {
+  Buffer buffer;
+  std::vector<Range> ranges;
+  std::vector<std::int64_t> extents() const;
+  std::int64_t numel() const;
+};
+
+// ------------------------------------------------------------ expressions
+
+class IntImmNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::IntImm;
+  const std::int64_t value;
+  IntImmNode(DType t, std::int64_t v, SourceLoc l) : ExprNode(kKind, t, l), value(v) {}
+};
+
+class FloatImmNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::FloatImm;
+  const double value;
+  FloatImmNode(DType t, double v, SourceLoc l) : ExprNode(kKind, t, l), value(v) {}
+};
+
+class CastNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::Cast;
+  const Expr value;
+  CastNode(DType t, Expr v, SourceLoc l) : ExprNode(kKind, t, l), value(std::move(v)) {}
+};
+
+enum class BinOp : std::uint8_t {
+  Add, Sub, Mul, Div, Mod, FloorDiv, FloorMod, Min, Max,
+  EQ, NE, LT, LE, GT, GE, And, Or, BitAnd, BitOr, BitXor, Shl, Shr,
+};
+const char* binop_symbol(BinOp op);  // "+", "//", "min", ...
+const char* binop_name(BinOp op);    // "add", "floordiv", ...
+bool binop_is_comparison(BinOp op);
+bool binop_is_logical(BinOp op);
+
+class BinaryNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::Binary;
+  const BinOp op;
+  const Expr a, b;
+  BinaryNode(BinOp o, DType t, Expr x, Expr y, SourceLoc l)
+      : ExprNode(kKind, t, l), op(o), a(std::move(x)), b(std::move(y)) {}
+};
+
+enum class UnOp : std::uint8_t { Neg, Not, BitNot };
+class UnaryNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::Unary;
+  const UnOp op;
+  const Expr a;
+  UnaryNode(UnOp o, DType t, Expr x, SourceLoc l) : ExprNode(kKind, t, l), op(o), a(std::move(x)) {}
+};
+
+class SelectNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::Select;
+  const Expr cond, t, f;
+  SelectNode(DType ty, Expr c, Expr x, Expr y, SourceLoc l)
+      : ExprNode(kKind, ty, l), cond(std::move(c)), t(std::move(x)), f(std::move(y)) {}
+};
+
+#define TX_INTRINSICS(X)                                                                      \
+  X(sqrt, 1) X(rsqrt, 1) X(exp, 1) X(exp2, 1) X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1)    \
+  X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1)         \
+  X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2)         \
+  X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1)
+
+enum class Intrinsic : std::uint8_t {
+#define TX_ENUM(N, A) N,
+  TX_INTRINSICS(TX_ENUM)
+#undef TX_ENUM
+};
+const char* intrinsic_name(Intrinsic i);
+int intrinsic_arity(Intrinsic i);
+
+class CallNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::Call;
+  const Intrinsic op;
+  const std::vector<Expr> args;
+  CallNode(Intrinsic o, DType t, std::vector<Expr> a, SourceLoc l)
+      : ExprNode(kKind, t, l), op(o), args(std::move(a)) {}
+};
+
+class LoadNode : public ExprNode {
+ public:
+  static constexpr ExprKind kKind = ExprKind::Load;
+  const Buffer buffer;
+  const std::vector<Expr> indices;
+  LoadNode(Buffer b, std::vector<Expr> i, SourceLoc l)
+      : ExprNode(kKind, b->dtype, l), buffer(std::move(b)), indices(std::move(i)) {}
+};
+
+// Factories. They check operand types and throw tx::Error naming `loc`.
+Expr make_int(std::int64_t v, DType t = i32, SourceLoc loc = {});
+Expr make_float(double v, DType t = f32, SourceLoc loc = {});
+Expr make_bool(bool v, SourceLoc loc = {});
+Expr make_cast(DType t, Expr v, SourceLoc loc = {});
+Expr make_binary(BinOp op, Expr a, Expr b, SourceLoc loc = {});
+Expr make_unary(UnOp op, Expr a, SourceLoc loc = {});
+Expr make_select(Expr c, Expr t, Expr f, SourceLoc loc = {});
+Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc = {}, DType t = void_t);
+Expr make_load(Buffer b, std::vector<Expr> indices, SourceLoc loc = {});
+
+// Constant helpers used all over lowering.
+std::optional<std::int64_t> as_const_int(const Expr& e);
+bool is_const_int(const Expr& e, std::int64_t v);
+
+// -------------------------------------------------------------- statements
+
+class StoreNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Store;
+  const Buffer buffer;
+  const Expr value;
+  const std::vector<Expr> indices;
+  StoreNode(Buffer b, Expr v, std::vector<Expr> i, SourceLoc l)
+      : StmtNode(kKind, l), buffer(std::move(b)), value(std::move(v)), indices(std::move(i)) {}
+};
+
+class EvaluateNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Evaluate;
+  const Expr value;
+  EvaluateNode(Expr v, SourceLoc l) : StmtNode(kKind, l), value(std::move(v)) {}
+};
+
+enum class ForKind : std::uint8_t { serial, unrolled };
+class ForNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::For;
+  const Var var;
+  const Expr min, extent;
+  const ForKind for_kind;
+  const Stmt body;
+  ForNode(Var v, Expr mn, Expr ex, ForKind k, Stmt b, SourceLoc l)
+      : StmtNode(kKind, l), var(std::move(v)), min(std::move(mn)), extent(std::move(ex)),
+        for_kind(k), body(std::move(b)) {}
+};
+
+class IfThenElseNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::IfThenElse;
+  const Expr cond;
+  const Stmt then_case, else_case;  // else_case may be empty
+  IfThenElseNode(Expr c, Stmt t, Stmt e, SourceLoc l)
+      : StmtNode(kKind, l), cond(std::move(c)), then_case(std::move(t)), else_case(std::move(e)) {}
+};
+
+class SeqNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Seq;
+  const std::vector<Stmt> seq;
+  SeqNode(std::vector<Stmt> s, SourceLoc l) : StmtNode(kKind, l), seq(std::move(s)) {}
+};
+
+class LetStmtNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::LetStmt;
+  const Var var;
+  const Expr value;
+  const Stmt body;
+  LetStmtNode(Var v, Expr x, Stmt b, SourceLoc l)
+      : StmtNode(kKind, l), var(std::move(v)), value(std::move(x)), body(std::move(b)) {}
+};
+
+class AllocateNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Allocate;
+  const Buffer buffer;
+  const Stmt body;
+  AllocateNode(Buffer b, Stmt s, SourceLoc l)
+      : StmtNode(kKind, l), buffer(std::move(b)), body(std::move(s)) {}
+};
+
+// T.cta_id([2, 4]), T.warp_id([8]), T.lane_id([32]), T.thread_id([256]), ...
+enum class ScopeIdKind : std::uint8_t {
+  cta_id, warpgroup_id, warp_id, lane_id, thread_id, warp_id_in_wg, thread_id_in_wg
+};
+const char* scope_id_name(ScopeIdKind k);
+class ScopeIdBindNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::ScopeIdBind;
+  const ScopeIdKind id_kind;
+  const std::vector<Var> vars;
+  const std::vector<std::int64_t> extents;
+  const Stmt body;
+  ScopeIdBindNode(ScopeIdKind k, std::vector<Var> v, std::vector<std::int64_t> e, Stmt b,
+                  SourceLoc l)
+      : StmtNode(kKind, l), id_kind(k), vars(std::move(v)), extents(std::move(e)),
+        body(std::move(b)) {}
+};
+
+// Execution scope of a tile primitive: which threads cooperate on it.
+enum class ExecScope : std::uint8_t { thread, warp, warpgroup, cta };
+const char* exec_scope_name(ExecScope s);
+int exec_scope_threads(ExecScope s, int cta_threads);
+
+// An operand of a tile call: a buffer region or a scalar expression.
+using TileArg = std::variant<BufferRegion, Expr>;
+
+struct TileAttrs {
+  Expr scale;  // elementwise: op(x * scale + bias)
+  Expr bias;
+  bool accum = false;      // reductions: fold into the destination's old value
+  std::vector<int> axes;   // reductions: source axes to reduce (empty: inferred)
+  std::string variant;     // force a dispatch variant by name
+  DType dtype = void_t;    // cast: destination dtype is the buffer's; kept for printing
+};
+
+class TileCallNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::TileCall;
+  const std::string op;  // "copy", "sqrt", "add", "sum", ...
+  const ExecScope scope;
+  const std::vector<TileArg> args;  // destination first
+  const TileAttrs attrs;
+  TileCallNode(std::string o, ExecScope s, std::vector<TileArg> a, TileAttrs at, SourceLoc l)
+      : StmtNode(kKind, l), op(std::move(o)), scope(s), args(std::move(a)), attrs(std::move(at)) {}
+  // "Tx.warp.copy"
+  std::string qualified_name() const;
+};
+
+// cta: __syncthreads(); warpgroup: bar.sync (1 + wgid), 128; warp: __syncwarp().
+class BarrierNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Barrier;
+  const ExecScope scope;
+  BarrierNode(ExecScope s, SourceLoc l) : StmtNode(kKind, l), scope(s) {}
+};
+
+// A vector transfer of `bytes` (1, 2, 4, 8 or 16) between two flat buffers,
+// offsets in elements. The lowered form of the seeds' copy_bytes / copy_128b.
+class CopyBytesNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::CopyBytes;
+  const Buffer dst;
+  const Expr dst_offset;
+  const Buffer src;
+  const Expr src_offset;
+  const int bytes;
+  CopyBytesNode(Buffer d, Expr doff, Buffer s, Expr soff, int n, SourceLoc l)
+      : StmtNode(kKind, l), dst(std::move(d)), dst_offset(std::move(doff)), src(std::move(s)),
+        src_offset(std::move(soff)), bytes(n) {}
+};
+
+// Marks lowered code with the tile call it came from (printed as a comment).
+class OriginNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Origin;
+  const std::string text;  // e.g. "Tx.warp.copy(R[0:32, 0:8], A_smem[0:32, 0:8]) -> copy/reg"
+  const Stmt body;
+  OriginNode(std::string t, Stmt b, SourceLoc l)
+      : StmtNode(kKind, l), text(std::move(t)), body(std::move(b)) {}
+};
+
+Stmt make_store(Buffer b, Expr value, std::vector<Expr> indices, SourceLoc loc = {});
+Stmt make_evaluate(Expr v, SourceLoc loc = {});
+Stmt make_for(Var v, Expr min, Expr extent, ForKind k, Stmt body, SourceLoc loc = {});
+Stmt make_if(Expr cond, Stmt then_case, Stmt else_case = {}, SourceLoc loc = {});
+// Flattens nested Seqs; a one-element sequence is returned as that element.
+Stmt make_seq(std::vector<Stmt> seq, SourceLoc loc = {});
+Stmt make_let(Var v, Expr value, Stmt body, SourceLoc loc = {});
+Stmt make_allocate(Buffer b, Stmt body, SourceLoc loc = {});
+Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::int64_t> extents,
+                        Stmt body, SourceLoc loc = {});
+Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
+                    SourceLoc loc = {});
+Stmt make_barrier(ExecScope s, SourceLoc loc = {});
+Stmt make_copy_bytes(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes,
+                     SourceLoc loc = {});
+Stmt make_origin(std::string text, Stmt body, SourceLoc loc = {});
+
+// ----------------------------------------------------------------- function
+
+struct Param {
+  Var handle;     // the T.handle parameter
+  Buffer buffer;  // bound by T.match_buffer (empty if never matched)
+};
+
+class PrimFuncNode {
+ public:
+  const std::string name;
+  const std::vector<Param> params;
+  const Stmt body;
+  const SourceLoc loc;
+  const bool lowered;  // true once tile calls are expanded
+  PrimFuncNode(std::string n, std::vector<Param> p, Stmt b, SourceLoc l, bool low)
+      : name(std::move(n)), params(std::move(p)), body(std::move(b)), loc(l), lowered(low) {}
+};
+
+class PrimFunc {
+ public:
+  PrimFunc() = default;
+  explicit PrimFunc(std::shared_ptr<const PrimFuncNode> n) : node_(std::move(n)) {}
+  const PrimFuncNode* operator->() const { return node_.get(); }
+  const PrimFuncNode* get() const { return node_.get(); }
+  explicit operator bool() const { return node_ != nullptr; }
+  PrimFunc with_body(Stmt body, bool lowered) const;
+
+ private:
+  std::shared_ptr<const PrimFuncNode> node_;
+};
+
+}  // namespace tx

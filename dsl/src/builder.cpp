@@ -1,0 +1,483 @@
+// The recording state behind T:: and Tx::. One BuildState per prim_func being
+// built (a stack, so a kernel may be built while building another); frames
+// collect statements of the innermost open block.
+#include "tx/builder.hpp"
+
+#include <exception>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+
+namespace tx {
+
+namespace {
+
+struct Item {
+  Stmt stmt;
+  std::function<Stmt(Stmt)> binder;  // wraps the rest of the block (let, alloc, ids)
+};
+
+struct Frame {
+  std::vector<Item> items;
+};
+
+struct BuildState {
+  std::string name;
+  SourceLoc loc;
+  std::vector<Frame> frames;
+  std::vector<Param> params;
+  std::vector<std::string> handle_names;
+  SourceLoc stmt_loc;
+  int buffer_counter = 0;
+  BuildState* outer = nullptr;
+};
+
+thread_local BuildState* g_state = nullptr;
+
+BuildState& state(const char* op, SourceLoc loc) {
+  if (!g_state) fail(op, "", loc, "called outside T::prim_func (no kernel is being built)");
+  return *g_state;
+}
+
+Stmt fold(std::vector<Item> items, SourceLoc loc) {
+  std::vector<Stmt> tail;
+  for (std::size_t i = items.size(); i-- > 0;) {
+    if (items[i].binder) {
+      Stmt body = make_seq(std::move(tail), loc);
+      tail.clear();
+      tail.push_back(items[i].binder(body));
+    } else {
+      tail.insert(tail.begin(), items[i].stmt);
+    }
+  }
+  return make_seq(std::move(tail), loc);
+}
+
+// --------------------------------------------------------- name inference
+
+std::mutex g_file_mutex;
+
+std::vector<std::string> read_lines(const std::string& file) {
+  static std::map<std::string, std::vector<std::string>> cache;
+  std::lock_guard<std::mutex> lock(g_file_mutex);
+  auto it = cache.find(file);
+  if (it != cache.end()) return it->second;
+  std::vector<std::string> lines;
+  std::ifstream in(file);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  cache[file] = lines;
+  return lines;
+}
+
+std::string source_prefix(SourceLoc loc) {
+  if (!loc.known() || !loc.file) return {};
+  auto lines = read_lines(loc.file);
+  if (loc.line == 0 || loc.line > lines.size()) return {};
+  std::string l = lines[loc.line - 1];
+  if (loc.column > 0 && loc.column - 1 <= l.size()) l = l.substr(0, loc.column - 1);
+  return l;
+}
+
+std::vector<std::string> infer_names(SourceLoc loc) {
+  std::string prefix = source_prefix(loc);
+  if (prefix.empty()) return {};
+  std::smatch m;
+  static const std::regex binding(R"(\[\s*([\w\s,]+)\]\s*=\s*[\w:.<>]*$)");
+  static const std::regex decl(R"((\w+)\s*=(?!=)\s*[\w:.<>]*$)");
+  static const std::regex range_for(R"((\w+)\s*:(?!:)\s*[\w:.<>]*$)");
+  if (std::regex_search(prefix, m, binding)) {
+    std::vector<std::string> out;
+    std::string list = m[1];
+    static const std::regex word(R"(\w+)");
+    for (auto it = std::sregex_iterator(list.begin(), list.end(), word); it != std::sregex_iterator();
+         ++it)
+      out.push_back(it->str());
+    return out;
+  }
+  if (std::regex_search(prefix, m, decl) || std::regex_search(prefix, m, range_for))
+    return {m[1].str()};
+  return {};
+}
+
+std::vector<std::string> infer_handle_names(SourceLoc loc, std::size_t n) {
+  std::vector<std::string> out;
+  if (!loc.known() || !loc.file) return out;
+  auto lines = read_lines(loc.file);
+  static const std::regex handle(R"(Handle\s+(\w+))");
+  for (std::size_t l = loc.line - 1; l < lines.size() && l < loc.line + 4 && out.size() < n; ++l)
+    for (auto it = std::sregex_iterator(lines[l].begin(), lines[l].end(), handle);
+         it != std::sregex_iterator() && out.size() < n; ++it)
+      out.push_back((*it)[1].str());
+  if (out.size() != n) out.clear();
+  return out;
+}
+
+}  // namespace
+
+namespace detail {
+
+SourceLoc current_loc() { return g_state ? g_state->stmt_loc : SourceLoc{}; }
+void set_current_loc(SourceLoc loc) {
+  if (g_state) g_state->stmt_loc = loc;
+}
+bool building() { return g_state != nullptr; }
+
+std::string infer_name(SourceLoc loc, const std::string& fallback) {
+  auto names = infer_names(loc);
+  return names.size() == 1 ? names[0] : fallback;
+}
+
+void push_frame() { state("block", {}).frames.emplace_back(); }
+
+Stmt pop_frame() {
+  BuildState& s = state("block", {});
+  Frame f = std::move(s.frames.back());
+  s.frames.pop_back();
+  return fold(std::move(f.items), s.stmt_loc);
+}
+
+void discard_frame() {
+  if (g_state && !g_state->frames.empty()) g_state->frames.pop_back();
+}
+
+void emit(Stmt st) {
+  BuildState& s = state("statement", st ? st->loc : SourceLoc{});
+  s.frames.back().items.push_back({std::move(st), nullptr});
+}
+
+void emit_binder(std::function<Stmt(Stmt)> wrap) {
+  BuildState& s = state("statement", {});
+  s.frames.back().items.push_back({Stmt(), std::move(wrap)});
+}
+
+Stmt take_last() {
+  BuildState& s = state("else_", {});
+  auto& items = s.frames.back().items;
+  if (items.empty() || items.back().binder) return Stmt();
+  Stmt last = items.back().stmt;
+  items.pop_back();
+  return last;
+}
+
+void emit_tile(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
+               SourceLoc loc) {
+  std::string qn = std::string("Tx.") + exec_scope_name(scope) + "." + op;
+  state(qn.c_str(), loc);
+  set_current_loc(loc);
+  emit(make_tile_call(std::move(op), scope, std::move(args), std::move(attrs), loc));
+}
+
+FuncScope::FuncScope(std::string name, SourceLoc loc) {
+  auto* s = new BuildState();
+  s->name = std::move(name);
+  s->loc = loc;
+  s->stmt_loc = loc;
+  s->frames.emplace_back();
+  s->outer = g_state;
+  g_state = s;
+}
+
+FuncScope::~FuncScope() {
+  BuildState* s = g_state;
+  g_state = s->outer;
+  delete s;
+}
+
+Handle FuncScope::param(std::size_t i, std::size_t n) {
+  BuildState& s = *g_state;
+  if (s.handle_names.empty()) {
+    s.handle_names = infer_handle_names(s.loc, n);
+    if (s.handle_names.empty())
+      for (std::size_t k = 0; k < n; ++k) s.handle_names.push_back("arg" + std::to_string(k));
+  }
+  Handle h(Var(s.handle_names[i], handle_t, s.loc));
+  s.params.push_back({h, Buffer()});
+  return h;
+}
+
+PrimFunc FuncScope::finish() {
+  BuildState& s = *g_state;
+  if (s.frames.size() != 1)
+    fail("T.prim_func", s.name, s.loc, "a loop or if block was left open");
+  for (const Param& p : s.params)
+    if (!p.buffer)
+      fail("T.prim_func", p.handle.name(), s.loc,
+           "parameter is never bound to a buffer with T::match_buffer");
+  Stmt body = pop_frame();
+  finished_ = true;
+  return PrimFunc(std::make_shared<const PrimFuncNode>(s.name, s.params, body, s.loc, false));
+}
+
+}  // namespace detail
+
+// ------------------------------------------------------------------ values
+
+Slice::Slice(std::initializer_list<std::int64_t> lohi) {
+  if (lohi.size() != 2) fail("slice", "", {}, "a slice is {start, stop}");
+  start = make_int(*lohi.begin());
+  extent = *(lohi.begin() + 1) - *lohi.begin();
+}
+
+void BufferElem::operator=(const Expr& value) const {
+  detail::set_current_loc(loc_);
+  Expr v = value;
+  // A value of another dtype needs an explicit cast, except for literals.
+  if (v.as<IntImmNode>() || v.as<FloatImmNode>()) {
+    if (v.dtype() != buffer_->dtype) {
+      double x = v.as<IntImmNode>() ? static_cast<double>(v.as<IntImmNode>()->value)
+                                    : v.as<FloatImmNode>()->value;
+      v = detail::literal_like(x, v.as<IntImmNode>() != nullptr, buffer_->dtype);
+    }
+  }
+  detail::emit(make_store(buffer_, v, indices_, loc_));
+}
+
+BufferElem TileBuffer::elem(std::vector<Idx> idx) const {
+  SourceLoc loc = idx.empty() ? SourceLoc{} : idx[0].loc;
+  if (idx.size() != get()->shape.size())
+    fail("load", get()->name, loc,
+         "buffer has " + std::to_string(get()->shape.size()) + " dimensions but " +
+             std::to_string(idx.size()) + " indices were given");
+  std::vector<Expr> e;
+  for (auto& i : idx) {
+    Expr v = i.value;
+    if (!v.dtype().is_integer())
+      fail("load", get()->name, loc, "index of dtype " + v.dtype().name() + " is not an integer");
+    e.push_back(v);
+  }
+  return BufferElem(*this, std::move(e), loc);
+}
+
+BufferRegion TileBuffer::operator[](const Region& r) const {
+  if (r.slices.size() != get()->shape.size())
+    fail("region", get()->name, {},
+         "region has " + std::to_string(r.slices.size()) + " dimensions but the buffer has " +
+             std::to_string(get()->shape.size()));
+  BufferRegion out{*this, {}};
+  for (const Slice& s : r.slices) out.ranges.push_back({s.start, s.extent});
+  return out;
+}
+
+BufferRegion TileBuffer::all() const {
+  BufferRegion out{*this, {}};
+  for (auto e : get()->shape) out.ranges.push_back({make_int(0), e});
+  return out;
+}
+
+// ---------------------------------------------------------------- loops, if
+
+LoopRange::LoopRange(Expr min, Expr extent, ForKind kind, Name name, SourceLoc loc)
+    : min_(std::move(min)), extent_(std::move(extent)), kind_(kind), loc_(loc) {
+  state("T.serial", loc);
+  std::string n = name.value.empty() ? detail::infer_name(loc, "i") : name.value;
+  var_ = Var(n, i32, loc);
+  if (!min_.dtype().is_integer() || !extent_.dtype().is_integer())
+    fail(kind == ForKind::serial ? "T.serial" : "T.unroll", n, loc, "loop bounds must be integers");
+}
+
+LoopRange::Iterator LoopRange::begin() {
+  started_ = true;
+  exceptions_at_start_ = std::uncaught_exceptions();
+  detail::push_frame();
+  return Iterator(this);
+}
+
+void LoopRange::finish() {
+  if (finished_) return;
+  finished_ = true;
+  Stmt body = detail::pop_frame();
+  detail::set_current_loc(loc_);
+  detail::emit(make_for(var_, min_, extent_, kind_, body, loc_));
+}
+
+LoopRange::~LoopRange() {
+  if (!started_ || finished_) return;
+  if (std::uncaught_exceptions() > exceptions_at_start_) {
+    detail::discard_frame();
+  } else {
+    try {
+      finish();  // a `break` left the body early
+    } catch (...) {
+    }
+  }
+}
+
+void IfBuilder::else_(const std::function<void()>& f, Loc loc) {
+  Stmt last = detail::take_last();
+  auto* node = last.as<IfThenElseNode>();
+  if (!node || node->else_case) {
+    if (last) detail::emit(last);
+    fail("T.if_().else_", "", loc, "else_ must follow the T::if_ it belongs to");
+  }
+  detail::push_frame();
+  try {
+    f();
+  } catch (...) {
+    detail::discard_frame();
+    detail::emit(last);
+    throw;
+  }
+  Stmt else_body = detail::pop_frame();
+  detail::emit(make_if(node->cond, node->then_case, else_body, node->loc));
+}
+
+// ------------------------------------------------------------------- T::
+
+namespace T {
+
+namespace {
+TileBuffer new_buffer(const char* op, Shape shape, DType dtype, MemScope scope,
+                      std::optional<TileLayout> layout, Name name, SourceLoc loc) {
+  BuildState& s = state(op, loc);
+  std::string n = name.value.empty()
+                      ? detail::infer_name(loc, "buf" + std::to_string(s.buffer_counter))
+                      : name.value;
+  ++s.buffer_counter;
+  try {
+    return TileBuffer(make_buffer(n, dtype, std::move(shape), scope, std::move(layout), loc));
+  } catch (const Error& e) {
+    fail(op, n, loc, e.reason());
+  }
+}
+
+IdVars bind_ids(ScopeIdKind kind, Shape extents, Name name, SourceLoc loc,
+                const std::vector<std::string>& fallback) {
+  std::string op = std::string("T.") + scope_id_name(kind);
+  state(op.c_str(), loc);
+  detail::set_current_loc(loc);
+  std::vector<std::string> names;
+  if (!name.value.empty()) {
+    names.push_back(name.value);
+  } else {
+    names = infer_names(loc);
+  }
+  if (names.size() != extents.size()) {
+    names.clear();
+    for (std::size_t i = 0; i < extents.size(); ++i)
+      names.push_back(i < fallback.size() ? fallback[i] : fallback[0] + std::to_string(i));
+  }
+  std::vector<Var> vars;
+  for (auto& n : names) vars.emplace_back(n, i32, loc);
+  // Validate now so the error points at this line.
+  make_scope_id_bind(kind, vars, extents, Stmt(), loc);
+  detail::emit_binder([kind, vars, extents, loc](Stmt body) {
+    return make_scope_id_bind(kind, vars, extents, body, loc);
+  });
+  return IdVars(vars);
+}
+}  // namespace
+
+TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype, std::optional<TileLayout> layout,
+                        Name name, Loc loc) {
+  BuildState& s = state("T.match_buffer", loc);
+  Param* param = nullptr;
+  for (Param& p : s.params)
+    if (p.handle.same_as(h)) param = &p;
+  if (!param) fail("T.match_buffer", h.name(), loc, "is not a parameter of this kernel");
+  if (param->buffer)
+    fail("T.match_buffer", h.name(), loc,
+         "is already bound to buffer " + param->buffer->name);
+  std::string fallback = h.name();
+  if (fallback.size() > 4 && fallback.substr(fallback.size() - 4) == "_ptr")
+    fallback = fallback.substr(0, fallback.size() - 4);
+  if (name.value.empty()) name.value = detail::infer_name(loc, fallback);
+  TileBuffer b = new_buffer("T.match_buffer", std::move(shape), dtype, MemScope::global,
+                            std::move(layout), name, loc);
+  param->buffer = b;
+  return b;
+}
+
+TileBuffer alloc_buffer(Shape shape, DType dtype, MemScope scope, std::optional<TileLayout> layout,
+                        Name name, Loc loc) {
+  if (scope == MemScope::global)
+    fail("T.alloc_buffer", name.value, loc,
+         "global buffers come from kernel arguments (T::match_buffer); use scope::shared or "
+         "scope::local");
+  TileBuffer b =
+      new_buffer("T.alloc_buffer", std::move(shape), dtype, scope, std::move(layout), name, loc);
+  detail::set_current_loc(loc);
+  Buffer buf = b;
+  SourceLoc l = loc;
+  detail::emit_binder([buf, l](Stmt body) { return make_allocate(buf, body, l); });
+  return b;
+}
+
+void device_entry(Loc loc) { state("T.device_entry", loc); }
+
+IdVars cta_id(Shape e, Name n, Loc loc) {
+  return bind_ids(ScopeIdKind::cta_id, std::move(e), std::move(n), loc, {"bx", "by", "bz"});
+}
+IdVars warpgroup_id(Shape e, Name n, Loc loc) {
+  return bind_ids(ScopeIdKind::warpgroup_id, std::move(e), std::move(n), loc, {"wg_id"});
+}
+IdVars warp_id(Shape e, Name n, Loc loc) {
+  return bind_ids(ScopeIdKind::warp_id, std::move(e), std::move(n), loc, {"warp_id"});
+}
+IdVars lane_id(Shape e, Name n, Loc loc) {
+  return bind_ids(ScopeIdKind::lane_id, std::move(e), std::move(n), loc, {"lane_id"});
+}
+IdVars thread_id(Shape e, Name n, Loc loc) {
+  return bind_ids(ScopeIdKind::thread_id, std::move(e), std::move(n), loc, {"tid"});
+}
+IdVars warp_id_in_wg(Shape e, Name n, Loc loc) {
+  return bind_ids(ScopeIdKind::warp_id_in_wg, std::move(e), std::move(n), loc, {"wid_in_wg"});
+}
+IdVars thread_id_in_wg(Shape e, Name n, Loc loc) {
+  return bind_ids(ScopeIdKind::thread_id_in_wg, std::move(e), std::move(n), loc, {"tid_in_wg"});
+}
+
+LoopRange serial(Expr extent, Name name, Loc loc) {
+  return LoopRange(make_int(0), std::move(extent), ForKind::serial, std::move(name), loc);
+}
+LoopRange serial(Expr min, Expr extent, Name name, Loc loc) {
+  return LoopRange(std::move(min), std::move(extent), ForKind::serial, std::move(name), loc);
+}
+LoopRange unroll(Expr extent, Name name, Loc loc) {
+  return LoopRange(make_int(0), std::move(extent), ForKind::unrolled, std::move(name), loc);
+}
+
+IfBuilder if_(Expr cond, const std::function<void()>& then_body, Loc loc) {
+  state("T.if_", loc);
+  detail::set_current_loc(loc);
+  if (!cond.dtype().is_bool())
+    fail("T.if_", "", loc, "condition of dtype " + cond.dtype().name() + " is not bool");
+  detail::push_frame();
+  try {
+    then_body();
+  } catch (...) {
+    detail::discard_frame();
+    throw;
+  }
+  Stmt then_case = detail::pop_frame();
+  detail::emit(make_if(cond, then_case, Stmt(), loc));
+  return IfBuilder(loc);
+}
+
+Var let(Expr value, Name name, Loc loc) {
+  state("T.let", loc);
+  std::string n = name.value.empty() ? detail::infer_name(loc, "v") : name.value;
+  Var v(n, value.dtype(), loc);
+  SourceLoc l = loc;
+  detail::emit_binder([v, value, l](Stmt body) { return make_let(v, value, body, l); });
+  return v;
+}
+
+namespace cuda {
+void cta_sync(Loc loc) {
+  state("T.cuda.cta_sync", loc);
+  detail::emit(make_barrier(ExecScope::cta, loc));
+}
+void warpgroup_sync(Loc loc) {
+  state("T.cuda.warpgroup_sync", loc);
+  detail::emit(make_barrier(ExecScope::warpgroup, loc));
+}
+void warp_sync(Loc loc) {
+  state("T.cuda.warp_sync", loc);
+  detail::emit(make_barrier(ExecScope::warp, loc));
+}
+}  // namespace cuda
+
+}  // namespace T
+
+}  // namespace tx

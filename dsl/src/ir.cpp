@@ -1,0 +1,508 @@
+// Node factories: every IR node is built here, after its operands are checked.
+#include "tx/ir.hpp"
+
+#include <atomic>
+
+namespace tx {
+
+ExprNode::~ExprNode() = default;
+StmtNode::~StmtNode() = default;
+
+namespace {
+std::uint64_t next_var_id() {
+  static std::atomic<std::uint64_t> counter{0};
+  return ++counter;
+}
+}  // namespace
+
+VarNode::VarNode(std::string n, DType t, SourceLoc l)
+    : ExprNode(kKind, t, l), name(std::move(n)), id(next_var_id()) {}
+
+Var::Var(std::string name, DType t, SourceLoc loc)
+    : Expr(std::make_shared<const VarNode>(std::move(name), t, loc)) {}
+
+Expr::Expr(int v) : Expr(make_int(v)) {}
+Expr::Expr(double v) : Expr(make_float(v)) {}
+Expr::Expr(float v) : Expr(make_float(v)) {}
+
+// ------------------------------------------------------------------ buffers
+
+const char* mem_scope_name(MemScope s) {
+  switch (s) {
+    case MemScope::global: return "global";
+    case MemScope::shared: return "shared";
+    case MemScope::local: return "local";
+  }
+  return "?";
+}
+
+BufferNode::BufferNode(std::string n, DType t, std::vector<std::int64_t> s, MemScope sc,
+                       TileLayout l, Var d, SourceLoc lc)
+    : name(std::move(n)),
+      dtype(t),
+      shape(std::move(s)),
+      scope(sc),
+      layout(std::move(l)),
+      data(std::move(d)),
+      loc(lc) {}
+
+std::int64_t BufferNode::numel() const {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  return n;
+}
+
+std::int64_t BufferNode::storage_elems() const {
+  return scope == MemScope::local ? layout.storage().cosize() : layout.cosize();
+}
+
+Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shape, MemScope scope,
+                   std::optional<TileLayout> layout, SourceLoc loc) {
+  const std::string op = "T.alloc_buffer";
+  if (dtype.is_void() || dtype.is_handle())
+    fail(op, name, loc, "dtype " + dtype.name() + " cannot be a buffer element");
+  if (shape.empty()) fail(op, name, loc, "a buffer needs at least one dimension");
+  for (auto e : shape)
+    if (e <= 0) fail(op, name, loc, "shape extent " + std::to_string(e) + " is not positive");
+  TileLayout l = layout ? *layout : TileLayout::row_major(shape);
+  if (auto why = l.mismatch(shape)) fail(op, name, loc, *why);
+  if (scope != MemScope::local && l.has_thread_axes())
+    fail(op, name, loc,
+         std::string("a ") + mem_scope_name(scope) +
+             " buffer cannot use thread axes in its layout (" + l.str() +
+             "); only register (local) tiles are distributed over threads");
+  for (const Iter& it : l.replica())
+    if (it.axis == Axis::m && scope != MemScope::local)
+      fail(op, name, loc, "memory replicas are not supported in " + l.str());
+  Var data(name, handle_t, loc);
+  return Buffer(std::make_shared<const BufferNode>(std::move(name), dtype, std::move(shape), scope,
+                                                   std::move(l), std::move(data), loc));
+}
+
+Buffer flat_view(const Buffer& b) {
+  std::int64_t n = b->storage_elems();
+  return Buffer(std::make_shared<const BufferNode>(b->name, b->dtype, std::vector<std::int64_t>{n},
+                                                   b->scope, TileLayout::row_major({n}), b->data,
+                                                   b->loc));
+}
+
+std::vector<std::int64_t> BufferRegion::extents() const {
+  std::vector<std::int64_t> e;
+  for (const Range& r : ranges) e.push_back(r.extent);
+  return e;
+}
+
+std::int64_t BufferRegion::numel() const {
+  std::int64_t n = 1;
+  for (const Range& r : ranges) n *= r.extent;
+  return n;
+}
+
+// ------------------------------------------------------------ expressions
+
+const char* binop_symbol(BinOp op) {
+  switch (op) {
+    case BinOp::Add: return "+";
+    case BinOp::Sub: return "-";
+    case BinOp::Mul: return "*";
+    case BinOp::Div: return "/";
+    case BinOp::Mod: return "%";
+    case BinOp::FloorDiv: return "//";
+    case BinOp::FloorMod: return "floormod";
+    case BinOp::Min: return "min";
+    case BinOp::Max: return "max";
+    case BinOp::EQ: return "==";
+    case BinOp::NE: return "!=";
+    case BinOp::LT: return "<";
+    case BinOp::LE: return "<=";
+    case BinOp::GT: return ">";
+    case BinOp::GE: return ">=";
+    case BinOp::And: return "and";
+    case BinOp::Or: return "or";
+    case BinOp::BitAnd: return "&";
+    case BinOp::BitOr: return "|";
+    case BinOp::BitXor: return "^";
+    case BinOp::Shl: return "<<";
+    case BinOp::Shr: return ">>";
+  }
+  return "?";
+}
+
+const char* binop_name(BinOp op) {
+  switch (op) {
+    case BinOp::Add: return "add";
+    case BinOp::Sub: return "sub";
+    case BinOp::Mul: return "mul";
+    case BinOp::Div: return "div";
+    case BinOp::Mod: return "mod";
+    case BinOp::FloorDiv: return "floordiv";
+    case BinOp::FloorMod: return "floormod";
+    case BinOp::Min: return "min";
+    case BinOp::Max: return "max";
+    case BinOp::EQ: return "eq";
+    case BinOp::NE: return "ne";
+    case BinOp::LT: return "lt";
+    case BinOp::LE: return "le";
+    case BinOp::GT: return "gt";
+    case BinOp::GE: return "ge";
+    case BinOp::And: return "logical_and";
+    case BinOp::Or: return "logical_or";
+    case BinOp::BitAnd: return "bitwise_and";
+    case BinOp::BitOr: return "bitwise_or";
+    case BinOp::BitXor: return "bitwise_xor";
+    case BinOp::Shl: return "shift_left";
+    case BinOp::Shr: return "shift_right";
+  }
+  return "?";
+}
+
+bool binop_is_comparison(BinOp op) { return op >= BinOp::EQ && op <= BinOp::GE; }
+bool binop_is_logical(BinOp op) { return op == BinOp::And || op == BinOp::Or; }
+
+const char* intrinsic_name(Intrinsic i) {
+  switch (i) {
+#define TX_CASE(N, A) \
+  case Intrinsic::N:  \
+    return #N;
+    TX_INTRINSICS(TX_CASE)
+#undef TX_CASE
+  }
+  return "?";
+}
+
+int intrinsic_arity(Intrinsic i) {
+  switch (i) {
+#define TX_CASE(N, A) \
+  case Intrinsic::N:  \
+    return A;
+    TX_INTRINSICS(TX_CASE)
+#undef TX_CASE
+  }
+  return 0;
+}
+
+Expr make_int(std::int64_t v, DType t, SourceLoc loc) {
+  if (!t.is_integer() && !t.is_bool())
+    fail("IntImm", "", loc, "dtype " + t.name() + " is not an integer type");
+  return Expr(std::make_shared<const IntImmNode>(t, v, loc));
+}
+
+Expr make_float(double v, DType t, SourceLoc loc) {
+  if (!t.is_float()) fail("FloatImm", "", loc, "dtype " + t.name() + " is not a float type");
+  return Expr(std::make_shared<const FloatImmNode>(t, v, loc));
+}
+
+Expr make_bool(bool v, SourceLoc loc) { return make_int(v ? 1 : 0, boolean, loc); }
+
+Expr make_cast(DType t, Expr v, SourceLoc loc) {
+  if (!v) fail("cast", "", loc, "undefined operand");
+  if (t.is_void() || t.is_handle() || v.dtype().is_handle() || v.dtype().is_void())
+    fail("cast", "", loc, "cannot cast " + v.dtype().name() + " to " + t.name());
+  if (v.dtype() == t) return v;
+  return Expr(std::make_shared<const CastNode>(t, std::move(v), loc));
+}
+
+Expr make_binary(BinOp op, Expr a, Expr b, SourceLoc loc) {
+  if (!a || !b) fail(binop_name(op), "", loc, "undefined operand");
+  DType ta = a.dtype(), tb = b.dtype();
+  if (ta != tb)
+    fail(binop_name(op), "", loc,
+         "operand dtypes " + ta.name() + " and " + tb.name() + " differ; cast one explicitly");
+  if (ta.is_handle() || ta.is_void())
+    fail(binop_name(op), "", loc, "operands of dtype " + ta.name() + " have no arithmetic");
+  DType result = ta;
+  if (binop_is_comparison(op)) {
+    result = boolean;
+  } else if (binop_is_logical(op)) {
+    if (!ta.is_bool())
+      fail(binop_name(op), "", loc, "logical operators take bool operands, got " + ta.name());
+  } else if (op == BinOp::BitAnd || op == BinOp::BitOr || op == BinOp::BitXor ||
+             op == BinOp::Shl || op == BinOp::Shr) {
+    if (!ta.is_integer() && !ta.is_bool())
+      fail(binop_name(op), "", loc, "bitwise operators take integer operands, got " + ta.name());
+  } else if (ta.is_bool()) {
+    fail(binop_name(op), "", loc, "arithmetic on bool operands; cast to an integer type first");
+  }
+  return Expr(std::make_shared<const BinaryNode>(op, result, std::move(a), std::move(b), loc));
+}
+
+Expr make_unary(UnOp op, Expr a, SourceLoc loc) {
+  if (!a) fail("unary", "", loc, "undefined operand");
+  DType t = a.dtype();
+  if (op == UnOp::Not && !t.is_bool())
+    fail("logical_not", "", loc, "takes a bool operand, got " + t.name());
+  if (op == UnOp::BitNot && !t.is_integer() && !t.is_bool())
+    fail("bitwise_not", "", loc, "takes an integer operand, got " + t.name());
+  if (op == UnOp::Neg && (t.is_bool() || t.is_handle()))
+    fail("neg", "", loc, "cannot negate a " + t.name());
+  return Expr(std::make_shared<const UnaryNode>(op, t, std::move(a), loc));
+}
+
+Expr make_select(Expr c, Expr t, Expr f, SourceLoc loc) {
+  if (!c || !t || !f) fail("select", "", loc, "undefined operand");
+  if (!c.dtype().is_bool())
+    fail("select", "", loc, "condition must be bool, got " + c.dtype().name());
+  if (t.dtype() != f.dtype())
+    fail("select", "", loc,
+         "branches have dtypes " + t.dtype().name() + " and " + f.dtype().name());
+  DType ty = t.dtype();
+  return Expr(std::make_shared<const SelectNode>(ty, std::move(c), std::move(t), std::move(f), loc));
+}
+
+Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
+  const char* name = intrinsic_name(op);
+  if (static_cast<int>(args.size()) != intrinsic_arity(op))
+    fail(name, "", loc,
+         "takes " + std::to_string(intrinsic_arity(op)) + " arguments, got " +
+             std::to_string(args.size()));
+  for (const Expr& a : args)
+    if (!a) fail(name, "", loc, "undefined operand");
+  switch (op) {
+    case Intrinsic::thread_idx:
+    case Intrinsic::block_idx:
+      t = i32;
+      break;
+    case Intrinsic::shfl_xor:
+      if (args[0].dtype().bytes() > 8 || args[0].dtype().is_handle())
+        fail(name, "", loc, "cannot shuffle a " + args[0].dtype().name());
+      t = args[0].dtype();
+      break;
+    case Intrinsic::reinterpret:
+      if (t.is_void() || t.bytes() != args[0].dtype().bytes())
+        fail(name, "", loc, "reinterpret needs a target dtype of the same size");
+      break;
+    case Intrinsic::isnan:
+    case Intrinsic::isinf:
+    case Intrinsic::isfinite:
+      if (!args[0].dtype().is_float())
+        fail(name, "", loc, "takes a float operand, got " + args[0].dtype().name());
+      t = boolean;
+      break;
+    case Intrinsic::fabs:
+      if (args[0].dtype().is_bool()) fail(name, "", loc, "takes a numeric operand");
+      t = args[0].dtype();
+      break;
+    default:
+      for (const Expr& a : args) {
+        if (!a.dtype().is_float())
+          fail(name, "", loc, "takes float operands, got " + a.dtype().name());
+        if (a.dtype() != args[0].dtype())
+          fail(name, "", loc,
+               "operand dtypes " + args[0].dtype().name() + " and " + a.dtype().name() +
+                   " differ");
+      }
+      t = args[0].dtype();
+  }
+  return Expr(std::make_shared<const CallNode>(op, t, std::move(args), loc));
+}
+
+Expr make_load(Buffer b, std::vector<Expr> indices, SourceLoc loc) {
+  if (!b) fail("load", "", loc, "undefined buffer");
+  if (indices.size() != b->shape.size())
+    fail("load", b->name, loc,
+         "buffer has " + std::to_string(b->shape.size()) + " dimensions but " +
+             std::to_string(indices.size()) + " indices were given");
+  for (const Expr& i : indices)
+    if (!i || !i.dtype().is_integer())
+      fail("load", b->name, loc, "indices must be integers");
+  return Expr(std::make_shared<const LoadNode>(std::move(b), std::move(indices), loc));
+}
+
+std::optional<std::int64_t> as_const_int(const Expr& e) {
+  if (auto* n = e.as<IntImmNode>()) return n->value;
+  return std::nullopt;
+}
+
+bool is_const_int(const Expr& e, std::int64_t v) {
+  auto c = as_const_int(e);
+  return c && *c == v;
+}
+
+// -------------------------------------------------------------- statements
+
+const char* scope_id_name(ScopeIdKind k) {
+  switch (k) {
+    case ScopeIdKind::cta_id: return "cta_id";
+    case ScopeIdKind::warpgroup_id: return "warpgroup_id";
+    case ScopeIdKind::warp_id: return "warp_id";
+    case ScopeIdKind::lane_id: return "lane_id";
+    case ScopeIdKind::thread_id: return "thread_id";
+    case ScopeIdKind::warp_id_in_wg: return "warp_id_in_wg";
+    case ScopeIdKind::thread_id_in_wg: return "thread_id_in_wg";
+  }
+  return "?";
+}
+
+const char* exec_scope_name(ExecScope s) {
+  switch (s) {
+    case ExecScope::thread: return "thread";
+    case ExecScope::warp: return "warp";
+    case ExecScope::warpgroup: return "warpgroup";
+    case ExecScope::cta: return "cta";
+  }
+  return "?";
+}
+
+int exec_scope_threads(ExecScope s, int cta_threads) {
+  switch (s) {
+    case ExecScope::thread: return 1;
+    case ExecScope::warp: return 32;
+    case ExecScope::warpgroup: return 128;
+    case ExecScope::cta: return cta_threads;
+  }
+  return 1;
+}
+
+std::string TileCallNode::qualified_name() const {
+  return std::string("Tx.") + exec_scope_name(scope) + "." + op;
+}
+
+Stmt make_store(Buffer b, Expr value, std::vector<Expr> indices, SourceLoc loc) {
+  if (!b) fail("store", "", loc, "undefined buffer");
+  if (!value) fail("store", b->name, loc, "undefined value");
+  if (indices.size() != b->shape.size())
+    fail("store", b->name, loc,
+         "buffer has " + std::to_string(b->shape.size()) + " dimensions but " +
+             std::to_string(indices.size()) + " indices were given");
+  for (const Expr& i : indices)
+    if (!i || !i.dtype().is_integer()) fail("store", b->name, loc, "indices must be integers");
+  if (value.dtype() != b->dtype)
+    fail("store", b->name, loc,
+         "value dtype " + value.dtype().name() + " differs from buffer dtype " + b->dtype.name() +
+             "; use cast()");
+  return Stmt(std::make_shared<const StoreNode>(std::move(b), std::move(value), std::move(indices),
+                                                loc));
+}
+
+Stmt make_evaluate(Expr v, SourceLoc loc) {
+  if (!v) fail("evaluate", "", loc, "undefined value");
+  return Stmt(std::make_shared<const EvaluateNode>(std::move(v), loc));
+}
+
+Stmt make_for(Var v, Expr min, Expr extent, ForKind k, Stmt body, SourceLoc loc) {
+  if (!min || !extent || !min.dtype().is_integer() || !extent.dtype().is_integer())
+    fail("for", v.name(), loc, "loop bounds must be integers");
+  if (auto e = as_const_int(extent); e && *e < 0)
+    fail("for", v.name(), loc, "negative extent " + std::to_string(*e));
+  if (!body) body = make_seq({}, loc);
+  return Stmt(std::make_shared<const ForNode>(std::move(v), std::move(min), std::move(extent), k,
+                                              std::move(body), loc));
+}
+
+Stmt make_if(Expr cond, Stmt then_case, Stmt else_case, SourceLoc loc) {
+  if (!cond || !cond.dtype().is_bool())
+    fail("if", "", loc, "condition must be a bool expression");
+  if (!then_case) then_case = make_seq({}, loc);
+  return Stmt(std::make_shared<const IfThenElseNode>(std::move(cond), std::move(then_case),
+                                                     std::move(else_case), loc));
+}
+
+Stmt make_seq(std::vector<Stmt> seq, SourceLoc loc) {
+  std::vector<Stmt> flat;
+  for (Stmt& s : seq) {
+    if (!s) continue;
+    if (auto* n = s.as<SeqNode>())
+      flat.insert(flat.end(), n->seq.begin(), n->seq.end());
+    else
+      flat.push_back(std::move(s));
+  }
+  if (flat.size() == 1) return flat[0];
+  return Stmt(std::make_shared<const SeqNode>(std::move(flat), loc));
+}
+
+Stmt make_let(Var v, Expr value, Stmt body, SourceLoc loc) {
+  if (!value) fail("let", v.name(), loc, "undefined value");
+  if (value.dtype() != v.dtype())
+    fail("let", v.name(), loc,
+         "value dtype " + value.dtype().name() + " differs from var dtype " + v.dtype().name());
+  if (!body) body = make_seq({}, loc);
+  return Stmt(std::make_shared<const LetStmtNode>(std::move(v), std::move(value), std::move(body),
+                                                  loc));
+}
+
+Stmt make_allocate(Buffer b, Stmt body, SourceLoc loc) {
+  if (!b) fail("allocate", "", loc, "undefined buffer");
+  if (b->scope == MemScope::global)
+    fail("T.alloc_buffer", b->name, loc,
+         "global buffers come from kernel arguments (T.match_buffer), not alloc_buffer");
+  if (!body) body = make_seq({}, loc);
+  return Stmt(std::make_shared<const AllocateNode>(std::move(b), std::move(body), loc));
+}
+
+Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::int64_t> extents,
+                        Stmt body, SourceLoc loc) {
+  std::string op = std::string("T.") + scope_id_name(k);
+  if (vars.size() != extents.size() || extents.empty())
+    fail(op, "", loc, "one variable per extent is needed");
+  if (k != ScopeIdKind::cta_id && extents.size() != 1)
+    fail(op, "", loc, "tx thread blocks are one-dimensional; give a single extent");
+  if (extents.size() > 3) fail(op, "", loc, "at most 3 dimensions");
+  for (auto e : extents)
+    if (e <= 0) fail(op, "", loc, "extent " + std::to_string(e) + " is not positive");
+  if (!body) body = make_seq({}, loc);
+  return Stmt(std::make_shared<const ScopeIdBindNode>(k, std::move(vars), std::move(extents),
+                                                      std::move(body), loc));
+}
+
+Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
+                    SourceLoc loc) {
+  std::string qn = std::string("Tx.") + exec_scope_name(scope) + "." + op;
+  for (const TileArg& a : args) {
+    if (auto* r = std::get_if<BufferRegion>(&a)) {
+      if (!r->buffer) fail(qn, "", loc, "undefined buffer operand");
+      if (r->ranges.size() != r->buffer->shape.size())
+        fail(qn, r->buffer->name, loc,
+             "region has " + std::to_string(r->ranges.size()) + " dimensions but the buffer has " +
+                 std::to_string(r->buffer->shape.size()));
+      for (std::size_t d = 0; d < r->ranges.size(); ++d) {
+        const Range& rg = r->ranges[d];
+        if (rg.extent <= 0)
+          fail(qn, r->buffer->name, loc,
+               "region extent " + std::to_string(rg.extent) + " in dimension " +
+                   std::to_string(d) + " is not positive");
+        if (!rg.start || !rg.start.dtype().is_integer())
+          fail(qn, r->buffer->name, loc, "region start must be an integer");
+        if (auto s = as_const_int(rg.start)) {
+          if (*s < 0 || *s + rg.extent > r->buffer->shape[d])
+            fail(qn, r->buffer->name, loc,
+                 "region [" + std::to_string(*s) + ":" + std::to_string(*s + rg.extent) +
+                     "] in dimension " + std::to_string(d) + " is out of bounds of extent " +
+                     std::to_string(r->buffer->shape[d]));
+        }
+      }
+    } else if (!std::get<Expr>(a)) {
+      fail(qn, "", loc, "undefined scalar operand");
+    }
+  }
+  return Stmt(std::make_shared<const TileCallNode>(std::move(op), scope, std::move(args),
+                                                   std::move(attrs), loc));
+}
+
+Stmt make_barrier(ExecScope s, SourceLoc loc) {
+  if (s == ExecScope::thread) fail("barrier", "", loc, "a thread has nothing to synchronize");
+  return Stmt(std::make_shared<const BarrierNode>(s, loc));
+}
+
+Stmt make_copy_bytes(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes,
+                     SourceLoc loc) {
+  if (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8 && bytes != 16)
+    fail("copy_bytes", "", loc, "unsupported transfer width " + std::to_string(bytes));
+  if (dst->dtype.bytes() != src->dtype.bytes())
+    fail("copy_bytes", dst->name, loc, "element sizes differ between source and destination");
+  if (bytes % dst->dtype.bytes() != 0)
+    fail("copy_bytes", dst->name, loc, "width is not a multiple of the element size");
+  return Stmt(std::make_shared<const CopyBytesNode>(std::move(dst), std::move(dst_off),
+                                                    std::move(src), std::move(src_off), bytes,
+                                                    loc));
+}
+
+Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {
+  return Stmt(std::make_shared<const OriginNode>(std::move(text), std::move(body), loc));
+}
+
+PrimFunc PrimFunc::with_body(Stmt body, bool lowered) const {
+  return PrimFunc(std::make_shared<const PrimFuncNode>(node_->name, node_->params, std::move(body),
+                                                       node_->loc, lowered));
+}
+
+}  // namespace tx

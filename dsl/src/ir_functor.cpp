@@ -1,0 +1,334 @@
+#include "tx/ir_functor.hpp"
+
+#include <functional>
+
+namespace tx {
+
+IRVisitor::~IRVisitor() = default;
+IRMutator::~IRMutator() = default;
+
+// ------------------------------------------------------------------ visitor
+
+void IRVisitor::visit(const Expr& e) {
+  if (!e) return;
+  switch (e.kind()) {
+#define TX_CASE(N)                                                \
+  case ExprKind::N:                                               \
+    visit_node(static_cast<const N##Node*>(e.get()));             \
+    break;
+    TX_EXPR_NODES(TX_CASE)
+#undef TX_CASE
+  }
+}
+
+void IRVisitor::visit(const Stmt& s) {
+  if (!s) return;
+  switch (s.kind()) {
+#define TX_CASE(N)                                                \
+  case StmtKind::N:                                               \
+    visit_node(static_cast<const N##Node*>(s.get()));             \
+    break;
+    TX_STMT_NODES(TX_CASE)
+#undef TX_CASE
+  }
+}
+
+void IRVisitor::visit_region(const BufferRegion& r) {
+  visit_buffer(r.buffer);
+  for (const Range& rg : r.ranges) visit(rg.start);
+}
+
+void IRVisitor::visit_node(const IntImmNode*) {}
+void IRVisitor::visit_node(const FloatImmNode*) {}
+void IRVisitor::visit_node(const VarNode*) {}
+void IRVisitor::visit_node(const CastNode* n) { visit(n->value); }
+void IRVisitor::visit_node(const BinaryNode* n) {
+  visit(n->a);
+  visit(n->b);
+}
+void IRVisitor::visit_node(const UnaryNode* n) { visit(n->a); }
+void IRVisitor::visit_node(const SelectNode* n) {
+  visit(n->cond);
+  visit(n->t);
+  visit(n->f);
+}
+void IRVisitor::visit_node(const CallNode* n) {
+  for (const Expr& a : n->args) visit(a);
+}
+void IRVisitor::visit_node(const LoadNode* n) {
+  visit_buffer(n->buffer);
+  for (const Expr& i : n->indices) visit(i);
+}
+void IRVisitor::visit_node(const StoreNode* n) {
+  visit_buffer(n->buffer);
+  visit(n->value);
+  for (const Expr& i : n->indices) visit(i);
+}
+void IRVisitor::visit_node(const EvaluateNode* n) { visit(n->value); }
+void IRVisitor::visit_node(const ForNode* n) {
+  visit(n->min);
+  visit(n->extent);
+  visit(n->body);
+}
+void IRVisitor::visit_node(const IfThenElseNode* n) {
+  visit(n->cond);
+  visit(n->then_case);
+  visit(n->else_case);
+}
+void IRVisitor::visit_node(const SeqNode* n) {
+  for (const Stmt& s : n->seq) visit(s);
+}
+void IRVisitor::visit_node(const LetStmtNode* n) {
+  visit(n->value);
+  visit(n->body);
+}
+void IRVisitor::visit_node(const AllocateNode* n) {
+  visit_buffer(n->buffer);
+  visit(n->body);
+}
+void IRVisitor::visit_node(const ScopeIdBindNode* n) { visit(n->body); }
+void IRVisitor::visit_node(const TileCallNode* n) {
+  for (const TileArg& a : n->args) {
+    if (auto* r = std::get_if<BufferRegion>(&a))
+      visit_region(*r);
+    else
+      visit(std::get<Expr>(a));
+  }
+  visit(n->attrs.scale);
+  visit(n->attrs.bias);
+}
+void IRVisitor::visit_node(const BarrierNode*) {}
+void IRVisitor::visit_node(const CopyBytesNode* n) {
+  visit_buffer(n->dst);
+  visit(n->dst_offset);
+  visit_buffer(n->src);
+  visit(n->src_offset);
+}
+void IRVisitor::visit_node(const OriginNode* n) { visit(n->body); }
+
+// ------------------------------------------------------------------ mutator
+
+Expr IRMutator::mutate(const Expr& e) {
+  if (!e) return e;
+  switch (e.kind()) {
+#define TX_CASE(N) \
+  case ExprKind::N: return mutate_node(e, static_cast<const N##Node*>(e.get()));
+    TX_EXPR_NODES(TX_CASE)
+#undef TX_CASE
+  }
+  return e;
+}
+
+Stmt IRMutator::mutate(const Stmt& s) {
+  if (!s) return s;
+  switch (s.kind()) {
+#define TX_CASE(N) \
+  case StmtKind::N: return mutate_node(s, static_cast<const N##Node*>(s.get()));
+    TX_STMT_NODES(TX_CASE)
+#undef TX_CASE
+  }
+  return s;
+}
+
+BufferRegion IRMutator::mutate_region(const BufferRegion& r) {
+  BufferRegion out{mutate_buffer(r.buffer), {}};
+  for (const Range& rg : r.ranges) out.ranges.push_back({mutate(rg.start), rg.extent});
+  return out;
+}
+
+namespace {
+bool same(const std::vector<Expr>& a, const std::vector<Expr>& b) {
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!a[i].same_as(b[i])) return false;
+  return true;
+}
+std::vector<Expr> mutate_all(IRMutator& m, const std::vector<Expr>& xs) {
+  std::vector<Expr> out;
+  out.reserve(xs.size());
+  for (const Expr& x : xs) out.push_back(m.mutate(x));
+  return out;
+}
+}  // namespace
+
+Expr IRMutator::mutate_node(const Expr& self, const IntImmNode*) { return self; }
+Expr IRMutator::mutate_node(const Expr& self, const FloatImmNode*) { return self; }
+Expr IRMutator::mutate_node(const Expr& self, const VarNode*) { return self; }
+Expr IRMutator::mutate_node(const Expr& self, const CastNode* n) {
+  Expr v = mutate(n->value);
+  return v.same_as(n->value) ? self : make_cast(n->dtype, v, n->loc);
+}
+Expr IRMutator::mutate_node(const Expr& self, const BinaryNode* n) {
+  Expr a = mutate(n->a), b = mutate(n->b);
+  return a.same_as(n->a) && b.same_as(n->b) ? self : make_binary(n->op, a, b, n->loc);
+}
+Expr IRMutator::mutate_node(const Expr& self, const UnaryNode* n) {
+  Expr a = mutate(n->a);
+  return a.same_as(n->a) ? self : make_unary(n->op, a, n->loc);
+}
+Expr IRMutator::mutate_node(const Expr& self, const SelectNode* n) {
+  Expr c = mutate(n->cond), t = mutate(n->t), f = mutate(n->f);
+  return c.same_as(n->cond) && t.same_as(n->t) && f.same_as(n->f) ? self
+                                                                   : make_select(c, t, f, n->loc);
+}
+Expr IRMutator::mutate_node(const Expr& self, const CallNode* n) {
+  auto args = mutate_all(*this, n->args);
+  return same(args, n->args) ? self : make_call(n->op, std::move(args), n->loc, n->dtype);
+}
+Expr IRMutator::mutate_node(const Expr& self, const LoadNode* n) {
+  Buffer b = mutate_buffer(n->buffer);
+  auto idx = mutate_all(*this, n->indices);
+  return b.same_as(n->buffer) && same(idx, n->indices) ? self
+                                                       : make_load(b, std::move(idx), n->loc);
+}
+
+Stmt IRMutator::mutate_node(const Stmt& self, const StoreNode* n) {
+  Buffer b = mutate_buffer(n->buffer);
+  Expr v = mutate(n->value);
+  auto idx = mutate_all(*this, n->indices);
+  if (b.same_as(n->buffer) && v.same_as(n->value) && same(idx, n->indices)) return self;
+  return make_store(b, v, std::move(idx), n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const EvaluateNode* n) {
+  Expr v = mutate(n->value);
+  return v.same_as(n->value) ? self : make_evaluate(v, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const ForNode* n) {
+  Expr mn = mutate(n->min), ex = mutate(n->extent);
+  Stmt body = mutate(n->body);
+  if (mn.same_as(n->min) && ex.same_as(n->extent) && body.same_as(n->body)) return self;
+  return make_for(n->var, mn, ex, n->for_kind, body, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const IfThenElseNode* n) {
+  Expr c = mutate(n->cond);
+  Stmt t = mutate(n->then_case), e = mutate(n->else_case);
+  if (c.same_as(n->cond) && t.same_as(n->then_case) && e.same_as(n->else_case)) return self;
+  return make_if(c, t, e, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const SeqNode* n) {
+  std::vector<Stmt> out;
+  bool changed = false;
+  for (const Stmt& s : n->seq) {
+    out.push_back(mutate(s));
+    changed |= !out.back().same_as(s);
+  }
+  return changed ? make_seq(std::move(out), n->loc) : self;
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const LetStmtNode* n) {
+  Expr v = mutate(n->value);
+  Stmt body = mutate(n->body);
+  if (v.same_as(n->value) && body.same_as(n->body)) return self;
+  return make_let(n->var, v, body, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const AllocateNode* n) {
+  Buffer b = mutate_buffer(n->buffer);
+  Stmt body = mutate(n->body);
+  if (b.same_as(n->buffer) && body.same_as(n->body)) return self;
+  return make_allocate(b, body, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const ScopeIdBindNode* n) {
+  Stmt body = mutate(n->body);
+  if (body.same_as(n->body)) return self;
+  return make_scope_id_bind(n->id_kind, n->vars, n->extents, body, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const TileCallNode* n) {
+  std::vector<TileArg> args;
+  bool changed = false;
+  for (const TileArg& a : n->args) {
+    if (auto* r = std::get_if<BufferRegion>(&a)) {
+      BufferRegion nr = mutate_region(*r);
+      changed |= !nr.buffer.same_as(r->buffer);
+      for (std::size_t i = 0; i < nr.ranges.size(); ++i)
+        changed |= !nr.ranges[i].start.same_as(r->ranges[i].start);
+      args.emplace_back(std::move(nr));
+    } else {
+      Expr e = mutate(std::get<Expr>(a));
+      changed |= !e.same_as(std::get<Expr>(a));
+      args.emplace_back(e);
+    }
+  }
+  TileAttrs attrs = n->attrs;
+  attrs.scale = mutate(n->attrs.scale);
+  attrs.bias = mutate(n->attrs.bias);
+  changed |= !attrs.scale.same_as(n->attrs.scale) || !attrs.bias.same_as(n->attrs.bias);
+  if (!changed) return self;
+  return make_tile_call(n->op, n->scope, std::move(args), std::move(attrs), n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const BarrierNode*) { return self; }
+Stmt IRMutator::mutate_node(const Stmt& self, const CopyBytesNode* n) {
+  Buffer d = mutate_buffer(n->dst), s = mutate_buffer(n->src);
+  Expr doff = mutate(n->dst_offset), soff = mutate(n->src_offset);
+  if (d.same_as(n->dst) && s.same_as(n->src) && doff.same_as(n->dst_offset) &&
+      soff.same_as(n->src_offset))
+    return self;
+  return make_copy_bytes(d, doff, s, soff, n->bytes, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const OriginNode* n) {
+  Stmt body = mutate(n->body);
+  return body.same_as(n->body) ? self : make_origin(n->text, body, n->loc);
+}
+
+// ---------------------------------------------------------------- helpers
+
+namespace {
+class Substituter : public IRMutator {
+ public:
+  explicit Substituter(const std::vector<std::pair<Var, Expr>>& m) : map_(m) {}
+  Expr mutate_node(const Expr& self, const VarNode* n) override {
+    for (const auto& [v, e] : map_)
+      if (v.get() == n) return e;
+    return self;
+  }
+  using IRMutator::mutate_node;
+
+ private:
+  const std::vector<std::pair<Var, Expr>>& map_;
+};
+
+class StmtCollector : public IRVisitor {
+ public:
+  explicit StmtCollector(const std::function<void(const Stmt&)>& f) : f_(f) {}
+  void visit(const Stmt& s) override {
+    if (!s) return;
+    f_(s);
+    IRVisitor::visit(s);
+  }
+  using IRVisitor::visit;
+
+ private:
+  const std::function<void(const Stmt&)>& f_;
+};
+
+class VarUse : public IRVisitor {
+ public:
+  explicit VarUse(const Var& v) : v_(v) {}
+  bool found = false;
+  void visit_node(const VarNode* n) override { found |= n == v_.get(); }
+  using IRVisitor::visit_node;
+
+ private:
+  const Var& v_;
+};
+}  // namespace
+
+Expr substitute(const Expr& e, const std::vector<std::pair<Var, Expr>>& map) {
+  Substituter s(map);
+  return s.mutate(e);
+}
+
+Stmt substitute(const Stmt& st, const std::vector<std::pair<Var, Expr>>& map) {
+  Substituter s(map);
+  return s.mutate(st);
+}
+
+void for_each_stmt(const Stmt& s, const std::function<void(const Stmt&)>& on_stmt) {
+  StmtCollector c(on_stmt);
+  c.visit(s);
+}
+
+bool expr_uses_var(const Expr& e, const Var& v) {
+  VarUse u(v);
+  u.visit(e);
+  return u.found;
+}
+
+}  // namespace tx

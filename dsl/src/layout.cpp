@@ -1,0 +1,214 @@
+#include "tx/layout.hpp"
+
+#include <numeric>
+#include <sstream>
+
+#include "tx/error.hpp"
+
+namespace tx {
+
+const char* axis_name(Axis a) {
+  switch (a) {
+    case Axis::m: return "m";
+    case Axis::laneid: return "laneid";
+    case Axis::warpid: return "warpid";
+    case Axis::tx: return "tx";
+    case Axis::wgid: return "wgid";
+    case Axis::tid_in_wg: return "tid_in_wg";
+    case Axis::wid_in_wg: return "wid_in_wg";
+  }
+  return "?";
+}
+
+namespace {
+std::vector<Iter> make_iters(const char* what, const std::vector<std::int64_t>& extents,
+                             std::vector<AxisStride> strides) {
+  if (strides.empty()) {
+    // Row-major on memory.
+    strides.resize(extents.size(), AxisStride(1));
+    std::int64_t s = 1;
+    for (std::size_t k = extents.size(); k-- > 0;) {
+      strides[k] = AxisStride(s);
+      s *= extents[k];
+    }
+  }
+  if (strides.size() != extents.size())
+    fail("TileLayout", what, {},
+         std::to_string(extents.size()) + " extents but " + std::to_string(strides.size()) +
+             " strides");
+  std::vector<Iter> iters;
+  for (std::size_t k = 0; k < extents.size(); ++k) {
+    if (extents[k] <= 0)
+      fail("TileLayout", what, {}, "extent " + std::to_string(extents[k]) + " is not positive");
+    if (strides[k].stride < 0)
+      fail("TileLayout", what, {}, "negative stride " + std::to_string(strides[k].stride));
+    iters.push_back({extents[k], strides[k].stride, strides[k].axis});
+  }
+  return iters;
+}
+
+std::vector<Iter> canonical_iters(const std::vector<Iter>& in) {
+  std::vector<Iter> out;
+  for (const Iter& it : in) {
+    if (it.extent == 1) continue;
+    if (!out.empty()) {
+      Iter& prev = out.back();
+      if (prev.axis == it.axis && it.extent * it.stride == prev.stride) {
+        prev = {prev.extent * it.extent, it.stride, it.axis};
+        continue;
+      }
+    }
+    out.push_back(it);
+  }
+  return out;
+}
+
+std::string iters_str(const std::vector<Iter>& iters) {
+  std::ostringstream os;
+  os << "(";
+  for (std::size_t k = 0; k < iters.size(); ++k) os << (k ? ", " : "") << iters[k].extent;
+  if (iters.size() == 1) os << ",";
+  os << ") : (";
+  for (std::size_t k = 0; k < iters.size(); ++k) {
+    os << (k ? ", " : "") << iters[k].stride;
+    if (iters[k].axis != Axis::m) os << "@" << axis_name(iters[k].axis);
+  }
+  if (iters.size() == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+}  // namespace
+
+ShardSpec S(std::vector<std::int64_t> extents, std::vector<AxisStride> strides) {
+  return {make_iters("S", extents, std::move(strides))};
+}
+
+ReplicaSpec R(std::vector<std::int64_t> extents, std::vector<AxisStride> strides) {
+  if (strides.empty()) fail("TileLayout", "R", {}, "a replica needs explicit strides");
+  return {make_iters("R", extents, std::move(strides))};
+}
+
+TileLayout::TileLayout(ShardSpec shard) : shard_(std::move(shard.iters)) {}
+TileLayout::TileLayout(ShardSpec shard, ReplicaSpec replica)
+    : shard_(std::move(shard.iters)), replica_(std::move(replica.iters)) {}
+TileLayout::TileLayout(std::vector<Iter> shard, std::vector<Iter> replica,
+                       std::array<std::int64_t, kNumAxes> offset)
+    : shard_(std::move(shard)), replica_(std::move(replica)), offset_(offset) {}
+
+TileLayout TileLayout::row_major(const std::vector<std::int64_t>& shape) {
+  return TileLayout(S(shape));
+}
+
+TileLayout TileLayout::with_offset(Axis a, std::int64_t off) const {
+  TileLayout l = *this;
+  l.offset_[static_cast<int>(a)] = off;
+  return l;
+}
+
+std::int64_t TileLayout::size() const {
+  std::int64_t n = 1;
+  for (const Iter& it : shard_) n *= it.extent;
+  return n;
+}
+
+bool TileLayout::uses_axis(Axis a) const {
+  for (const Iter& it : shard_)
+    if (it.axis == a) return true;
+  for (const Iter& it : replica_)
+    if (it.axis == a) return true;
+  return offset_[static_cast<int>(a)] != 0;
+}
+
+bool TileLayout::has_thread_axes() const {
+  for (int a = 1; a < kNumAxes; ++a)
+    if (uses_axis(static_cast<Axis>(a))) return true;
+  return false;
+}
+
+TileLayout TileLayout::canonical() const {
+  return TileLayout(canonical_iters(shard_), canonical_iters(replica_), offset_);
+}
+
+std::vector<Location> TileLayout::apply_linear(std::int64_t index) const {
+  Location base{};
+  for (int a = 0; a < kNumAxes; ++a) base[a] = offset_[a];
+  for (std::size_t k = shard_.size(); k-- > 0;) {
+    const Iter& it = shard_[k];
+    base[static_cast<int>(it.axis)] += (index % it.extent) * it.stride;
+    index /= it.extent;
+  }
+  std::vector<Location> out{base};
+  for (const Iter& it : replica_) {
+    std::vector<Location> next;
+    next.reserve(out.size() * static_cast<std::size_t>(it.extent));
+    for (const Location& l : out)
+      for (std::int64_t r = 0; r < it.extent; ++r) {
+        Location x = l;
+        x[static_cast<int>(it.axis)] += r * it.stride;
+        next.push_back(x);
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+std::vector<Location> TileLayout::apply(const std::vector<std::int64_t>& coord,
+                                        const std::vector<std::int64_t>& shape) const {
+  if (coord.size() != shape.size())
+    fail("TileLayout.apply", "", {}, "coordinate rank differs from shape rank");
+  std::int64_t idx = 0;
+  for (std::size_t k = 0; k < shape.size(); ++k) {
+    if (coord[k] < 0 || coord[k] >= shape[k])
+      fail("TileLayout.apply", "", {}, "coordinate out of the shape");
+    idx = idx * shape[k] + coord[k];
+  }
+  return apply_linear(idx);
+}
+
+TileLayout TileLayout::storage() const {
+  std::vector<Iter> mem;
+  for (const Iter& it : shard_)
+    if (it.axis == Axis::m) mem.push_back(it);
+  return TileLayout(std::move(mem));
+}
+
+std::int64_t TileLayout::cosize() const {
+  std::int64_t hi = offset(Axis::m);
+  for (const Iter& it : shard_)
+    if (it.axis == Axis::m) hi += (it.extent - 1) * it.stride;
+  for (const Iter& it : replica_)
+    if (it.axis == Axis::m) hi += (it.extent - 1) * it.stride;
+  return hi + 1;
+}
+
+std::optional<std::string> TileLayout::mismatch(const std::vector<std::int64_t>& shape) const {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  if (size() != n) {
+    std::ostringstream os;
+    os << "layout " << str() << " covers " << size() << " elements but the shape (";
+    for (std::size_t k = 0; k < shape.size(); ++k) os << (k ? ", " : "") << shape[k];
+    os << ") has " << n;
+    return os.str();
+  }
+  for (const Iter& it : shard_)
+    if (it.extent <= 0 || it.stride < 0) return "layout " + str() + " has a bad iter";
+  return std::nullopt;
+}
+
+std::string TileLayout::str() const {
+  std::string s = "S[" + iters_str(shard_) + "]";
+  if (!replica_.empty()) s += " + R[" + iters_str(replica_) + "]";
+  bool any = false;
+  std::string o;
+  for (int a = 0; a < kNumAxes; ++a)
+    if (offset_[a] != 0) {
+      o += std::string(any ? ", " : "") + axis_name(static_cast<Axis>(a)) + ": " +
+           std::to_string(offset_[a]);
+      any = true;
+    }
+  if (any) s += " + O[" + o + "]";
+  return s;
+}
+
+}  // namespace tx

@@ -1,0 +1,20 @@
+// tx: C++20 tile kernels, lowered by scope-aware dispatch, JIT-compiled with
+// NVRTC for the GPU or LLVM ORC for the host. The one header a user includes.
+//
+//   #include <tx/tx.hpp>
+//   using namespace tx;
+//   PrimFunc f = T::prim_func("k", [&](Handle A_ptr) { ... });
+//   Kernel k = compile(f);
+//   std::cout << f << k.cuda_source();
+//   k(tensor);
+#pragma once
+
+#include "tx/builder.hpp"
+#include "tx/dtype.hpp"
+#include "tx/error.hpp"
+#include "tx/expr.hpp"
+#include "tx/ir.hpp"
+#include "tx/layout.hpp"
+#include "tx/printer.hpp"
+#include "tx/runtime/kernel.hpp"
+#include "tx/runtime/tensor.hpp"

@@ -1,0 +1,71 @@
+// Facts about expressions that lowering relies on: value ranges (for bounds
+// checks), known divisors (for vector alignment), uniformity across threads
+// (for the active-threads rule of tile primitives), and a simplifier.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <unordered_map>
+
+#include "tx/ir.hpp"
+
+namespace tx::lowering {
+
+// Which threads are guaranteed to agree on a value. A guard on a value of
+// level L keeps whole groups of level <= L together.
+enum class Uniformity : int { thread = 0, warp = 1, warpgroup = 2, cta = 3 };
+Uniformity scope_level(ExecScope s);
+const char* uniformity_name(Uniformity u);
+
+struct Interval {
+  static constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min() / 4;
+  static constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max() / 4;
+  std::int64_t lo = kMin, hi = kMax;  // inclusive
+  bool bounded() const { return lo > kMin && hi < kMax; }
+  static Interval point(std::int64_t v) { return {v, v}; }
+  static Interval everything() { return {}; }
+};
+
+struct VarFact {
+  Interval range;
+  Uniformity level = Uniformity::cta;
+};
+
+// The facts in scope at one point of a kernel (vars bound by ids, loops, lets).
+class Env {
+ public:
+  // Unknown launch: the hardware limits.
+  int cta_threads = 1024;
+  std::array<std::int64_t, 3> grid{2147483647, 65535, 65535};
+
+  void bind(const Var& v, VarFact f) { vars_[v.get()] = f; }
+  const VarFact* find(const VarNode* v) const;
+
+  Interval bound(const Expr& e) const;
+  Uniformity level(const Expr& e) const;
+  // Largest d such that e is always a multiple of d (1 if unknown; 0 for e == 0).
+  std::int64_t known_divisor(const Expr& e) const;
+
+ private:
+  std::unordered_map<const VarNode*, VarFact> vars_;
+};
+
+// Constant folding and the identities that index arithmetic needs
+// (x*1, x+0, (x*c)/c, (x%c) when 0 <= x < c, ...). With an Env, ranges of
+// vars let it drop divisions and modulos that cannot change the value.
+Expr simplify(const Expr& e, const Env* env = nullptr);
+
+// Small builders for lowering code.
+inline Expr c32(std::int64_t v) { return make_int(v, i32); }
+Expr add(Expr a, Expr b);
+Expr mul(Expr a, Expr b);
+Expr sub(Expr a, Expr b);
+Expr div(Expr a, Expr b);   // truncating (operands are non-negative in lowering)
+Expr mod(Expr a, Expr b);
+Expr lt(Expr a, Expr b);
+Expr land(Expr a, Expr b);  // logical and
+Expr eq(Expr a, Expr b);
+
+}  // namespace tx::lowering

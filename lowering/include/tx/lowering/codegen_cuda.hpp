@@ -1,0 +1,27 @@
+// CUDA source from a lowered kernel: one extern "C" __global__ function,
+// self-contained (no #include: NVRTC needs no include path), with a small
+// prelude of conversion helpers for f16/bf16/fp8 storage types.
+//
+// The source names the user's buffers and loop variables, marks each
+// lowered tile call with a comment naming the call, the variant and the
+// user's source line, and launches with the CTA size the kernel declared
+// (__launch_bounds__). Dynamic shared memory holds every shared buffer at a
+// 16-byte aligned offset.
+#pragma once
+
+#include <string>
+
+#include "tx/lowering/lower.hpp"
+
+namespace tx::lowering {
+
+struct CudaOptions {
+  std::string kernel_name;  // default: the PrimFunc's name, sanitized
+};
+
+std::string codegen_cuda(const LoweredKernel& k, const CudaOptions& opt = {});
+
+// A valid C identifier from any name ("my-kernel" -> "my_kernel").
+std::string sanitize_identifier(const std::string& name);
+
+}  // namespace tx::lowering

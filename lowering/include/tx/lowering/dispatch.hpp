@@ -1,0 +1,96 @@
+// Scope-aware dispatch of tile primitives.
+//
+// Variants register per (op, target) with a name, a priority, named
+// predicates that answer ok or a reason, and a planner that either fails
+// with a reason or returns the lowered code. Variants are tried by
+// descending priority (ties by name); TileAttrs::variant forces one by name.
+// When every variant fails, the error lists each variant with its reason and
+// prints the call:
+//
+//   tx error: Tx.warp.sqrt: no variant accepts this call
+//     at samples/warp_sqrt_reg.cpp:31
+//     call: Tx.warp.sqrt(A_smem[0:32, 0:8], R[0:32, 0:8])
+//     elementwise/reg [10]: operand A_smem: scope shared != local
+//     elementwise/smem [10]: operand R: scope local != shared
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tx/ir.hpp"
+#include "tx/lowering/analysis.hpp"
+
+namespace tx::lowering {
+
+// An enclosing `if` of a tile call, with the uniformity of its condition.
+struct Guard {
+  Expr cond;
+  SourceLoc loc;
+  Uniformity level;
+  std::string text;  // the condition, printed
+};
+
+struct DispatchContext {
+  const TileCallNode* call = nullptr;
+  std::string target = "cuda";
+  ExecScope scope = ExecScope::thread;
+  int scope_threads = 1;
+  int cta_threads = 1;
+  const Env* env = nullptr;
+  std::vector<Guard> guards;
+};
+
+// ok, or the reason a variant does not apply.
+using Check = std::optional<std::string>;
+inline Check ok() { return std::nullopt; }
+
+using Predicate = std::function<Check(const DispatchContext&)>;
+// A plan is the lowered statement, or the reason the variant cannot lower the call.
+using Plan = std::variant<Stmt, std::string>;
+using Planner = std::function<Plan(const DispatchContext&)>;
+
+struct Variant {
+  std::string family;  // "copy", "elementwise", "reduction"
+  std::string name;    // "reg", "smem", "gmem_smem", "fallback", "local", "shared"
+  std::string target = "cuda";
+  int priority = 10;
+  std::vector<std::pair<std::string, Predicate>> when;
+  Planner plan;
+  std::string qualified() const { return family + "/" + name; }
+};
+
+class Registry {
+ public:
+  // The process-wide registry, with tx's built-in variants (registered on first use).
+  static Registry& global();
+  void add(std::string op, Variant v);
+  // Variants for op and target, by descending priority then name.
+  std::vector<const Variant*> variants(const std::string& op, const std::string& target) const;
+  std::vector<std::string> ops() const;
+
+ private:
+  std::vector<std::pair<std::string, Variant>> entries_;
+};
+
+struct DispatchResult {
+  const Variant* variant = nullptr;
+  Stmt lowered;
+  std::vector<std::pair<const Variant*, std::string>> rejected;  // tried before the winner
+};
+
+// Chooses a variant and lowers the call; throws tx::Error when none applies.
+DispatchResult dispatch(const DispatchContext& ctx);
+
+// Registration entry points of the built-in variants (one file each).
+void register_copy_gmem_smem(Registry& r);
+void register_copy_reg(Registry& r);
+void register_copy_fallback(Registry& r);
+void register_elementwise_reg(Registry& r);
+void register_elementwise_smem(Registry& r);
+void register_reduction_local(Registry& r);
+void register_reduction_shared(Registry& r);
+
+}  // namespace tx::lowering

@@ -1,0 +1,102 @@
+// The lowering pipeline: a straight list of passes, each a free function in
+// its own file (lowering/src/passes/). With TX_DEBUG_IR=1 (or
+// LowerOptions::debug) the IR is printed after every pass.
+//
+//   verify_kernel          structure, launch configuration, barrier placement
+//   lower_tile_ops         dispatch every tile call to a variant
+//   lower_scope_ids        T.thread_id & co. become expressions of threadIdx/blockIdx
+//   flatten_buffers        multi-dimensional accesses become flat storage offsets
+//   legalize_low_precision f16/bf16/fp8 arithmetic computed in f32
+//   simplify_stmt          constant folding, unit loops, dead branches
+//   verify_lowered         what code generators may rely on
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "tx/ir.hpp"
+#include "tx/ir_functor.hpp"
+#include "tx/lowering/analysis.hpp"
+#include "tx/lowering/dispatch.hpp"
+
+namespace tx::lowering {
+
+struct LaunchConfig {
+  std::array<std::int64_t, 3> grid{1, 1, 1};
+  int block = 1;  // threads per CTA (tx blocks are one-dimensional)
+};
+
+struct KernelParamInfo {
+  std::string name;  // the buffer's name
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  std::int64_t elems = 0;  // storage elements (the layout's cosize)
+  int align_bytes = 1;     // widest vector access the kernel makes on it
+};
+
+struct SharedAllocation {
+  Buffer buffer;
+  std::int64_t offset = 0;  // bytes into the dynamic shared memory
+  std::int64_t bytes = 0;
+};
+
+struct TileCallRecord {
+  std::string call;     // the call as printed
+  std::string variant;  // e.g. "copy/reg"
+  SourceLoc loc;
+};
+
+struct LoweredKernel {
+  PrimFunc source;   // as the user wrote it
+  PrimFunc lowered;  // flat, ready for a code generator
+  LaunchConfig launch;
+  std::vector<KernelParamInfo> params;
+  std::vector<SharedAllocation> shared;
+  std::int64_t shared_bytes = 0;
+  std::vector<TileCallRecord> dispatched;
+};
+
+struct LowerOptions {
+  bool debug = false;           // print the IR after every pass (also TX_DEBUG_IR=1)
+  std::ostream* log = nullptr;  // where debug output goes (default std::cerr)
+};
+
+LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt = {});
+
+// ------------------------------------------------------------------ passes
+
+LaunchConfig verify_kernel(const PrimFunc& f);
+Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log);
+Stmt lower_scope_ids(const Stmt& s);
+Stmt flatten_buffers(const Stmt& s);
+Stmt legalize_low_precision(const Stmt& s);
+Stmt simplify_stmt(const Stmt& s, const LaunchConfig& launch);
+void verify_lowered(const PrimFunc& f, const LaunchConfig& launch);
+
+// A mutator that keeps an Env of the variables in scope (ids, loops, lets)
+// and the enclosing guards, for passes that need ranges or uniformity.
+class ScopedMutator : public IRMutator {
+ public:
+  explicit ScopedMutator(const LaunchConfig& launch);
+  using IRMutator::mutate_node;
+  Stmt mutate_node(const Stmt& self, const ForNode* n) override;
+  Stmt mutate_node(const Stmt& self, const LetStmtNode* n) override;
+  Stmt mutate_node(const Stmt& self, const ScopeIdBindNode* n) override;
+  Stmt mutate_node(const Stmt& self, const IfThenElseNode* n) override;
+
+ protected:
+  Env env_;
+  std::vector<Guard> guards_;
+  LaunchConfig launch_;
+};
+
+// Facts bound by a scope id (range and uniformity of each of its vars).
+std::vector<std::pair<Var, VarFact>> scope_id_facts(const ScopeIdBindNode* n,
+                                                    const LaunchConfig& launch);
+// The hardware-index expression of each var of a scope id.
+std::vector<Expr> scope_id_values(const ScopeIdBindNode* n);
+
+}  // namespace tx::lowering

@@ -1,0 +1,417 @@
+#include "tx/lowering/analysis.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "tx/ir_functor.hpp"
+
+namespace tx::lowering {
+
+Uniformity scope_level(ExecScope s) {
+  switch (s) {
+    case ExecScope::thread: return Uniformity::thread;
+    case ExecScope::warp: return Uniformity::warp;
+    case ExecScope::warpgroup: return Uniformity::warpgroup;
+    case ExecScope::cta: return Uniformity::cta;
+  }
+  return Uniformity::thread;
+}
+
+const char* uniformity_name(Uniformity u) {
+  switch (u) {
+    case Uniformity::thread: return "thread";
+    case Uniformity::warp: return "warp";
+    case Uniformity::warpgroup: return "warpgroup";
+    case Uniformity::cta: return "cta";
+  }
+  return "?";
+}
+
+const VarFact* Env::find(const VarNode* v) const {
+  auto it = vars_.find(v);
+  return it == vars_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
+  __int128 r = static_cast<__int128>(a) * b;
+  if (r > Interval::kMax) return Interval::kMax;
+  if (r < Interval::kMin) return Interval::kMin;
+  return static_cast<std::int64_t>(r);
+}
+std::int64_t sat_add(std::int64_t a, std::int64_t b) {
+  if (a <= Interval::kMin || b <= Interval::kMin) return Interval::kMin;
+  if (a >= Interval::kMax || b >= Interval::kMax) return Interval::kMax;
+  return std::clamp(a + b, Interval::kMin, Interval::kMax);
+}
+
+Interval dtype_range(DType t) {
+  if (t.is_bool()) return {0, 1};
+  if (t.is_uint() && t.bits < 62) return {0, (std::int64_t{1} << t.bits) - 1};
+  if (t.is_int() && t.bits < 62)
+    return {-(std::int64_t{1} << (t.bits - 1)), (std::int64_t{1} << (t.bits - 1)) - 1};
+  return Interval::everything();
+}
+
+}  // namespace
+
+Interval Env::bound(const Expr& e) const {
+  if (!e || !(e.dtype().is_integer() || e.dtype().is_bool())) return Interval::everything();
+  if (auto c = as_const_int(e)) return Interval::point(*c);
+  if (auto* v = e.as<VarNode>()) {
+    if (auto* f = find(v)) return f->range;
+    return dtype_range(e.dtype());
+  }
+  if (auto* c = e.as<CallNode>()) {
+    if (c->op == Intrinsic::thread_idx) return {0, cta_threads - 1};
+    if (c->op == Intrinsic::block_idx) {
+      auto d = as_const_int(c->args[0]).value_or(0);
+      return {0, grid[static_cast<std::size_t>(std::clamp<std::int64_t>(d, 0, 2))] - 1};
+    }
+    return dtype_range(e.dtype());
+  }
+  if (auto* c = e.as<CastNode>()) {
+    if (c->value.dtype().is_integer() || c->value.dtype().is_bool()) {
+      Interval a = bound(c->value), t = dtype_range(c->dtype);
+      if (a.lo >= t.lo && a.hi <= t.hi) return a;
+    }
+    return dtype_range(e.dtype());
+  }
+  if (auto* s = e.as<SelectNode>()) {
+    Interval a = bound(s->t), b = bound(s->f);
+    return {std::min(a.lo, b.lo), std::max(a.hi, b.hi)};
+  }
+  auto* b = e.as<BinaryNode>();
+  if (!b) return dtype_range(e.dtype());
+  if (binop_is_comparison(b->op) || binop_is_logical(b->op)) return {0, 1};
+  Interval x = bound(b->a), y = bound(b->b);
+  switch (b->op) {
+    case BinOp::Add: return {sat_add(x.lo, y.lo), sat_add(x.hi, y.hi)};
+    case BinOp::Sub: return {sat_add(x.lo, -y.hi), sat_add(x.hi, -y.lo)};
+    case BinOp::Mul: {
+      if (!x.bounded() || !y.bounded()) {
+        if (x.lo >= 0 && y.lo >= 0) return {sat_mul(x.lo, y.lo), Interval::kMax};
+        return Interval::everything();
+      }
+      std::int64_t c[4] = {sat_mul(x.lo, y.lo), sat_mul(x.lo, y.hi), sat_mul(x.hi, y.lo),
+                           sat_mul(x.hi, y.hi)};
+      return {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
+    }
+    case BinOp::Div:
+    case BinOp::FloorDiv:
+      if (y.lo == y.hi && y.lo > 0 && x.lo >= 0) return {x.lo / y.lo, x.hi / y.lo};
+      if (y.lo > 0 && x.lo >= 0) return {0, x.hi};
+      return Interval::everything();
+    case BinOp::Mod:
+    case BinOp::FloorMod:
+      if (y.lo > 0 && x.lo >= 0) return {0, std::min(x.hi, y.hi - 1)};
+      if (y.lo > 0 && b->op == BinOp::FloorMod) return {0, y.hi - 1};
+      if (y.lo > 0) return {-(y.hi - 1), y.hi - 1};
+      return Interval::everything();
+    case BinOp::Min: return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
+    case BinOp::Max: return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
+    case BinOp::BitAnd:
+      if (x.lo >= 0 && y.lo >= 0) return {0, std::min(x.hi, y.hi)};
+      return dtype_range(e.dtype());
+    case BinOp::Shr:
+      if (x.lo >= 0 && y.lo == y.hi && y.lo >= 0 && y.lo < 62) return {x.lo >> y.lo, x.hi >> y.lo};
+      return dtype_range(e.dtype());
+    default: return dtype_range(e.dtype());
+  }
+}
+
+Uniformity Env::level(const Expr& e) const {
+  struct Walker : IRVisitor {
+    const Env* env;
+    Uniformity level = Uniformity::cta;
+    void lower(Uniformity u) { level = std::min(level, u); }
+    void visit_node(const VarNode* v) override {
+      const VarFact* f = env->find(v);
+      lower(f ? f->level : Uniformity::thread);
+    }
+    void visit_node(const CallNode* c) override {
+      if (c->op == Intrinsic::thread_idx || c->op == Intrinsic::shfl_xor) lower(Uniformity::thread);
+      IRVisitor::visit_node(c);
+    }
+    void visit_node(const LoadNode* l) override {
+      lower(Uniformity::thread);  // memory may differ per thread
+      IRVisitor::visit_node(l);
+    }
+    using IRVisitor::visit_node;
+  } w;
+  w.env = this;
+  w.visit(e);
+  return w.level;
+}
+
+std::int64_t Env::known_divisor(const Expr& e) const {
+  if (!e || !e.dtype().is_integer()) return 1;
+  if (auto c = as_const_int(e)) return *c < 0 ? -*c : *c;
+  if (auto* b = e.as<BinaryNode>()) {
+    switch (b->op) {
+      case BinOp::Mul: {
+        std::int64_t x = known_divisor(b->a), y = known_divisor(b->b);
+        if (x == 0 || y == 0) return 0;
+        return sat_mul(x, y);
+      }
+      case BinOp::Add:
+      case BinOp::Sub: return std::gcd(known_divisor(b->a), known_divisor(b->b));
+      case BinOp::Shl:
+        if (auto s = as_const_int(b->b); s && *s >= 0 && *s < 40)
+          return sat_mul(known_divisor(b->a), std::int64_t{1} << *s);
+        return 1;
+      default: return 1;
+    }
+  }
+  if (auto* c = e.as<CastNode>()) return known_divisor(c->value);
+  return 1;
+}
+
+// ------------------------------------------------------------- simplifier
+
+namespace {
+
+class Simplifier : public IRMutator {
+ public:
+  explicit Simplifier(const Env* env) : env_(env) {}
+  using IRMutator::mutate_node;
+
+  Expr mutate_node(const Expr& self, const BinaryNode* n) override {
+    Expr a = mutate(n->a), b = mutate(n->b);
+    return rewrite(n->op, a, b, n->loc, a.same_as(n->a) && b.same_as(n->b) ? self : Expr());
+  }
+
+  Expr mutate_node(const Expr& self, const CastNode* n) override {
+    Expr v = mutate(n->value);
+    if (auto c = as_const_int(v)) {
+      if (n->dtype.is_integer()) return make_int(*c, n->dtype, n->loc);
+      if (n->dtype.is_float() && !n->dtype.is_low_precision_float())
+        return make_float(static_cast<double>(*c), n->dtype, n->loc);
+    }
+    return v.same_as(n->value) ? self : make_cast(n->dtype, v, n->loc);
+  }
+
+  Expr mutate_node(const Expr& self, const SelectNode* n) override {
+    Expr c = mutate(n->cond), t = mutate(n->t), f = mutate(n->f);
+    if (auto k = as_const_int(c)) return *k ? t : f;
+    if (c.same_as(n->cond) && t.same_as(n->t) && f.same_as(n->f)) return self;
+    return make_select(c, t, f, n->loc);
+  }
+
+ private:
+  Interval bound(const Expr& e) const { return env_ ? env_->bound(e) : Env().bound(e); }
+  std::int64_t divisor(const Expr& e) const {
+    return env_ ? env_->known_divisor(e) : Env().known_divisor(e);
+  }
+
+  Expr rebuild(BinOp op, const Expr& a, const Expr& b, SourceLoc loc, const Expr& self) {
+    return self ? self : make_binary(op, a, b, loc);
+  }
+
+  Expr rewrite(BinOp op, Expr a, Expr b, SourceLoc loc, Expr self) {
+    DType t = a.dtype();
+    auto ca = as_const_int(a), cb = as_const_int(b);
+    bool is_int = t.is_integer();
+
+    if (ca && cb && (is_int || t.is_bool())) {
+      std::int64_t x = *ca, y = *cb;
+      switch (op) {
+        case BinOp::Add: return make_int(x + y, t, loc);
+        case BinOp::Sub: return make_int(x - y, t, loc);
+        case BinOp::Mul: return make_int(x * y, t, loc);
+        case BinOp::Div:
+          if (y != 0) return make_int(x / y, t, loc);
+          break;
+        case BinOp::Mod:
+          if (y != 0) return make_int(x % y, t, loc);
+          break;
+        case BinOp::FloorDiv:
+          if (y != 0) return make_int(floordiv(x, y), t, loc);
+          break;
+        case BinOp::FloorMod:
+          if (y != 0) return make_int(floormod(x, y), t, loc);
+          break;
+        case BinOp::Min: return make_int(std::min(x, y), t, loc);
+        case BinOp::Max: return make_int(std::max(x, y), t, loc);
+        case BinOp::EQ: return make_bool(x == y, loc);
+        case BinOp::NE: return make_bool(x != y, loc);
+        case BinOp::LT: return make_bool(x < y, loc);
+        case BinOp::LE: return make_bool(x <= y, loc);
+        case BinOp::GT: return make_bool(x > y, loc);
+        case BinOp::GE: return make_bool(x >= y, loc);
+        case BinOp::And: return make_bool(x && y, loc);
+        case BinOp::Or: return make_bool(x || y, loc);
+        case BinOp::BitAnd: return make_int(x & y, t, loc);
+        case BinOp::BitOr: return make_int(x | y, t, loc);
+        case BinOp::BitXor: return make_int(x ^ y, t, loc);
+        case BinOp::Shl: return make_int(x << y, t, loc);
+        case BinOp::Shr: return make_int(x >> y, t, loc);
+      }
+    }
+
+    if (t.is_bool() && (op == BinOp::And || op == BinOp::Or)) {
+      if (ca) return (op == BinOp::And) == (*ca != 0) ? b : a;
+      if (cb) return (op == BinOp::And) == (*cb != 0) ? a : b;
+    }
+
+    if (is_int) {
+      // Constants to the right of commutative ops.
+      if (ca && !cb && (op == BinOp::Add || op == BinOp::Mul)) {
+        std::swap(a, b);
+        std::swap(ca, cb);
+        self = Expr();
+      }
+      switch (op) {
+        case BinOp::Add:
+          if (cb && *cb == 0) return a;
+          if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Add) {
+            if (auto k = as_const_int(x->b)) return rewrite(BinOp::Add, x->a, make_int(*k + *cb, t, loc), loc, {});
+          }
+          break;
+        case BinOp::Sub:
+          if (cb && *cb == 0) return a;
+          if (a.same_as(b)) return make_int(0, t, loc);
+          break;
+        case BinOp::Mul:
+          if (cb && *cb == 1) return a;
+          if (cb && *cb == 0) return make_int(0, t, loc);
+          if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Mul) {
+            if (auto k = as_const_int(x->b)) return rewrite(BinOp::Mul, x->a, make_int(*k * *cb, t, loc), loc, {});
+          }
+          break;
+        case BinOp::Div:
+        case BinOp::FloorDiv:
+          if (cb && *cb == 1) return a;
+          if (cb && *cb > 0) {
+            Interval ia = bound(a);
+            if (ia.lo >= 0 && ia.hi < *cb) return make_int(0, t, loc);
+            if (auto* x = a.as<BinaryNode>()) {
+              auto kx = as_const_int(x->b);
+              if (x->op == BinOp::Mul && kx && *kx % *cb == 0)
+                return rewrite(BinOp::Mul, x->a, make_int(*kx / *cb, t, loc), loc, {});
+              if ((x->op == BinOp::Div || x->op == BinOp::FloorDiv) && kx && *kx > 0 &&
+                  bound(x->a).lo >= 0)
+                return rewrite(op, x->a, make_int(*kx * *cb, t, loc), loc, {});
+              if (x->op == BinOp::Add && ia.lo >= 0) {
+                // (p + q) / c == p / c + q / c when c divides p and both are non-negative.
+                Interval ip = bound(x->a), iq = bound(x->b);
+                if (ip.lo >= 0 && iq.lo >= 0 && divisor(x->a) % *cb == 0 && divisor(x->a) != 0)
+                  return rewrite(BinOp::Add, rewrite(op, x->a, b, loc, {}),
+                                 rewrite(op, x->b, b, loc, {}), loc, {});
+                if (ip.lo >= 0 && iq.lo >= 0 && divisor(x->b) % *cb == 0 && divisor(x->b) != 0)
+                  return rewrite(BinOp::Add, rewrite(op, x->a, b, loc, {}),
+                                 rewrite(op, x->b, b, loc, {}), loc, {});
+              }
+            }
+          }
+          break;
+        case BinOp::Mod:
+        case BinOp::FloorMod:
+          if (cb && *cb == 1) return make_int(0, t, loc);
+          if (cb && *cb > 0) {
+            Interval ia = bound(a);
+            if (ia.lo >= 0 && ia.hi < *cb) return a;
+            std::int64_t da = divisor(a);
+            if (ia.lo >= 0 && (da == 0 || da % *cb == 0)) return make_int(0, t, loc);
+            if (auto* x = a.as<BinaryNode>()) {
+              auto kx = as_const_int(x->b);
+              if ((x->op == BinOp::Mod || x->op == BinOp::FloorMod) && kx && *kx % *cb == 0 &&
+                  bound(x->a).lo >= 0)
+                return rewrite(op, x->a, b, loc, {});
+              if (x->op == BinOp::Add && ia.lo >= 0 && bound(x->a).lo >= 0 &&
+                  bound(x->b).lo >= 0) {
+                std::int64_t dp = divisor(x->a), dq = divisor(x->b);
+                if (dp == 0 || dp % *cb == 0) return rewrite(op, x->b, b, loc, {});
+                if (dq == 0 || dq % *cb == 0) return rewrite(op, x->a, b, loc, {});
+              }
+            }
+          }
+          break;
+        case BinOp::Min:
+        case BinOp::Max: {
+          Interval ia = bound(a), ib = bound(b);
+          bool a_le_b = ia.hi <= ib.lo, b_le_a = ib.hi <= ia.lo;
+          if (op == BinOp::Min && a_le_b) return a;
+          if (op == BinOp::Min && b_le_a) return b;
+          if (op == BinOp::Max && a_le_b) return b;
+          if (op == BinOp::Max && b_le_a) return a;
+          break;
+        }
+        case BinOp::LT:
+        case BinOp::LE:
+        case BinOp::GT:
+        case BinOp::GE:
+        case BinOp::EQ:
+        case BinOp::NE: {
+          Interval ia = bound(a), ib = bound(b);
+          std::optional<bool> r;
+          switch (op) {
+            case BinOp::LT:
+              if (ia.hi < ib.lo) r = true;
+              if (ia.lo >= ib.hi) r = false;
+              break;
+            case BinOp::LE:
+              if (ia.hi <= ib.lo) r = true;
+              if (ia.lo > ib.hi) r = false;
+              break;
+            case BinOp::GT:
+              if (ia.lo > ib.hi) r = true;
+              if (ia.hi <= ib.lo) r = false;
+              break;
+            case BinOp::GE:
+              if (ia.lo >= ib.hi) r = true;
+              if (ia.hi < ib.lo) r = false;
+              break;
+            case BinOp::EQ:
+              if (ia.hi < ib.lo || ia.lo > ib.hi) r = false;
+              break;
+            case BinOp::NE:
+              if (ia.hi < ib.lo || ia.lo > ib.hi) r = true;
+              break;
+            default: break;
+          }
+          if (r && ia.bounded() && ib.bounded()) return make_bool(*r, loc);
+          break;
+        }
+        default: break;
+      }
+    }
+
+    if (t.is_float() && !t.is_low_precision_float()) {
+      auto fa = a.as<FloatImmNode>(), fb = b.as<FloatImmNode>();
+      if (fb && op == BinOp::Mul && fb->value == 1.0) return a;
+      if (fa && op == BinOp::Mul && fa->value == 1.0) return b;
+      if (fb && (op == BinOp::Add || op == BinOp::Sub) && fb->value == 0.0 && !std::signbit(fb->value))
+        return a;
+    }
+    return rebuild(op, a, b, loc, self);
+  }
+
+  static std::int64_t floordiv(std::int64_t x, std::int64_t y) {
+    std::int64_t q = x / y;
+    return (x % y != 0 && ((x < 0) != (y < 0))) ? q - 1 : q;
+  }
+  static std::int64_t floormod(std::int64_t x, std::int64_t y) { return x - floordiv(x, y) * y; }
+
+  const Env* env_;
+};
+
+}  // namespace
+
+Expr simplify(const Expr& e, const Env* env) {
+  Simplifier s(env);
+  return s.mutate(e);
+}
+
+Expr add(Expr a, Expr b) { return simplify(make_binary(BinOp::Add, std::move(a), std::move(b))); }
+Expr mul(Expr a, Expr b) { return simplify(make_binary(BinOp::Mul, std::move(a), std::move(b))); }
+Expr sub(Expr a, Expr b) { return simplify(make_binary(BinOp::Sub, std::move(a), std::move(b))); }
+Expr div(Expr a, Expr b) { return simplify(make_binary(BinOp::Div, std::move(a), std::move(b))); }
+Expr mod(Expr a, Expr b) { return simplify(make_binary(BinOp::Mod, std::move(a), std::move(b))); }
+Expr lt(Expr a, Expr b) { return simplify(make_binary(BinOp::LT, std::move(a), std::move(b))); }
+Expr land(Expr a, Expr b) { return simplify(make_binary(BinOp::And, std::move(a), std::move(b))); }
+Expr eq(Expr a, Expr b) { return simplify(make_binary(BinOp::EQ, std::move(a), std::move(b))); }
+
+}  // namespace tx::lowering

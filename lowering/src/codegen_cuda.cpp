@@ -1,0 +1,478 @@
+#include "tx/lowering/codegen_cuda.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tx/expr.hpp"
+#include "tx/printer.hpp"
+
+namespace tx::lowering {
+
+namespace {
+
+// f16/bf16 through the hardware conversions (RNE); fp8 in software so the
+// host fallback can round bit-for-bit the same way (e4m3fn saturates to
+// +-448, e5m2 keeps Inf and NaN).
+const char* kPrelude = R"(typedef unsigned short tx_f16;
+typedef unsigned short tx_bf16;
+typedef unsigned char tx_f8e4m3;
+typedef unsigned char tx_f8e5m2;
+
+static __device__ __forceinline__ float tx_f16_to_f32(tx_f16 h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+static __device__ __forceinline__ tx_f16 tx_f32_to_f16(float f) {
+  tx_f16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+static __device__ __forceinline__ float tx_bf16_to_f32(tx_bf16 h) {
+  return __uint_as_float(((unsigned)h) << 16);
+}
+static __device__ __forceinline__ tx_bf16 tx_f32_to_bf16(float f) {
+  tx_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+static __device__ __forceinline__ float tx_f8e5m2_to_f32(tx_f8e5m2 v) {
+  return tx_f16_to_f32((tx_f16)(((unsigned)v) << 8));
+}
+static __device__ __forceinline__ tx_f8e5m2 tx_f32_to_f8e5m2(float x) {
+  unsigned s = (__float_as_uint(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (a != a) return (tx_f8e5m2)(s | 0x7Fu);
+  if (a >= 61440.0f) return (tx_f8e5m2)(s | 0x7Cu);
+  if (a < 6.103515625e-05f) return (tx_f8e5m2)(s | (unsigned)rintf(a * 65536.0f));
+  unsigned u = __float_as_uint(a);
+  u += 0xFFFFFu + ((u >> 21) & 1u);
+  return (tx_f8e5m2)(s | ((((u >> 23) - 112u) << 2) | ((u >> 21) & 3u)));
+}
+static __device__ __forceinline__ float tx_f8e4m3_to_f32(tx_f8e4m3 v) {
+  unsigned s = ((unsigned)v & 0x80u) << 24, e = ((unsigned)v >> 3) & 0xFu, m = (unsigned)v & 7u;
+  float r;
+  if (e == 15u && m == 7u) r = __uint_as_float(0x7FC00000u);
+  else if (e == 0u) r = (float)m * 0.001953125f;
+  else r = __uint_as_float(((e + 120u) << 23) | (m << 20));
+  return __uint_as_float(__float_as_uint(r) | s);
+}
+static __device__ __forceinline__ tx_f8e4m3 tx_f32_to_f8e4m3(float x) {
+  unsigned s = (__float_as_uint(x) >> 24) & 0x80u;
+  float a = fabsf(x);
+  if (a != a) return (tx_f8e4m3)(s | 0x7Fu);
+  if (a >= 448.0f) return (tx_f8e4m3)(s | 0x7Eu);
+  if (a < 0.015625f) return (tx_f8e4m3)(s | (unsigned)rintf(a * 512.0f));
+  unsigned u = __float_as_uint(a);
+  u += 0x7FFFFu + ((u >> 20) & 1u);
+  unsigned e = (u >> 23) - 120u, m = (u >> 20) & 7u;
+  if (e > 15u || (e == 15u && m == 7u)) return (tx_f8e4m3)(s | 0x7Eu);
+  return (tx_f8e4m3)(s | (e << 3) | m);
+}
+// maximum/minimum propagate NaN (as torch.maximum), unlike fmaxf.
+static __device__ __forceinline__ float tx_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
+static __device__ __forceinline__ float tx_min(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+static __device__ __forceinline__ double tx_max(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
+static __device__ __forceinline__ double tx_min(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
+template <class T> static __device__ __forceinline__ T tx_max(T a, T b) { return a > b ? a : b; }
+template <class T> static __device__ __forceinline__ T tx_min(T a, T b) { return a < b ? a : b; }
+template <class U, class T> static __device__ __forceinline__ U tx_bitcast(T x) {
+  union { T a; U b; } u; u.a = x; return u.b;
+}
+template <class T> static __device__ __forceinline__ T tx_floordiv(T a, T b) {
+  T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+template <class T> static __device__ __forceinline__ T tx_floormod(T a, T b) {
+  T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+)";
+
+const char* c_type(DType t) {
+  switch (t.code) {
+    case TypeCode::Float: return t.bits == 64 ? "double" : t.bits == 32 ? "float" : "tx_f16";
+    case TypeCode::BFloat: return "tx_bf16";
+    case TypeCode::Float8E4M3: return "tx_f8e4m3";
+    case TypeCode::Float8E5M2: return "tx_f8e5m2";
+    case TypeCode::Bool: return "bool";
+    case TypeCode::Int:
+      return t.bits == 8 ? "signed char" : t.bits == 16 ? "short" : t.bits == 32 ? "int" : "long long";
+    case TypeCode::UInt:
+      return t.bits == 8    ? "unsigned char"
+             : t.bits == 16 ? "unsigned short"
+             : t.bits == 32 ? "unsigned"
+                            : "unsigned long long";
+    default: return "void";
+  }
+}
+
+// Suffix of the conversion helpers for a storage-only float type.
+const char* small_name(DType t) {
+  switch (t.code) {
+    case TypeCode::Float: return "f16";
+    case TypeCode::BFloat: return "bf16";
+    case TypeCode::Float8E4M3: return "f8e4m3";
+    case TypeCode::Float8E5M2: return "f8e5m2";
+    default: return "";
+  }
+}
+
+const char* vec_type(int bytes) {
+  switch (bytes) {
+    case 16: return "uint4";
+    case 8: return "uint2";
+    case 4: return "unsigned";
+    case 2: return "unsigned short";
+    default: return "unsigned char";
+  }
+}
+
+std::string float_literal(double v, DType t) {
+  if (t == f64) {
+    if (std::isnan(v)) return "__longlong_as_double(0x7ff8000000000000ll)";
+    if (std::isinf(v)) return v > 0 ? "__longlong_as_double(0x7ff0000000000000ll)"
+                                     : "__longlong_as_double(0xfff0000000000000ll)";
+    char b[64];
+    std::snprintf(b, sizeof b, "%.17g", v);
+    std::string s = b;
+    if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+    return s;
+  }
+  if (t == f32) {
+    if (std::isnan(v)) return "__uint_as_float(0x7fc00000u)";
+    if (std::isinf(v)) return v > 0 ? "__uint_as_float(0x7f800000u)" : "__uint_as_float(0xff800000u)";
+    char b[64];
+    std::snprintf(b, sizeof b, "%.9g", static_cast<double>(static_cast<float>(v)));
+    std::string s = b;
+    if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+    return s + "f";
+  }
+  // Storage types: the exact bits.
+  char b[64];
+  std::snprintf(b, sizeof b, "((%s)0x%llx)", c_type(t),
+                static_cast<unsigned long long>(encode_bits(v, t)));
+  return b;
+}
+
+std::string int_literal(std::int64_t v, DType t) {
+  if (t.is_bool()) return v ? "true" : "false";
+  std::string s = std::to_string(v);
+  if (t == i32) {
+    if (v == std::numeric_limits<std::int32_t>::min()) return "(-2147483647 - 1)";
+    return s;
+  }
+  if (t == i64) {
+    if (v == std::numeric_limits<std::int64_t>::min()) return "(-9223372036854775807ll - 1ll)";
+    return s + "ll";
+  }
+  if (t == u32) return std::to_string(static_cast<std::uint32_t>(v)) + "u";
+  if (t == u64) return std::to_string(static_cast<std::uint64_t>(v)) + "ull";
+  return std::string("((") + c_type(t) + ")" + s + ")";
+}
+
+const std::unordered_set<std::string>& reserved() {
+  static const std::unordered_set<std::string> r = {
+      "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double",
+      "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
+      "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct",
+      "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "class",
+      "namespace", "template", "this", "new", "delete", "true", "false", "threadIdx",
+      "blockIdx", "blockDim", "gridDim", "warpSize", "min", "max", "asm", "operator",
+      "private", "public", "protected", "virtual", "friend", "using", "typename", "uint4",
+      "uint2", "float4", "dim3", "main", "tx_smem"};
+  return r;
+}
+
+class CudaEmitter : public IRVisitor {
+ public:
+  explicit CudaEmitter(const LoweredKernel& k) : k_(k) {
+    for (const SharedAllocation& a : k.shared) shared_offset_[a.buffer->data.get()] = a.offset;
+  }
+
+  std::string emit(const std::string& kernel_name) {
+    const PrimFunc& f = k_.lowered;
+    std::ostringstream head;
+    head << "// Generated by tx from kernel '" << f->name << "'";
+    if (f->loc.known()) head << " (" << f->loc.str() << ")";
+    head << "\n// launch: grid (" << k_.launch.grid[0] << ", " << k_.launch.grid[1] << ", "
+         << k_.launch.grid[2] << "), block " << k_.launch.block << ", dynamic shared memory "
+         << k_.shared_bytes << " bytes\n";
+    head << kPrelude << "\n";
+    written_ = written_buffers(f->body);
+    head << "extern \"C\" __global__ void __launch_bounds__(" << k_.launch.block << ") "
+         << kernel_name << "(";
+    for (std::size_t i = 0; i < f->params.size(); ++i) {
+      const Buffer& b = f->params[i].buffer;
+      bool ro = !written_.count(b->data.get());
+      head << (i ? ", " : "") << (ro ? "const " : "") << c_type(b->dtype) << "* "
+           << name_of(b->data.get(), b->name);
+    }
+    head << ") {\n";
+    indent_ = 1;
+    if (k_.shared_bytes > 0) line("extern __shared__ __align__(16) unsigned char tx_smem[];");
+    visit(f->body);
+    out_ << "}\n";
+    return head.str() + out_.str();
+  }
+
+ private:
+  static std::unordered_set<const VarNode*> written_buffers(const Stmt& s) {
+    struct W : IRVisitor {
+      std::unordered_set<const VarNode*> w;
+      void visit_node(const StoreNode* n) override {
+        w.insert(n->buffer->data.get());
+        IRVisitor::visit_node(n);
+      }
+      void visit_node(const CopyBytesNode* n) override {
+        w.insert(n->dst->data.get());
+        IRVisitor::visit_node(n);
+      }
+      using IRVisitor::visit_node;
+    } v;
+    v.visit(s);
+    return v.w;
+  }
+
+  std::string name_of(const void* key, const std::string& base) {
+    auto it = names_.find(key);
+    if (it != names_.end()) return it->second;
+    std::string n = sanitize_identifier(base);
+    if (reserved().count(n) || n.rfind("tx_", 0) == 0) n += "_";
+    std::string u = n;
+    for (int k = 1; used_.count(u); ++k) u = n + "_" + std::to_string(k);
+    used_.insert(u);
+    names_[key] = u;
+    return u;
+  }
+
+  void line(const std::string& s) {
+    for (int i = 0; i < indent_; ++i) out_ << "  ";
+    out_ << s << "\n";
+  }
+
+  // ------------------------------------------------------------ exprs
+  std::string e(const Expr& x) {
+    std::ostringstream save;
+    std::swap(save, eo_);
+    IRVisitor::visit(x);
+    std::swap(save, eo_);
+    return save.str();
+  }
+  // Operand of an operator: atoms bare, compound expressions in parentheses.
+  std::string op(const Expr& x) {
+    std::string s = e(x);
+    bool atom = x.as<VarNode>() || x.as<LoadNode>() || x.as<CallNode>() ||
+                (x.as<IntImmNode>() && x.as<IntImmNode>()->value >= 0 && x.dtype() == i32) ||
+                (x.as<FloatImmNode>() && x.as<FloatImmNode>()->value >= 0 && x.dtype() == f32);
+    return atom ? s : "(" + s + ")";
+  }
+
+  void visit_node(const IntImmNode* n) override { eo_ << int_literal(n->value, n->dtype); }
+  void visit_node(const FloatImmNode* n) override { eo_ << float_literal(n->value, n->dtype); }
+  void visit_node(const VarNode* n) override { eo_ << name_of(n, n->name); }
+  void visit_node(const CastNode* n) override {
+    DType to = n->dtype, from = n->value.dtype();
+    std::string v = e(n->value);
+    if (from.is_low_precision_float()) {
+      v = std::string("tx_") + small_name(from) + "_to_f32(" + v + ")";
+      from = f32;
+    }
+    if (to.is_low_precision_float()) {
+      if (from != f32) v = "(float)(" + v + ")";
+      eo_ << "tx_f32_to_" << small_name(to) << "(" << v << ")";
+    } else if (to == from) {
+      eo_ << v;
+    } else {
+      eo_ << "(" << c_type(to) << ")(" << v << ")";
+    }
+  }
+  void visit_node(const BinaryNode* n) override {
+    DType t = n->a.dtype();
+    std::string a = op(n->a), b = op(n->b);
+    switch (n->op) {
+      case BinOp::Min: eo_ << "tx_min(" << e(n->a) << ", " << e(n->b) << ")"; return;
+      case BinOp::Max: eo_ << "tx_max(" << e(n->a) << ", " << e(n->b) << ")"; return;
+      case BinOp::FloorDiv:
+        if (t.is_float())
+          eo_ << (t == f64 ? "floor(" : "floorf(") << a << " / " << b << ")";
+        else
+          eo_ << "tx_floordiv(" << e(n->a) << ", " << e(n->b) << ")";
+        return;
+      case BinOp::FloorMod:
+        if (t.is_float())
+          eo_ << "(" << a << " - " << (t == f64 ? "floor(" : "floorf(") << a << " / " << b
+              << ") * " << b << ")";
+        else
+          eo_ << "tx_floormod(" << e(n->a) << ", " << e(n->b) << ")";
+        return;
+      case BinOp::Mod:
+        if (t.is_float()) {
+          eo_ << (t == f64 ? "fmod(" : "fmodf(") << e(n->a) << ", " << e(n->b) << ")";
+          return;
+        }
+        break;
+      case BinOp::And: eo_ << a << " && " << b; return;
+      case BinOp::Or: eo_ << a << " || " << b; return;
+      default: break;
+    }
+    eo_ << a << " " << binop_symbol(n->op) << " " << b;
+  }
+  void visit_node(const UnaryNode* n) override {
+    switch (n->op) {
+      case UnOp::Neg: eo_ << "-" << op(n->a); break;
+      case UnOp::Not: eo_ << "!" << op(n->a); break;
+      case UnOp::BitNot: eo_ << "~" << op(n->a); break;
+    }
+  }
+  void visit_node(const SelectNode* n) override {
+    eo_ << op(n->cond) << " ? " << op(n->t) << " : " << op(n->f);
+  }
+  void visit_node(const CallNode* n) override {
+    auto args = [&]() {
+      std::string s;
+      for (std::size_t i = 0; i < n->args.size(); ++i) s += (i ? ", " : "") + e(n->args[i]);
+      return s;
+    };
+    DType t = n->args.empty() ? i32 : n->args[0].dtype();
+    bool is_f32 = t == f32;
+    switch (n->op) {
+      case Intrinsic::thread_idx: eo_ << "((int)threadIdx.x)"; return;
+      case Intrinsic::block_idx: {
+        auto d = as_const_int(n->args[0]).value_or(0);
+        eo_ << "((int)blockIdx." << "xyz"[d] << ")";
+        return;
+      }
+      case Intrinsic::shfl_xor: {
+        bool native = t == f32 || t == f64 || t == i32 || t == u32 || t == i64 || t == u64;
+        if (native)
+          eo_ << "__shfl_xor_sync(0xffffffffu, " << e(n->args[0]) << ", " << e(n->args[1]) << ")";
+        else
+          eo_ << "((" << c_type(t) << ")__shfl_xor_sync(0xffffffffu, (int)(" << e(n->args[0])
+              << "), " << e(n->args[1]) << "))";
+        return;
+      }
+      case Intrinsic::reinterpret:
+        eo_ << "tx_bitcast<" << c_type(n->dtype) << ">(" << args() << ")";
+        return;
+      case Intrinsic::isnan:
+      case Intrinsic::isinf:
+      case Intrinsic::isfinite: eo_ << intrinsic_name(n->op) << "(" << args() << ")"; return;
+      case Intrinsic::fabs:
+        if (t.is_float())
+          eo_ << (is_f32 ? "fabsf(" : "fabs(") << args() << ")";
+        else if (t.is_uint())
+          eo_ << args();
+        else
+          eo_ << (t.bits == 64 ? "llabs(" : "abs(") << args() << ")";
+        return;
+      case Intrinsic::round: eo_ << (is_f32 ? "rintf(" : "rint(") << args() << ")"; return;
+      default: eo_ << intrinsic_name(n->op) << (is_f32 ? "f(" : "(") << args() << ")"; return;
+    }
+  }
+  void visit_node(const LoadNode* n) override {
+    eo_ << name_of(n->buffer->data.get(), n->buffer->name) << "[" << e(n->indices[0]) << "]";
+  }
+
+  // ------------------------------------------------------------ stmts
+  void visit_node(const StoreNode* n) override {
+    line(name_of(n->buffer->data.get(), n->buffer->name) + "[" + e(n->indices[0]) + "] = " +
+         e(n->value) + ";");
+  }
+  void visit_node(const EvaluateNode* n) override { line(e(n->value) + ";"); }
+  void visit_node(const ForNode* n) override {
+    std::string v = name_of(n->var.get(), n->var.name());
+    if (n->for_kind == ForKind::unrolled) line("#pragma unroll");
+    std::string lo = e(n->min);
+    std::string hi = is_const_int(n->min, 0) ? e(n->extent) : op(n->min) + " + " + op(n->extent);
+    line(std::string("for (") + c_type(n->var.dtype()) + " " + v + " = " + lo + "; " + v + " < " +
+         hi + "; ++" + v + ") {");
+    block(n->body);
+    line("}");
+  }
+  void visit_node(const IfThenElseNode* n) override {
+    line("if (" + e(n->cond) + ") {");
+    block(n->then_case);
+    if (n->else_case) {
+      line("} else {");
+      block(n->else_case);
+    }
+    line("}");
+  }
+  void visit_node(const LetStmtNode* n) override {
+    line(std::string("const ") + c_type(n->var.dtype()) + " " + name_of(n->var.get(), n->var.name()) +
+         " = " + e(n->value) + ";");
+    visit(n->body);
+  }
+  void visit_node(const AllocateNode* n) override {
+    const Buffer& b = n->buffer;
+    std::string name = name_of(b->data.get(), b->name);
+    if (b->scope == MemScope::shared) {
+      line(std::string(c_type(b->dtype)) + "* " + name + " = reinterpret_cast<" + c_type(b->dtype) +
+           "*>(tx_smem + " + std::to_string(shared_offset_.at(b->data.get())) + ");");
+    } else {
+      line(std::string("__align__(16) ") + c_type(b->dtype) + " " + name + "[" +
+           std::to_string(b->storage_elems()) + "];");
+    }
+    visit(n->body);
+  }
+  void visit_node(const BarrierNode* n) override {
+    switch (n->scope) {
+      case ExecScope::cta: line("__syncthreads();"); break;
+      case ExecScope::warpgroup:
+        line("asm volatile(\"bar.sync %0, 128;\" :: \"r\"(1 + ((int)threadIdx.x >> 7)) : \"memory\");");
+        break;
+      case ExecScope::warp: line("__syncwarp();"); break;
+      case ExecScope::thread: break;
+    }
+  }
+  void visit_node(const CopyBytesNode* n) override {
+    const char* vt = vec_type(n->bytes);
+    std::string d = name_of(n->dst->data.get(), n->dst->name);
+    std::string s = name_of(n->src->data.get(), n->src->name);
+    line(std::string("*(") + vt + "*)(&" + d + "[" + e(n->dst_offset) + "]) = *(const " + vt +
+         "*)(&" + s + "[" + e(n->src_offset) + "]);");
+  }
+  void visit_node(const OriginNode* n) override {
+    std::string c = "// " + n->text;
+    if (n->loc.known()) c += "  [" + n->loc.str() + "]";
+    line(c);
+    visit(n->body);
+  }
+  void visit_node(const TileCallNode* n) override {
+    fail("codegen_cuda", "", n->loc, "tile call left after lowering");
+  }
+  void visit_node(const ScopeIdBindNode* n) override {
+    fail("codegen_cuda", "", n->loc, "scope id left after lowering");
+  }
+
+  void block(const Stmt& s) {
+    ++indent_;
+    visit(s);
+    --indent_;
+  }
+
+  using IRVisitor::visit;
+  using IRVisitor::visit_node;
+
+  const LoweredKernel& k_;
+  std::ostringstream out_, eo_;
+  int indent_ = 0;
+  std::unordered_map<const void*, std::string> names_;
+  std::unordered_set<std::string> used_;
+  std::unordered_map<const VarNode*, std::int64_t> shared_offset_;
+  std::unordered_set<const VarNode*> written_;
+};
+
+}  // namespace
+
+std::string sanitize_identifier(const std::string& name) {
+  std::string s;
+  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "k_" + s;
+  return s;
+}
+
+std::string codegen_cuda(const LoweredKernel& k, const CudaOptions& opt) {
+  CudaEmitter em(k);
+  std::string name = opt.kernel_name.empty() ? sanitize_identifier(k.lowered->name)
+                                             : sanitize_identifier(opt.kernel_name);
+  return em.emit(name);
+}
+
+}  // namespace tx::lowering

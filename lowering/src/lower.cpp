@@ -1,0 +1,89 @@
+// The pipeline: a straight list of passes, with the IR printed after each
+// when asked (TX_DEBUG_IR=1), then the facts code generators need (launch
+// configuration, parameter alignment, shared-memory offsets).
+#include "tx/lowering/lower.hpp"
+
+#include <cstdlib>
+#include <iostream>
+#include <unordered_map>
+
+#include "tx/printer.hpp"
+
+namespace tx::lowering {
+
+namespace {
+
+bool debug_from_env() {
+  const char* v = std::getenv("TX_DEBUG_IR");
+  return v && *v && std::string(v) != "0";
+}
+
+class Facts : public IRVisitor {
+ public:
+  std::unordered_map<const VarNode*, int> widest;  // by buffer data var
+  std::vector<Buffer> shared;
+  using IRVisitor::visit_node;
+  void visit_node(const CopyBytesNode* n) override {
+    int& d = widest[n->dst->data.get()];
+    d = std::max(d, n->bytes);
+    int& s = widest[n->src->data.get()];
+    s = std::max(s, n->bytes);
+    IRVisitor::visit_node(n);
+  }
+  void visit_node(const AllocateNode* n) override {
+    if (n->buffer->scope == MemScope::shared) shared.push_back(n->buffer);
+    IRVisitor::visit_node(n);
+  }
+};
+
+}  // namespace
+
+LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
+  bool debug = opt.debug || debug_from_env();
+  std::ostream& log = opt.log ? *opt.log : std::cerr;
+  auto step = [&](const char* name, const Stmt& s) {
+    if (debug) log << "# ---- IR after " << name << " ----\n" << to_string(f.with_body(s, true));
+  };
+
+  LoweredKernel k;
+  k.source = f;
+  if (debug) log << "# ---- IR as written ----\n" << to_string(f);
+  k.launch = verify_kernel(f);
+  Stmt s = f->body;
+  s = lower_tile_ops(s, k.launch, &k.dispatched);
+  step("lower_tile_ops", s);
+  s = lower_scope_ids(s);
+  step("lower_scope_ids", s);
+  s = flatten_buffers(s);
+  step("flatten_buffers", s);
+  s = legalize_low_precision(s);
+  step("legalize_low_precision", s);
+  s = simplify_stmt(s, k.launch);
+  step("simplify_stmt", s);
+  k.lowered = f.with_body(s, true);
+  verify_lowered(k.lowered, k.launch);
+
+  Facts facts;
+  facts.visit(s);
+  for (const Param& p : f->params) {
+    KernelParamInfo info;
+    info.name = p.buffer->name;
+    info.dtype = p.buffer->dtype;
+    info.shape = p.buffer->shape;
+    info.elems = p.buffer->storage_elems();
+    auto it = facts.widest.find(p.buffer->data.get());
+    info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
+    k.params.push_back(info);
+  }
+  std::int64_t off = 0;
+  for (const Buffer& b : facts.shared) {
+    off = (off + 15) / 16 * 16;
+    std::int64_t bytes = b->storage_elems() * b->dtype.bytes();
+    k.shared.push_back({b, off, bytes});
+    off += bytes;
+  }
+  k.shared_bytes = off;
+  return k;
+}
+
+}  // namespace tx::lowering

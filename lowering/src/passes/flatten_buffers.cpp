@@ -1,0 +1,64 @@
+// flatten_buffers: element accesses A[i, j] on multi-dimensional buffers
+// become accesses to the buffer's flat storage at the offset its layout
+// gives; allocations become flat per-thread (local) or per-CTA (shared)
+// storage. Element access to a register tile distributed over threads is
+// rejected: its elements live in different threads, so an index alone does
+// not say which thread holds them (use tile primitives instead).
+#include "tx/lowering/layout_algebra.hpp"
+#include "tx/lowering/lower.hpp"
+
+namespace tx::lowering {
+
+namespace {
+
+bool is_flat(const Buffer& b) {
+  return b->shape.size() == 1 && b->layout == TileLayout::row_major(b->shape);
+}
+
+class Flattener : public IRMutator {
+ public:
+  using IRMutator::mutate_node;
+
+  Expr mutate_node(const Expr& self, const LoadNode* n) override {
+    if (is_flat(n->buffer)) return IRMutator::mutate_node(self, n);
+    std::vector<Expr> idx;
+    for (const Expr& i : n->indices) idx.push_back(mutate(i));
+    return make_load(flat_view(n->buffer), {offset(n->buffer, idx, n->loc, "load")}, n->loc);
+  }
+
+  Stmt mutate_node(const Stmt& self, const StoreNode* n) override {
+    if (is_flat(n->buffer)) return IRMutator::mutate_node(self, n);
+    std::vector<Expr> idx;
+    for (const Expr& i : n->indices) idx.push_back(mutate(i));
+    return make_store(flat_view(n->buffer), mutate(n->value),
+                      {offset(n->buffer, idx, n->loc, "store")}, n->loc);
+  }
+
+  Stmt mutate_node(const Stmt&, const AllocateNode* n) override {
+    Buffer b = is_flat(n->buffer) ? n->buffer : flat_view(n->buffer);
+    return make_allocate(b, mutate(n->body), n->loc);
+  }
+
+ private:
+  static Expr offset(const Buffer& b, const std::vector<Expr>& idx, SourceLoc loc,
+                     const char* what) {
+    if (b->scope == MemScope::local && b->layout.has_thread_axes())
+      fail(what, b->name, loc,
+           "element access to a register tile distributed over threads (" + b->layout.str() +
+               "); an index does not say which thread holds the element -- use tile primitives "
+               "(Tx::...::copy) to move it");
+    std::string why;
+    auto dims = group_by_dims(b->layout.shard(), b->shape, &why);
+    if (!dims) fail(what, b->name, loc, why);
+    return simplify(add(c32(b->layout.offset(Axis::m)), offset_of_coords(*dims, idx)));
+  }
+};
+
+}  // namespace
+
+Stmt flatten_buffers(const Stmt& s) {
+  Flattener f;
+  return f.mutate(s);
+}
+
+}  // namespace tx::lowering

@@ -1,0 +1,90 @@
+// ScopedMutator: the Env bookkeeping shared by passes that need variable
+// ranges (bounds, simplification) or uniformity (the active-threads rule).
+#include "tx/lowering/lower.hpp"
+#include "tx/printer.hpp"
+
+namespace tx::lowering {
+
+std::vector<std::pair<Var, VarFact>> scope_id_facts(const ScopeIdBindNode* n,
+                                                    const LaunchConfig& launch) {
+  std::vector<std::pair<Var, VarFact>> out;
+  auto upto = [](std::int64_t e) { return Interval{0, e - 1}; };
+  for (std::size_t i = 0; i < n->vars.size(); ++i) {
+    VarFact f;
+    switch (n->id_kind) {
+      case ScopeIdKind::cta_id: f = {upto(n->extents[i]), Uniformity::cta}; break;
+      case ScopeIdKind::warpgroup_id: f = {upto(n->extents[i]), Uniformity::warpgroup}; break;
+      case ScopeIdKind::warp_id: f = {upto(n->extents[i]), Uniformity::warp}; break;
+      case ScopeIdKind::warp_id_in_wg: f = {upto(4), Uniformity::warp}; break;
+      case ScopeIdKind::lane_id: f = {upto(32), Uniformity::thread}; break;
+      case ScopeIdKind::thread_id: f = {upto(launch.block), Uniformity::thread}; break;
+      case ScopeIdKind::thread_id_in_wg: f = {upto(128), Uniformity::thread}; break;
+    }
+    out.emplace_back(n->vars[i], f);
+  }
+  return out;
+}
+
+std::vector<Expr> scope_id_values(const ScopeIdBindNode* n) {
+  Expr t = make_call(Intrinsic::thread_idx, {});
+  std::vector<Expr> out;
+  for (std::size_t i = 0; i < n->vars.size(); ++i) {
+    switch (n->id_kind) {
+      case ScopeIdKind::cta_id:
+        out.push_back(make_call(Intrinsic::block_idx, {c32(static_cast<std::int64_t>(i))}));
+        break;
+      case ScopeIdKind::warpgroup_id: out.push_back(div(t, c32(128))); break;
+      case ScopeIdKind::warp_id: out.push_back(div(t, c32(32))); break;
+      case ScopeIdKind::warp_id_in_wg: out.push_back(mod(div(t, c32(32)), c32(4))); break;
+      case ScopeIdKind::lane_id: out.push_back(mod(t, c32(32))); break;
+      case ScopeIdKind::thread_id: out.push_back(t); break;
+      case ScopeIdKind::thread_id_in_wg: out.push_back(mod(t, c32(128))); break;
+    }
+  }
+  return out;
+}
+
+ScopedMutator::ScopedMutator(const LaunchConfig& launch) : launch_(launch) {
+  env_.cta_threads = launch.block;
+  env_.grid = launch.grid;
+}
+
+Stmt ScopedMutator::mutate_node(const Stmt& self, const ForNode* n) {
+  Interval lo = env_.bound(n->min), ex = env_.bound(n->extent);
+  VarFact f;
+  if (lo.bounded() && ex.bounded())
+    f.range = {lo.lo, lo.hi + std::max<std::int64_t>(ex.hi - 1, 0)};
+  f.level = std::min(env_.level(n->min), env_.level(n->extent));
+  env_.bind(n->var, f);
+  bool varying = f.level != Uniformity::cta;
+  if (varying)
+    guards_.push_back({n->extent, n->loc, f.level,
+                       "for " + n->var.name() + " in range(" + to_string(n->extent) + ")"});
+  Stmt out = IRMutator::mutate_node(self, n);
+  if (varying) guards_.pop_back();
+  return out;
+}
+
+Stmt ScopedMutator::mutate_node(const Stmt& self, const LetStmtNode* n) {
+  env_.bind(n->var, {env_.bound(n->value), env_.level(n->value)});
+  return IRMutator::mutate_node(self, n);
+}
+
+Stmt ScopedMutator::mutate_node(const Stmt& self, const ScopeIdBindNode* n) {
+  for (auto& [v, f] : scope_id_facts(n, launch_)) env_.bind(v, f);
+  return IRMutator::mutate_node(self, n);
+}
+
+Stmt ScopedMutator::mutate_node(const Stmt& self, const IfThenElseNode* n) {
+  Expr c = mutate(n->cond);
+  Guard g{c, n->loc, env_.level(c), to_string(c)};
+  guards_.push_back(g);
+  Stmt t = mutate(n->then_case);
+  guards_.back().text = "not (" + g.text + ")";
+  Stmt e = mutate(n->else_case);
+  guards_.pop_back();
+  if (c.same_as(n->cond) && t.same_as(n->then_case) && e.same_as(n->else_case)) return self;
+  return make_if(c, t, e, n->loc);
+}
+
+}  // namespace tx::lowering

@@ -1,0 +1,122 @@
+// verify_kernel: checks the structure of a user kernel before lowering and
+// derives its launch configuration.
+//
+// Scope ids (T.cta_id, T.thread_id, ...) must be bound once each at the top
+// level (not inside loops or ifs) and agree with each other (warp_id * 32 ==
+// thread_id's extent, ...). Barriers (T.cuda.*_sync) must not sit under a
+// condition that varies between the threads they synchronize -- undefined
+// on the GPU and impossible for the host fallback -- so they are rejected
+// here with the user's line.
+#include <map>
+
+#include "tx/lowering/lower.hpp"
+#include "tx/printer.hpp"
+
+namespace tx::lowering {
+
+namespace {
+
+class StructureCheck : public IRVisitor {
+ public:
+  std::map<ScopeIdKind, const ScopeIdBindNode*> ids;
+  int depth = 0;  // nesting inside loops / ifs
+
+  void visit_node(const ScopeIdBindNode* n) override {
+    std::string op = std::string("T.") + scope_id_name(n->id_kind);
+    if (depth > 0) fail(op, "", n->loc, "scope ids must be bound at the top level of the kernel");
+    if (ids.count(n->id_kind))
+      fail(op, "", n->loc,
+           "is bound twice (first at " + ids[n->id_kind]->loc.str() + ")");
+    ids[n->id_kind] = n;
+    IRVisitor::visit_node(n);
+  }
+  void visit_node(const ForNode* n) override {
+    ++depth;
+    IRVisitor::visit_node(n);
+    --depth;
+  }
+  void visit_node(const IfThenElseNode* n) override {
+    ++depth;
+    IRVisitor::visit_node(n);
+    --depth;
+  }
+  using IRVisitor::visit_node;
+};
+
+// Walks with an Env so conditions can be classified by uniformity.
+class BarrierCheck : public ScopedMutator {
+ public:
+  using ScopedMutator::ScopedMutator;
+  using ScopedMutator::mutate_node;
+  Stmt mutate_node(const Stmt& self, const BarrierNode* n) override {
+    Uniformity need = scope_level(n->scope);
+    for (const Guard& g : guards_)
+      if (static_cast<int>(g.level) < static_cast<int>(need))
+        fail(std::string("T.cuda.") +
+                 (n->scope == ExecScope::cta ? "cta_sync" : n->scope == ExecScope::warp ? "warp_sync" : "warpgroup_sync"),
+             "", n->loc,
+             "barrier under the condition `" + g.text + "` (" + g.loc.str() +
+                 ") which varies per " + uniformity_name(g.level) +
+                 ": not every thread would reach it");
+    if (n->scope == ExecScope::warpgroup && launch_.block % 128 != 0)
+      fail("T.cuda.warpgroup_sync", "", n->loc, "the CTA is not made of whole warpgroups");
+    return self;
+  }
+};
+
+}  // namespace
+
+LaunchConfig verify_kernel(const PrimFunc& f) {
+  StructureCheck sc;
+  sc.visit(f->body);
+  LaunchConfig lc;
+  auto get = [&](ScopeIdKind k) -> const ScopeIdBindNode* {
+    auto it = sc.ids.find(k);
+    return it == sc.ids.end() ? nullptr : it->second;
+  };
+  if (auto* c = get(ScopeIdKind::cta_id))
+    for (std::size_t i = 0; i < c->extents.size(); ++i) lc.grid[i] = c->extents[i];
+  std::int64_t block = 0;
+  const ScopeIdBindNode* first = nullptr;
+  auto implies = [&](const ScopeIdBindNode* n, std::int64_t threads) {
+    if (!n) return;
+    if (block == 0) {
+      block = threads;
+      first = n;
+    } else if (block != threads) {
+      fail(std::string("T.") + scope_id_name(n->id_kind), "", n->loc,
+           "implies " + std::to_string(threads) + " threads per CTA but T." +
+               scope_id_name(first->id_kind) + " at " + first->loc.str() + " implies " +
+               std::to_string(block));
+    }
+  };
+  implies(get(ScopeIdKind::thread_id), get(ScopeIdKind::thread_id) ? get(ScopeIdKind::thread_id)->extents[0] : 0);
+  if (auto* w = get(ScopeIdKind::warp_id)) implies(w, w->extents[0] * 32);
+  if (auto* w = get(ScopeIdKind::warpgroup_id)) implies(w, w->extents[0] * 128);
+  if (auto* l = get(ScopeIdKind::lane_id)) {
+    if (l->extents[0] != 32) fail("T.lane_id", "", l->loc, "a warp has 32 lanes; use T.lane_id([32])");
+    if (block == 0) {
+      block = 32;
+      first = l;
+    }
+  }
+  if (auto* w = get(ScopeIdKind::warp_id_in_wg))
+    if (w->extents[0] != 4) fail("T.warp_id_in_wg", "", w->loc, "a warpgroup has 4 warps");
+  if (auto* t = get(ScopeIdKind::thread_id_in_wg))
+    if (t->extents[0] != 128) fail("T.thread_id_in_wg", "", t->loc, "a warpgroup has 128 threads");
+  if ((get(ScopeIdKind::warp_id_in_wg) || get(ScopeIdKind::thread_id_in_wg) ||
+       get(ScopeIdKind::warpgroup_id)) &&
+      block % 128 != 0)
+    fail("T.warpgroup_id", "", f->loc, "warpgroup ids need a CTA of whole warpgroups (128 threads each)");
+  if (block == 0) block = 1;
+  if (block > 1024) fail("T.thread_id", "", first ? first->loc : f->loc, "a CTA has at most 1024 threads, got " + std::to_string(block));
+  lc.block = static_cast<int>(block);
+  for (auto g : lc.grid)
+    if (g > 2147483647) fail("T.cta_id", "", f->loc, "grid dimension too large");
+
+  BarrierCheck bc(lc);
+  bc.mutate(f->body);
+  return lc;
+}
+
+}  // namespace tx::lowering

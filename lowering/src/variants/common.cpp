@@ -1,0 +1,246 @@
+#include "common.hpp"
+
+#include "tx/printer.hpp"
+
+namespace tx::lowering::variants {
+
+const BufferRegion* region_arg(const TileCallNode* call, std::size_t i) {
+  if (i >= call->args.size()) return nullptr;
+  return std::get_if<BufferRegion>(&call->args[i]);
+}
+
+std::vector<const BufferRegion*> region_args(const TileCallNode* call) {
+  std::vector<const BufferRegion*> out;
+  for (const TileArg& a : call->args)
+    if (auto* r = std::get_if<BufferRegion>(&a)) out.push_back(r);
+  return out;
+}
+
+std::string operand_reason(const BufferRegion& r, const std::string& what) {
+  return "operand " + r.buffer->name + ": " + what;
+}
+
+Check target_is_cuda(const DispatchContext& ctx) {
+  if (ctx.target != "cuda") return "non-cuda target " + ctx.target;
+  return ok();
+}
+
+Check scope_fits_cta(const DispatchContext& ctx) {
+  if (ctx.scope_threads > ctx.cta_threads || ctx.cta_threads % ctx.scope_threads != 0)
+    return std::string(exec_scope_name(ctx.scope)) + " scope needs a multiple of " +
+           std::to_string(ctx.scope_threads) + " threads but the CTA has " +
+           std::to_string(ctx.cta_threads);
+  return ok();
+}
+
+Check all_threads_active(const DispatchContext& ctx) {
+  Uniformity need = scope_level(ctx.scope);
+  for (const Guard& g : ctx.guards)
+    if (static_cast<int>(g.level) < static_cast<int>(need))
+      return std::string("not all threads of the ") + exec_scope_name(ctx.scope) +
+             " are active: the guard `" + g.text + "` at " + g.loc.str() + " varies per " +
+             uniformity_name(g.level) + ", which splits a " + exec_scope_name(ctx.scope);
+  return ok();
+}
+
+Check operands_in(const DispatchContext& ctx, MemScope scope) {
+  for (const BufferRegion* r : region_args(ctx.call))
+    if (r->buffer->scope != scope)
+      return operand_reason(*r, std::string("scope ") + mem_scope_name(r->buffer->scope) +
+                                    " != " + mem_scope_name(scope));
+  return ok();
+}
+
+Check regions_in_bounds(const DispatchContext& ctx) {
+  for (const BufferRegion* r : region_args(ctx.call)) {
+    for (std::size_t d = 0; d < r->ranges.size(); ++d) {
+      Interval s = ctx.env->bound(r->ranges[d].start);
+      std::int64_t dim = r->buffer->shape[d];
+      if (s.lo < 0 || s.hi + r->ranges[d].extent > dim) {
+        std::string range = s.bounded() ? "[" + std::to_string(s.lo) + ", " +
+                                              std::to_string(s.hi + r->ranges[d].extent) + ")"
+                                        : "an unbounded range";
+        return operand_reason(*r, "region in dimension " + std::to_string(d) + " may cover " +
+                                      range + ", outside the extent " + std::to_string(dim));
+      }
+    }
+  }
+  return ok();
+}
+
+std::vector<std::pair<std::string, Predicate>> common_predicates() {
+  return {{"target", target_is_cuda},
+          {"scope_fits_cta", scope_fits_cta},
+          {"all_threads_active", all_threads_active},
+          {"regions_in_bounds", regions_in_bounds}};
+}
+
+Buffer scratch(const std::string& name, DType dtype, std::int64_t n) {
+  return make_buffer(name, dtype, {n}, MemScope::local, std::nullopt, {});
+}
+
+Stmt scope_barrier(ExecScope s, SourceLoc loc) {
+  if (s == ExecScope::thread) return Stmt();
+  return make_barrier(s, loc);
+}
+
+std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchContext& ctx) {
+  const TileCallNode* call = ctx.call;
+  ElementwisePlan plan;
+  plan.spec = find_elementwise(call->op);
+  if (!plan.spec) return "not an elementwise op";
+  const ElementwiseSpec& spec = *plan.spec;
+  if (static_cast<int>(call->args.size()) != spec.inputs + 1)
+    return "takes " + std::to_string(spec.inputs + 1) + " operands, got " +
+           std::to_string(call->args.size());
+  const BufferRegion* dst = region_arg(call, 0);
+  if (!dst) return "the destination must be a buffer region";
+  plan.dst = *dst;
+  DType dt = dst->buffer->dtype;
+  std::vector<TileArg> inputs(call->args.begin() + 1, call->args.end());
+
+  if (spec.name == "fill") {
+    if (!std::holds_alternative<Expr>(inputs[0])) return "fill takes a scalar value";
+  } else {
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      auto* r = std::get_if<BufferRegion>(&inputs[i]);
+      if (!r) continue;
+      if (!spec.converts && r->buffer->dtype != dt)
+        return operand_reason(*r, "dtype " + r->buffer->dtype.name() +
+                                      " differs from the destination's " + dt.name() +
+                                      " (use Tx cast)");
+    }
+    if (spec.inputs >= 2 && std::holds_alternative<Expr>(inputs[0])) {
+      if (!spec.commutative)
+        return "operand 1 is a scalar; " + spec.name +
+               " is not commutative, so its left operand must be a tile";
+      std::swap(inputs[0], inputs[1]);
+    }
+    if (spec.inputs >= 1 && spec.name != "fma") {
+      bool any_region = false;
+      for (auto& in : inputs) any_region |= std::holds_alternative<BufferRegion>(in);
+      if (!any_region) return "needs at least one tile input";
+    }
+  }
+  if (spec.float_only && !dt.is_float())
+    return "operand " + dst->buffer->name + ": " + spec.name + " needs a float dtype, got " +
+           dt.name();
+  if (dt.is_bool() && spec.name != "cast" && spec.name != "fill" && spec.name != "zero")
+    return "operand " + dst->buffer->name + ": no arithmetic on bool tiles";
+  if ((call->attrs.scale || call->attrs.bias) && !spec.scale_bias)
+    return spec.name + " takes no scale/bias";
+  if (!call->attrs.axes.empty() || call->attrs.accum) return spec.name + " takes no axes/accum";
+  plan.compute = compute_dtype(spec.converts ? f32 : dt);
+  if (spec.name == "cast") {
+    auto* src = std::get_if<BufferRegion>(&inputs[0]);
+    if (!src) return "cast takes a tile source";
+    DType st = src->buffer->dtype;
+    // Integer <-> integer casts stay exact; anything involving a float goes through f32 (or f64).
+    if (st.is_integer() || st.is_bool())
+      plan.compute = (dt.is_integer() || dt.is_bool()) ? st : (dt == f64 ? f64 : f32);
+    else
+      plan.compute = (st == f64 || dt == f64) ? f64 : f32;
+  }
+  for (auto& in : inputs)
+    if (auto* e = std::get_if<Expr>(&in)) {
+      Expr v = *e;
+      if (v.dtype() != plan.compute) v = simplify(make_cast(plan.compute, v, call->loc));
+      in = v;
+    }
+  auto scalar = [&](Expr e) {
+    if (!e) return e;
+    return e.dtype() == plan.compute ? e : simplify(make_cast(plan.compute, e, call->loc));
+  };
+  plan.scale = scalar(call->attrs.scale);
+  plan.bias = scalar(call->attrs.bias);
+  plan.inputs = std::move(inputs);
+  return plan;
+}
+
+Expr elementwise_value(const ElementwisePlan& plan, const std::vector<Expr>& loaded) {
+  DType dt = plan.dst.buffer->dtype;
+  if (plan.spec->name == "zero") return dt.is_float() ? make_float(0.0, dt) : make_int(0, dt);
+  std::vector<Expr> xs;
+  for (const Expr& v : loaded) xs.push_back(v.dtype() == plan.compute ? v : make_cast(plan.compute, v));
+  if (plan.scale || plan.bias) {
+    Expr x = xs[0];
+    if (plan.scale) x = make_binary(BinOp::Mul, x, plan.scale);
+    if (plan.bias) x = make_binary(BinOp::Add, x, plan.bias);
+    xs[0] = x;
+  }
+  Expr r = plan.spec->compute(xs);
+  return r.dtype() == dt ? r : make_cast(dt, r);
+}
+
+std::string origin_text(const DispatchContext& ctx, const std::string& variant) {
+  return tile_call_str(ctx.call) + "  -> " + variant;
+}
+
+}  // namespace tx::lowering::variants
+
+namespace tx::lowering::variants {
+
+Check copy_operands_match(const DispatchContext& ctx) {
+  const TileCallNode* call = ctx.call;
+  if (call->args.size() != 2) return std::string("copy takes a destination and a source");
+  const BufferRegion* dst = region_arg(call, 0);
+  const BufferRegion* src = region_arg(call, 1);
+  if (!dst || !src) return std::string("copy operands must be buffer regions");
+  if (dst->buffer->dtype != src->buffer->dtype)
+    return operand_reason(*src, "dtype " + src->buffer->dtype.name() + " differs from " +
+                                    dst->buffer->name + "'s " + dst->buffer->dtype.name() +
+                                    " (copy does not convert; use cast)");
+  if (squeeze(dst->extents()) != squeeze(src->extents())) {
+    auto str = [](const Extents& e) {
+      std::string s = "(";
+      for (std::size_t i = 0; i < e.size(); ++i) s += (i ? ", " : "") + std::to_string(e[i]);
+      return s + ")";
+    };
+    return operand_reason(*src, "region extents " + str(src->extents()) + " differ from " +
+                                    dst->buffer->name + "'s " + str(dst->extents()));
+  }
+  return ok();
+}
+
+Expr joint_offset(const std::vector<JointIter>& iters, std::size_t operand, const Expr& idx) {
+  Expr off = c32(0);
+  std::int64_t inner = 1;
+  for (std::size_t k = iters.size(); k-- > 0;) {
+    const Iter& p = iters[k].parts[operand];
+    if (p.stride != 0) {
+      Expr c = div(idx, c32(inner));
+      if (k != 0) c = mod(c, c32(iters[k].extent));
+      off = add(off, mul(c, c32(p.stride)));
+    }
+    inner *= iters[k].extent;
+  }
+  return off;
+}
+
+int widest_vector(const std::vector<JointIter>& iters, const std::vector<std::size_t>& vectorized,
+                  const std::vector<Expr>& bases, int esize, const Env& env,
+                  const std::function<bool(int)>& extra) {
+  for (int bytes : {16, 8, 4, 2, 1}) {
+    if (bytes < esize || bytes % esize != 0) continue;
+    int v = bytes / esize;
+    if (extra && !extra(v)) continue;
+    if (v == 1) return 1;
+    bool fits = !iters.empty();
+    for (std::size_t op : vectorized) {
+      if (!fits) break;
+      const JointIter& inner = iters.back();
+      if (inner.parts[op].axis != Axis::m || inner.parts[op].stride != 1 || inner.extent % v != 0) {
+        fits = false;
+        break;
+      }
+      for (std::size_t k = 0; k + 1 < iters.size(); ++k)
+        if (iters[k].parts[op].stride % v != 0) fits = false;
+      std::int64_t kd = env.known_divisor(bases[op]);
+      if (kd != 0 && kd % v != 0) fits = false;
+    }
+    if (fits) return v;
+  }
+  return 1;
+}
+
+}  // namespace tx::lowering::variants

@@ -1,0 +1,82 @@
+// Helpers shared by the dispatch variants: operand access, the predicates
+// every variant applies (target, scope, active threads), the elementwise
+// call parser and value builder, and small IR constructors.
+#pragma once
+
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tx/lowering/analysis.hpp"
+#include "tx/lowering/dispatch.hpp"
+#include "tx/lowering/layout_algebra.hpp"
+#include "tx/lowering/tile_ops.hpp"
+
+namespace tx::lowering::variants {
+
+const BufferRegion* region_arg(const TileCallNode* call, std::size_t i);
+std::vector<const BufferRegion*> region_args(const TileCallNode* call);
+
+// "operand A_smem: <what>"
+std::string operand_reason(const BufferRegion& r, const std::string& what);
+
+Check target_is_cuda(const DispatchContext& ctx);
+// The scope's threads exist in the CTA (warp needs a multiple of 32, ...).
+Check scope_fits_cta(const DispatchContext& ctx);
+// No enclosing guard splits the scope's group of threads.
+Check all_threads_active(const DispatchContext& ctx);
+// Every region operand lives in `scope`.
+Check operands_in(const DispatchContext& ctx, MemScope scope);
+// Every region operand's start is inside its buffer (static or by range analysis).
+Check regions_in_bounds(const DispatchContext& ctx);
+
+// The predicates all variants start with, in order.
+std::vector<std::pair<std::string, Predicate>> common_predicates();
+
+// A per-thread (local) scratch buffer of n elements and its Allocate.
+Buffer scratch(const std::string& name, DType dtype, std::int64_t n);
+
+// The barrier that ends a shared-memory tile op at this scope (none for a thread).
+Stmt scope_barrier(ExecScope s, SourceLoc loc);
+
+// ------------------------------------------------------------ elementwise
+
+struct ElementwisePlan {
+  const ElementwiseSpec* spec = nullptr;
+  BufferRegion dst;
+  std::vector<TileArg> inputs;  // regions or scalars, after commutative swaps
+  DType compute = f32;
+  Expr scale, bias;
+};
+
+// Validates operand count, dtypes, scalar placement and attrs.
+std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchContext& ctx);
+
+// The destination value from the inputs' loaded values (storage dtypes):
+// converts to the compute dtype, applies scale/bias, the op, then rounds to
+// the destination dtype.
+Expr elementwise_value(const ElementwisePlan& plan, const std::vector<Expr>& loaded);
+
+// The text of an Origin comment: the call and the variant chosen.
+std::string origin_text(const DispatchContext& ctx, const std::string& variant);
+
+}  // namespace tx::lowering::variants
+
+namespace tx::lowering::variants {
+
+// Copy operands: destination and source regions with equal dtypes and equal
+// extents once extent-1 dimensions are dropped.
+Check copy_operands_match(const DispatchContext& ctx);
+
+// Offset of element `idx` (of the joint index space) for operand i.
+Expr joint_offset(const std::vector<JointIter>& iters, std::size_t operand, const Expr& idx);
+
+// Widest vector (in elements) such that every operand in `vectorized` is
+// contiguous and aligned in chunks of that many elements, given each
+// operand's base offset. Candidates are 16, 8, 4, 2, 1 bytes of `esize`.
+// `extra(v)` may veto a width (e.g. divisibility by the thread count).
+int widest_vector(const std::vector<JointIter>& iters, const std::vector<std::size_t>& vectorized,
+                  const std::vector<Expr>& bases, int esize, const Env& env,
+                  const std::function<bool(int)>& extra);
+
+}  // namespace tx::lowering::variants

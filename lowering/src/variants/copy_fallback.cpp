@@ -1,0 +1,88 @@
+// copy/fallback [0]: any valid copy as a scalar loop, with a warning.
+//
+// Accepts: cuda; any scope with all its threads active; equal dtypes and
+// extents; memory operands, or local operands whose layout has no thread
+// axes (each thread holds the whole tile). It exists for the copies the fast
+// variants decline -- an element count that does not divide the thread
+// count, layouts that do not nest -- so that a valid program always lowers.
+//
+// Memory <-> memory: element i goes to thread i % threads, guarded by i < N.
+// With a thread-private local side every thread walks all N elements; when
+// that side is the destination each thread loads its own copy, when it is
+// the source only the scope's first thread stores (the copies are equal).
+#include "common.hpp"
+#include "tx/printer.hpp"
+
+namespace tx::lowering::variants {
+
+namespace {
+
+Check no_distributed_registers(const DispatchContext& ctx) {
+  for (const BufferRegion* r : region_args(ctx.call))
+    if (r->buffer->scope == MemScope::local && r->buffer->layout.has_thread_axes())
+      return operand_reason(*r, "register tile distributed over threads (handled by copy/reg only)");
+  return ok();
+}
+
+Plan plan(const DispatchContext& ctx) {
+  const BufferRegion& dst = *region_arg(ctx.call, 0);
+  const BufferRegion& src = *region_arg(ctx.call, 1);
+  std::string why;
+  auto ld = region_layout(dst, *ctx.env, &why);
+  if (!ld) return operand_reason(dst, why);
+  auto ls = region_layout(src, *ctx.env, &why);
+  if (!ls) return operand_reason(src, why);
+  std::int64_t n = dst.numel();
+
+  // Linear index -> per-dimension coordinates -> offset, per operand (no
+  // nesting between the two layouts is needed).
+  auto offset = [&](const RegionLayout& l, const Expr& idx) {
+    std::vector<Expr> coords;
+    std::int64_t inner = 1;
+    std::vector<Expr> rev;
+    for (std::size_t d = l.extents.size(); d-- > 0;) {
+      rev.push_back(mod(div(idx, c32(inner)), c32(l.extents[d])));
+      inner *= l.extents[d];
+    }
+    coords.assign(rev.rbegin(), rev.rend());
+    return add(l.mem_offset, offset_of_coords(l.dims, coords));
+  };
+
+  Buffer fd = flat_view(dst.buffer), fs = flat_view(src.buffer);
+  bool local_src = src.buffer->scope == MemScope::local;
+  bool local_dst = dst.buffer->scope == MemScope::local;
+  Expr rel = scope_thread_index(ctx.scope);
+  std::int64_t threads = (local_src || local_dst) ? 1 : ctx.scope_threads;
+  Var i("i", i32);
+  Expr idx = threads == 1 ? Expr(i) : add(mul(i, c32(threads)), rel);
+  Stmt body = make_store(fd, make_load(fs, {simplify(offset(*ls, idx), ctx.env)}),
+                         {simplify(offset(*ld, idx), ctx.env)});
+  std::int64_t rounds = (n + threads - 1) / threads;
+  if (rounds * threads != n) body = make_if(lt(idx, c32(n)), body);
+  Stmt s = make_for(i, c32(0), c32(rounds), ForKind::serial, body);
+  if (local_src && ctx.scope_threads > 1) s = make_if(eq(rel, c32(0)), s);
+
+  warn(tile_call_str(ctx.call) + " at " + ctx.call->loc.str() +
+       ": no vectorized copy variant applies; using copy/fallback (a scalar loop)");
+  return make_origin(origin_text(ctx, "copy/fallback"), s, ctx.call->loc);
+}
+
+}  // namespace
+}  // namespace tx::lowering::variants
+
+namespace tx::lowering {
+
+void register_copy_fallback(Registry& r) {
+  using namespace variants;
+  Variant v;
+  v.family = "copy";
+  v.name = "fallback";
+  v.priority = 0;
+  v.when = common_predicates();
+  v.when.push_back({"copy_operands_match", copy_operands_match});
+  v.when.push_back({"no_distributed_registers", no_distributed_registers});
+  v.plan = plan;
+  r.add("copy", v);
+}
+
+}  // namespace tx::lowering

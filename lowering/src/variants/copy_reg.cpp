@@ -1,0 +1,175 @@
+// copy/reg [10]: a copy where exactly one side is a register (local) tile.
+//
+// Accepts: cuda; any scope with all its threads active; one local operand
+// and one shared/global operand; equal dtypes and extents; a register layout
+// whose thread iters use the scope's thread axes (laneid for a warp,
+// tid_in_wg / wid_in_wg / laneid for a warpgroup, tx / warpid / laneid /
+// wgid for a CTA, none for a thread) and map the scope's threads one-to-one
+// (replicas included); a memory side whose layout nests with the register
+// layout's iters.
+//
+// Algorithm (seed 002): the partition is induced by the register layout.
+// The joint refinement of both layouts gives iters that are either thread
+// iters (which thread owns the element) or memory iters (which register).
+// Thread iters become a per-thread base offset on the memory side; memory
+// iters are the thread's private bundle. The vector width is chosen
+// widest-first (16 bytes down) so that the bundle's contiguous tail divides
+// it and every other stride and base offset is aligned; thread-axis strides
+// of the register side are excluded from that check (they are thread
+// coordinates, not addresses). The copy is a serial loop of vector
+// transfers. A register source with thread replicas is written back by
+// replica 0 only.
+#include "common.hpp"
+
+namespace tx::lowering::variants {
+
+namespace {
+
+Check one_local(const DispatchContext& ctx) {
+  const BufferRegion* dst = region_arg(ctx.call, 0);
+  const BufferRegion* src = region_arg(ctx.call, 1);
+  bool dl = dst->buffer->scope == MemScope::local, sl = src->buffer->scope == MemScope::local;
+  if (dl == sl)
+    return dl ? operand_reason(*dst, "both operands are local (register-to-register copy)")
+              : operand_reason(*dst, std::string("scope ") + mem_scope_name(dst->buffer->scope) +
+                                         " != local, and neither operand is local");
+  return ok();
+}
+
+struct ThreadPart {
+  std::int64_t extent, nstride, mem_stride;
+};
+
+Plan plan(const DispatchContext& ctx) {
+  const BufferRegion& dst = *region_arg(ctx.call, 0);
+  const BufferRegion& src = *region_arg(ctx.call, 1);
+  bool r_is_dst = dst.buffer->scope == MemScope::local;
+  const BufferRegion& R = r_is_dst ? dst : src;
+  const BufferRegion& M = r_is_dst ? src : dst;
+  std::string why;
+  auto lr = region_layout(R, *ctx.env, &why);
+  if (!lr) return operand_reason(R, why);
+  auto lm = region_layout(M, *ctx.env, &why);
+  if (!lm) return operand_reason(M, why);
+  for (int a = 1; a < kNumAxes; ++a)
+    if (lr->thread_offset[a] != 0)
+      return operand_reason(R, std::string("region selects a subset of the threads (") +
+                                   axis_name(static_cast<Axis>(a)) + " offset " +
+                                   std::to_string(lr->thread_offset[a]) + ")");
+  std::int64_t n = R.numel();
+  auto joint = joint_refine({lr->flat(), lm->flat()}, n, &why);
+  if (!joint) return operand_reason(M, why);
+
+  // Split the joint iters into thread iters and the per-thread bundle.
+  std::vector<ThreadIter> cover;
+  std::vector<ThreadPart> threads;
+  std::vector<JointIter> bundle;
+  std::array<std::int64_t, kNumAxes> axis_max{};
+  auto thread_iter = [&](const Iter& it, std::int64_t extent, bool replica) -> std::string {
+    auto mult = thread_axis_multiplier(it.axis, ctx.scope);
+    if (!mult)
+      return operand_reason(R, std::string("register layout uses axis ") + axis_name(it.axis) +
+                                   ", which is not a thread axis of a " +
+                                   exec_scope_name(ctx.scope) + " scope");
+    axis_max[static_cast<int>(it.axis)] += (extent - 1) * it.stride;
+    cover.push_back({extent, it.stride * *mult, replica});
+    return {};
+  };
+  for (const JointIter& j : *joint) {
+    const Iter& rp = j.parts[0];
+    if (rp.axis == Axis::m) {
+      bundle.push_back(j);
+      continue;
+    }
+    if (auto e = thread_iter(rp, j.extent, false); !e.empty()) return e;
+    threads.push_back({j.extent, cover.back().stride, j.parts[1].stride});
+  }
+  std::vector<ThreadIter> replicas;
+  for (const Iter& it : lr->replica) {
+    if (it.axis == Axis::m) return operand_reason(R, "memory replicas are not supported");
+    if (auto e = thread_iter(it, it.extent, true); !e.empty()) return e;
+    replicas.push_back(cover.back());
+  }
+  for (int a = 1; a < kNumAxes; ++a)
+    if (axis_max[a] >= axis_limit(static_cast<Axis>(a), ctx.cta_threads))
+      return operand_reason(R, std::string("register layout reaches ") +
+                                   axis_name(static_cast<Axis>(a)) + " " +
+                                   std::to_string(axis_max[a]) + ", past its range");
+  if (auto e = check_thread_cover(cover, ctx.scope_threads, R.buffer->layout.str()))
+    return operand_reason(R, *e);
+
+  // Base offsets: the register side is per thread; the memory side moves with the thread.
+  Expr rel = scope_thread_index(ctx.scope);
+  Expr r_base = lr->mem_offset;
+  Expr m_base = lm->mem_offset;
+  for (const ThreadPart& t : threads)
+    m_base = add(m_base, mul(thread_coord(rel, t.nstride, t.extent), c32(t.mem_stride)));
+
+  std::vector<JointIter> atoms = coalesce(bundle);
+  int esize = R.buffer->dtype.bytes();
+  int vec = widest_vector(atoms, {0, 1}, {r_base, lm->mem_offset}, esize, *ctx.env, [&](int v) {
+    for (const ThreadPart& t : threads)
+      if (t.mem_stride % v != 0) return false;
+    return true;
+  });
+
+  // Outer atoms: the bundle with its contiguous tail divided by the vector.
+  std::vector<std::int64_t> ext, rs, ms;
+  for (std::size_t k = 0; k < atoms.size(); ++k) {
+    std::int64_t e = atoms[k].extent;
+    std::int64_t r = atoms[k].parts[0].stride, m = atoms[k].parts[1].stride;
+    if (k + 1 == atoms.size() && vec > 1) {
+      e /= vec;
+      r *= vec;
+      m *= vec;
+    }
+    if (e == 1) continue;
+    ext.push_back(e);
+    rs.push_back(r);
+    ms.push_back(m);
+  }
+  std::int64_t total = 1;
+  for (auto e : ext) total *= e;
+
+  Buffer fr = flat_view(R.buffer), fm = flat_view(M.buffer);
+  auto body = [&](Expr f) {
+    Expr ro = simplify(add(r_base, mixed_radix_offset(f, ext, rs)), ctx.env);
+    Expr mo = simplify(add(m_base, mixed_radix_offset(f, ext, ms)), ctx.env);
+    return r_is_dst ? make_copy_bytes(fr, ro, fm, mo, vec * esize, ctx.call->loc)
+                    : make_copy_bytes(fm, mo, fr, ro, vec * esize, ctx.call->loc);
+  };
+  Stmt s;
+  if (total == 1) {
+    s = body(c32(0));
+  } else {
+    Var f("f", i32);
+    s = make_for(f, c32(0), c32(total), ForKind::serial, body(f));
+  }
+  if (!r_is_dst && !replicas.empty()) {
+    Expr first = make_bool(true);
+    for (const ThreadIter& t : replicas)
+      first = land(first, eq(thread_coord(rel, t.stride, t.extent), c32(0)));
+    s = make_if(simplify(first, ctx.env), s);
+  }
+  return make_origin(origin_text(ctx, "copy/reg"), s, ctx.call->loc);
+}
+
+}  // namespace
+}  // namespace tx::lowering::variants
+
+namespace tx::lowering {
+
+void register_copy_reg(Registry& r) {
+  using namespace variants;
+  Variant v;
+  v.family = "copy";
+  v.name = "reg";
+  v.priority = 10;
+  v.when = common_predicates();
+  v.when.push_back({"copy_operands_match", copy_operands_match});
+  v.when.push_back({"one_local", one_local});
+  v.plan = plan;
+  r.add("copy", v);
+}
+
+}  // namespace tx::lowering

@@ -1,0 +1,92 @@
+// The CUDA driver API, opened with dlopen("libcuda.so.1") on first use.
+// Nothing here links against libcuda, so libtx loads on machines without an
+// NVIDIA driver; cuda_available() says whether a GPU can be used.
+//
+// Every failing call throws tx::Error naming the driver call, the kernel (if
+// any) and the CUDA error name and string. Errors that leave the context
+// unusable (a trap in a kernel) are reported as such.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tx::runtime {
+
+using DevicePtr = std::uint64_t;
+
+// Whether the driver loads, initializes, and has at least one device. The
+// answer is computed once; `why` explains a false.
+bool cuda_available(std::string* why = nullptr);
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  std::size_t total_memory = 0;
+  int max_threads_per_block = 0;
+  int max_shared_per_block = 0;        // default limit (48 KiB)
+  int max_shared_per_block_optin = 0;  // with cuFuncSetAttribute
+  int l2_bytes = 0;
+  // "sm_90a" for compute capability 9.0 (H100/H200), otherwise "sm_XY".
+  std::string arch() const;
+};
+
+// Device TX_CUDA_DEVICE (default 0); makes its primary context current on
+// the calling thread. Throws tx::Error when no GPU is usable.
+const DeviceInfo& current_device();
+
+// A loaded cubin. Unloaded on destruction.
+class Module {
+ public:
+  static std::shared_ptr<Module> load(const std::vector<char>& cubin, const std::string& name);
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  // The CUfunction of an extern "C" kernel, as an opaque pointer.
+  void* function(const std::string& kernel_name) const;
+
+ private:
+  Module() = default;
+  void* module_ = nullptr;
+  std::string name_;
+};
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// cuLaunchKernel on the default stream; raises the function's dynamic
+// shared-memory limit first when shared_bytes > 48 KiB.
+void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, void** args,
+            const std::string& kernel_name);
+// cuCtxSynchronize; `what` names the kernel or operation for the error message.
+void synchronize(const std::string& what);
+
+DevicePtr device_alloc(std::size_t bytes);
+void device_free(DevicePtr p) noexcept;
+void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes);
+void copy_to_host(void* dst, DevicePtr src, std::size_t bytes);
+void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes);
+void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes);
+
+// CUDA-event timing on the default stream.
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start();
+  void stop();
+  float elapsed_ms();  // synchronizes on the stop event
+
+ private:
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+};
+
+}  // namespace tx::runtime

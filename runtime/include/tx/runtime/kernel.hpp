@@ -1,0 +1,91 @@
+// A compiled kernel: what tx::compile returns. It holds the lowered IR and
+// the CUDA source at once (no GPU needed for either), builds the GPU binary
+// on first use (NVRTC -> cubin for the device's exact arch, through the
+// memory and disk caches), and launches on the GPU or, where there is none,
+// on the host through the LLVM ORC JIT.
+//
+//   tx::Kernel k = tx::compile(warp_sqrt());
+//   std::cout << k.cuda_source();
+//   k(A, B);                       // tensors in parameter order
+//
+// A launch checks every argument against the kernel's T.match_buffer
+// declarations (count, dtype, shape, device, alignment) and reports a
+// mismatch as a tx error naming the kernel and the parameter.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tx/ir.hpp"
+#include "tx/lowering/lower.hpp"
+#include "tx/runtime/tensor.hpp"
+
+namespace tx {
+
+struct CompileOptions {
+  // Where launches run; default: tx::default_device() at compile time.
+  std::optional<Device> device;
+  // GPU arch for NVRTC; default: the device's ("sm_90a" on H100/H200).
+  std::string arch;
+  bool debug_ir = false;  // print the IR after every lowering pass
+};
+
+class Kernel {
+ public:
+  Kernel() = default;
+
+  const std::string& name() const;
+  Device device() const;
+  const PrimFunc& source() const;
+  const PrimFunc& lowered() const;
+  const lowering::LoweredKernel& info() const;
+
+  std::string tirx() const;         // the kernel as written, in the seeds' script form
+  std::string lowered_ir() const;   // after lowering ("Generated TIRx IR")
+  std::string cuda_source() const;  // the CUDA given to NVRTC
+  // PTX from NVRTC for `arch` (needs no GPU).
+  std::string ptx(const std::string& arch = "sm_90a") const;
+
+  // Runs the kernel on its device; tensors in parameter order.
+  void launch(const std::vector<Tensor>& args) const;
+  template <class... Ts>
+  void operator()(const Ts&... tensors) const {
+    launch(std::vector<Tensor>{tensors...});
+  }
+
+  // Builds (or fetches from cache) the GPU binary now; returns where it came
+  // from: "memory", "disk" or "nvrtc".
+  std::string prepare_gpu() const;
+
+  struct State;
+
+ private:
+  friend Kernel compile(const PrimFunc& f, const CompileOptions& opt);
+  std::shared_ptr<State> state_;
+};
+
+// Lowers `f` and generates its CUDA; throws tx::Error for an invalid kernel.
+Kernel compile(const PrimFunc& f, const CompileOptions& opt = {});
+
+// Waits for every launched kernel; raises a tx error for a failed one.
+void synchronize();
+
+}  // namespace tx
+
+namespace tx::runtime {
+
+// The host fallback's interface; implemented with LLVM ORC in
+// runtime/src/host/ when tx is built with LLVM.
+class HostKernel {
+ public:
+  virtual ~HostKernel();
+  // args[i] points at parameter i's element storage.
+  virtual void run(void* const* args) const = 0;
+};
+
+bool host_jit_available(std::string* why = nullptr);
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k);
+
+}  // namespace tx::runtime

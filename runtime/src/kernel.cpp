@@ -1,0 +1,215 @@
+// compile(): lowering + CUDA codegen up front; the GPU binary and the host
+// JIT are built on first launch. The GPU binary comes from, in order, the
+// process's memory cache, the disk cache, NVRTC.
+#include "tx/runtime/kernel.hpp"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "tx/lowering/codegen_cuda.hpp"
+#include "tx/printer.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/runtime/disk_cache.hpp"
+#include "tx/runtime/nvrtc.hpp"
+
+namespace tx {
+
+struct Kernel::State {
+  lowering::LoweredKernel info;
+  std::string cuda;
+  std::string kernel_name;
+  Device device;
+  std::string arch;
+  mutable std::mutex mu;
+  mutable std::shared_ptr<runtime::Module> module;
+  mutable void* function = nullptr;
+  mutable std::shared_ptr<runtime::HostKernel> host;
+};
+
+namespace {
+
+// GPU modules by cache key, shared by every Kernel of the process.
+struct ModuleCache {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<runtime::Module>> modules;
+};
+ModuleCache& module_cache() {
+  static ModuleCache* c = new ModuleCache();
+  return *c;
+}
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + (s.size() == 1 ? ",)" : ")");
+}
+
+std::string nvrtc_version_string() {
+  auto [maj, min] = runtime::nvrtc_version();
+  return std::to_string(maj) + "." + std::to_string(min);
+}
+
+}  // namespace
+
+Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
+  if (!f) fail("tx.compile", "", {}, "empty PrimFunc");
+  auto st = std::make_shared<Kernel::State>();
+  lowering::LowerOptions lo;
+  lo.debug = opt.debug_ir;
+  st->info = lowering::lower(f, lo);
+  st->kernel_name = lowering::sanitize_identifier(f->name);
+  st->cuda = lowering::codegen_cuda(st->info, {st->kernel_name});
+  st->device = opt.device ? *opt.device : default_device();
+  st->arch = opt.arch;
+  Kernel k;
+  k.state_ = st;
+  return k;
+}
+
+const std::string& Kernel::name() const { return state_->kernel_name; }
+Device Kernel::device() const { return state_->device; }
+const PrimFunc& Kernel::source() const { return state_->info.source; }
+const PrimFunc& Kernel::lowered() const { return state_->info.lowered; }
+const lowering::LoweredKernel& Kernel::info() const { return state_->info; }
+std::string Kernel::tirx() const { return to_string(state_->info.source); }
+std::string Kernel::lowered_ir() const { return to_string(state_->info.lowered); }
+std::string Kernel::cuda_source() const { return state_->cuda; }
+
+std::string Kernel::ptx(const std::string& arch) const {
+  return runtime::nvrtc_compile(state_->cuda, state_->kernel_name + ".cu", arch,
+                                runtime::NvrtcTarget::ptx)
+      .ptx;
+}
+
+std::string Kernel::prepare_gpu() const {
+  State& s = *state_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.function) return "memory";
+  const runtime::DeviceInfo& dev = runtime::current_device();
+  std::string arch = s.arch.empty() ? dev.arch() : s.arch;
+  std::vector<std::string> options = runtime::nvrtc_default_options(arch);
+  std::string key = runtime::kernel_cache_key(s.cuda, options, arch, nvrtc_version_string());
+  std::string origin = "memory";
+  {
+    ModuleCache& mc = module_cache();
+    std::lock_guard<std::mutex> l2(mc.mu);
+    auto it = mc.modules.find(key);
+    if (it != mc.modules.end()) s.module = it->second;
+  }
+  if (!s.module) {
+    runtime::DiskCache& disk = runtime::DiskCache::instance();
+    std::optional<std::vector<char>> cubin = disk.load(key);
+    origin = "disk";
+    if (!cubin) {
+      runtime::NvrtcOutput out = runtime::nvrtc_compile(s.cuda, s.kernel_name + ".cu", arch,
+                                                        runtime::NvrtcTarget::cubin);
+      cubin = std::move(out.cubin);
+      disk.store(key, *cubin);
+      origin = "nvrtc";
+    }
+    s.module = runtime::Module::load(*cubin, s.kernel_name);
+    ModuleCache& mc = module_cache();
+    std::lock_guard<std::mutex> l2(mc.mu);
+    mc.modules[key] = s.module;
+  }
+  s.function = s.module->function(s.kernel_name);
+  return origin;
+}
+
+void Kernel::launch(const std::vector<Tensor>& args) const {
+  if (!state_) fail("launch", "", {}, "launch of an empty Kernel (use tx::compile)");
+  const State& s = *state_;
+  const auto& params = s.info.params;
+  const std::string op = "launch " + s.kernel_name;
+  SourceLoc loc = s.info.source->loc;
+  if (args.size() != params.size())
+    fail(op, "", loc,
+         "takes " + std::to_string(params.size()) + " tensors, got " + std::to_string(args.size()));
+  std::vector<void*> ptrs(args.size());
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const Tensor& t = args[i];
+    const auto& p = params[i];
+    std::string who = p.name + " (argument " + std::to_string(i) + ")";
+    if (!t.defined()) fail(op, who, loc, "tensor is undefined");
+    if (t.dtype() != p.dtype)
+      fail(op, who, loc, "dtype " + t.dtype().name() + " but the kernel declares " + p.dtype.name());
+    if (t.shape() != p.shape && t.numel() != p.elems)
+      fail(op, who, loc,
+           "shape " + shape_str(t.shape()) + " but the kernel declares " + shape_str(p.shape));
+    if (t.numel() < p.elems)
+      fail(op, who, loc, "tensor holds " + std::to_string(t.numel()) + " elements, the layout needs " +
+                             std::to_string(p.elems));
+    if (!(t.device() == s.device))
+      fail(op, who, loc,
+           "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
+               " (move it with .to(kernel.device()))");
+    auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+    if (addr % static_cast<std::uintptr_t>(p.align_bytes) != 0)
+      fail(op, who, loc,
+           "tensor data is not " + std::to_string(p.align_bytes) +
+               "-byte aligned; the kernel makes vector accesses of that width on it");
+    ptrs[i] = t.data_ptr();
+  }
+
+  if (s.device.is_cuda()) {
+    prepare_gpu();
+    const runtime::DeviceInfo& dev = runtime::current_device();
+    if (s.info.launch.block > dev.max_threads_per_block)
+      fail(op, "", loc, "block of " + std::to_string(s.info.launch.block) + " threads exceeds the device's " +
+                            std::to_string(dev.max_threads_per_block));
+    if (s.info.shared_bytes > dev.max_shared_per_block_optin)
+      fail(op, "", loc,
+           "needs " + std::to_string(s.info.shared_bytes) + " bytes of shared memory; " + dev.name +
+               " allows " + std::to_string(dev.max_shared_per_block_optin) + " per CTA");
+    std::vector<runtime::DevicePtr> dptrs(ptrs.size());
+    std::vector<void*> kargs(ptrs.size());
+    for (std::size_t i = 0; i < ptrs.size(); ++i) {
+      dptrs[i] = static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(ptrs[i]));
+      kargs[i] = &dptrs[i];
+    }
+    const auto& g = s.info.launch.grid;
+    runtime::launch(s.function,
+                    {static_cast<unsigned>(g[0]), static_cast<unsigned>(g[1]), static_cast<unsigned>(g[2])},
+                    {static_cast<unsigned>(s.info.launch.block), 1, 1},
+                    static_cast<std::size_t>(s.info.shared_bytes), kargs.data(), s.kernel_name);
+    const char* sync = std::getenv("TX_SYNC");
+    if (sync && *sync && std::string(sync) != "0") runtime::synchronize(s.kernel_name);
+    return;
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.host) {
+      std::string why;
+      if (!runtime::host_jit_available(&why)) fail(op, "", loc, "cannot run on the host: " + why);
+      s.host = runtime::host_compile(s.info);
+    }
+  }
+  s.host->run(ptrs.data());
+}
+
+void synchronize() {
+  if (runtime::cuda_available()) runtime::synchronize("tx::synchronize");
+}
+
+}  // namespace tx
+
+namespace tx::runtime {
+
+HostKernel::~HostKernel() = default;
+
+#ifndef TX_HAVE_HOST_JIT
+bool host_jit_available(std::string* why) {
+  if (why)
+    *why = "this tx was built without the LLVM host JIT (install llvm-19-dev and rebuild), and "
+           "no GPU is in use";
+  return false;
+}
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k) {
+  fail("host_compile", k.source->name, {}, "tx was built without the LLVM host JIT");
+}
+#endif
+
+}  // namespace tx::runtime

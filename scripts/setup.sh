@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs what tx needs to build and test, and nothing that is already
+# there. Required: a C++20 compiler, CMake >= 3.25, Ninja, Boost (Hana),
+# doctest, the CUDA toolkit headers and NVRTC. Optional: LLVM >= 16 for the
+# host JIT (skipped with TX_HOST_JIT=OFF) and, with TX_NOTEBOOKS=1, clang-repl
+# and Jupyter for the notebooks.
+#
+# On a machine where everything required is present this script installs
+# nothing and needs no network (the GPU machines have none).
+set -euo pipefail
+
+missing=()
+have_header() { [ -e "/usr/include/$1" ] || [ -e "/usr/local/include/$1" ]; }
+
+command -v cmake >/dev/null || missing+=(cmake)
+command -v ninja >/dev/null || missing+=(ninja-build)
+command -v g++ >/dev/null || command -v c++ >/dev/null || missing+=(g++)
+have_header boost/hana.hpp || missing+=(libboost-dev)
+have_header doctest/doctest.h || [ -e /usr/include/doctest.h ] || missing+=(doctest-dev)
+
+optional=()
+if [ "${TX_HOST_JIT:-AUTO}" != "OFF" ]; then
+  if ! ls /usr/lib/llvm-*/lib/cmake/llvm/LLVMConfig.cmake >/dev/null 2>&1; then
+    optional+=(llvm-19-dev)
+  fi
+fi
+if [ "${TX_NOTEBOOKS:-0}" = "1" ]; then
+  command -v clang-repl-19 >/dev/null || optional+=(clang-tools-19)
+fi
+
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || return 1
+    sudo="sudo"
+  fi
+  command -v apt-get >/dev/null || return 1
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@"
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing required packages: ${missing[*]}"
+  if ! apt_install "${missing[@]}"; then
+    echo "setup: could not install ${missing[*]}; install them and run again" >&2
+    exit 1
+  fi
+fi
+if [ ${#optional[@]} -gt 0 ]; then
+  echo "setup: installing optional packages: ${optional[*]}"
+  if ! timeout 900 bash -c "$(declare -f apt_install); apt_install ${optional[*]}"; then
+    echo "setup: could not install ${optional[*]}; continuing without them (no host JIT)" >&2
+  fi
+fi
+
+if ! command -v nvcc >/dev/null && [ ! -e /usr/local/cuda/include/nvrtc.h ] && [ -z "${CUDA_HOME:-}" ]; then
+  echo "setup: the CUDA toolkit (headers and NVRTC) is required; install it from NVIDIA" >&2
+  exit 1
+fi
+echo "setup: ok"

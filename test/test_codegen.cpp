@@ -1,0 +1,92 @@
+// The CUDA of every seed program compiles with NVRTC for sm_90a (no GPU
+// needed), and its PTX has the instructions the seeds promise: 128-bit
+// shared/global transfers for the copies, shfl.sync.bfly for the warp tree.
+#include <doctest/doctest.h>
+
+#include <regex>
+
+#include "test_support.hpp"
+#include "tx/runtime/nvrtc.hpp"
+#include "tx/tx.hpp"
+
+#define TX_SAMPLE_NO_MAIN
+#include "cta_sqrt_smem.cpp"
+#include "thread_sum_local.cpp"
+#include "warp_copy_reg.cpp"
+#include "warp_sqrt_reg.cpp"
+#include "warp_sum_shuffle.cpp"
+
+using namespace tx;
+
+namespace {
+
+std::string ptx_of(const PrimFunc& f) { return compile(f, {.device = Device::host()}).ptx("sm_90a"); }
+
+int count(const std::string& s, const std::string& re) {
+  std::regex r(re);
+  return static_cast<int>(std::distance(std::sregex_iterator(s.begin(), s.end(), r), std::sregex_iterator()));
+}
+
+}  // namespace
+
+TEST_CASE("warp_sqrt_reg: 128-bit global/shared copies, sqrt in registers") {
+  std::string p = ptx_of(warp_sqrt());
+  CHECK(count(p, R"(ld\.global\.v4)") >= 1);
+  CHECK(count(p, R"(st\.shared\.v4)") >= 1);
+  CHECK(count(p, R"(ld\.shared\.v4)") >= 1);
+  CHECK(count(p, R"(st\.global\.v4)") >= 1);
+  CHECK(count(p, R"(sqrt\.rn\.f32)") == 8);  // one per register, unrolled
+  CHECK(count(p, R"(\.local)") == 0);          // registers stay registers
+}
+
+TEST_CASE("cta_sqrt_smem: one float4 round per thread and a barrier") {
+  std::string p = ptx_of(cta_sqrt());
+  CHECK(count(p, R"(ld\.global\.v4)") == 1);
+  CHECK(count(p, R"(ld\.shared\.v4)") >= 1);
+  CHECK(count(p, R"(st\.shared\.v4)") >= 1);
+  CHECK(count(p, R"(st\.global\.v4)") == 1);
+  CHECK(count(p, R"(sqrt\.rn\.f32)") == 4);
+  CHECK(count(p, R"(bar\.sync)") >= 1);
+}
+
+TEST_CASE("warp_copy_reg: the register round trip is 128-bit shared traffic") {
+  std::string p = ptx_of(warp_copy_reg());
+  CHECK(count(p, R"(ld\.shared\.v4)") >= 2);
+  CHECK(count(p, R"(st\.shared\.v4)") >= 2);
+  CHECK(count(p, R"(\.local)") == 0);
+}
+
+TEST_CASE("thread_sum_local: a plain add chain") {
+  std::string p = ptx_of(thread_sum());
+  CHECK(count(p, R"(add\.f32)") >= 3);
+  CHECK(count(p, R"(shfl)") == 0);
+}
+
+TEST_CASE("warp_sum_shuffle: the xor butterfly") {
+  std::string p = ptx_of(warp_sum_shuffle());
+  CHECK(count(p, R"(shfl\.sync\.bfly\.b32)") == 4 * 5);  // 4 columns x log2(32) steps
+}
+
+TEST_CASE("every sample also compiles to a cubin for sm_90a") {
+  for (const PrimFunc& f : {warp_sqrt(), cta_sqrt(), warp_copy_reg(), thread_sum(), warp_sum_shuffle()}) {
+    Kernel k = compile(f, {.device = Device::host()});
+    auto out = runtime::nvrtc_compile(k.cuda_source(), k.name() + ".cu", "sm_90a",
+                                      runtime::NvrtcTarget::cubin);
+    REQUIRE(out.cubin.size() > 4);
+    CHECK(std::string(out.cubin.data() + 1, 3) == "ELF");
+  }
+}
+
+TEST_CASE("every dtype's conversions compile") {
+  for (DType t : {f16, bf16, f8e4m3, f8e5m2, f64, i8, u16, i64}) {
+    CAPTURE(t.name());
+    PrimFunc f = T::prim_func("conv", [&](Handle A_ptr, Handle B_ptr) {
+      auto A = T::match_buffer(A_ptr, {256}, t);
+      auto B = T::match_buffer(B_ptr, {256}, f32);
+      auto tid = T::thread_id({256});
+      B(tid) = cast(A(tid), f32) * 2;
+      A(tid) = cast(B(tid) + 1, t);
+    });
+    CHECK_NOTHROW(ptx_of(f));
+  }
+}

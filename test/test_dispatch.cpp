@@ -1,0 +1,195 @@
+// Dispatch: which variant each tile call takes, the vector widths the seeds
+// promise, forcing a variant, and the exact reasons variants give when they
+// decline.
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+#include "tx/tx.hpp"
+
+#define TX_SAMPLE_NO_MAIN
+#include "cta_sqrt_smem.cpp"
+#include "thread_sum_local.cpp"
+#include "warp_copy_reg.cpp"
+#include "warp_sqrt_reg.cpp"
+#include "warp_sum_shuffle.cpp"
+
+using namespace tx;
+
+namespace {
+
+std::vector<std::string> variants_of(const PrimFunc& f) {
+  std::vector<std::string> v;
+  for (const auto& r : lowering::lower(f).dispatched) v.push_back(r.variant);
+  return v;
+}
+
+// Every CopyBytes of a lowered kernel: (bytes, trip count of its loop).
+std::vector<std::pair<int, std::int64_t>> transfers(const PrimFunc& f) {
+  std::vector<std::pair<int, std::int64_t>> out;
+  auto k = lowering::lower(f);
+  std::function<void(const Stmt&, std::int64_t)> walk = [&](const Stmt& s, std::int64_t trips) {
+    if (!s) return;
+    if (auto* c = s.as<CopyBytesNode>()) out.push_back({c->bytes, trips});
+    if (auto* l = s.as<ForNode>()) walk(l->body, trips * as_const_int(l->extent).value_or(-1));
+    if (auto* q = s.as<SeqNode>())
+      for (auto& x : q->seq) walk(x, trips);
+    if (auto* l = s.as<LetStmtNode>()) walk(l->body, trips);
+    if (auto* a = s.as<AllocateNode>()) walk(a->body, trips);
+    if (auto* o = s.as<OriginNode>()) walk(o->body, trips);
+    if (auto* i = s.as<IfThenElseNode>()) {
+      walk(i->then_case, trips);
+      walk(i->else_case, trips);
+    }
+  };
+  walk(k.lowered->body, 1);
+  return out;
+}
+
+// A warp round trip shared -> registers -> shared with rows of `regs` elements.
+PrimFunc reg_roundtrip(DType t, std::int64_t regs) {
+  return T::prim_func("rt", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, regs}, t);
+    T::thread_id({32});
+    auto As = T::alloc_buffer({32, regs}, t, scope::shared);
+    auto R = T::alloc_buffer({32, regs}, t, scope::local, TileLayout(S({32, regs}, {1 * laneid, 1})));
+    Tx::warp::copy(As, A);
+    T::cuda::cta_sync();
+    Tx::warp::copy(R, As);
+    Tx::warp::copy(As, R);
+    T::cuda::cta_sync();
+    Tx::warp::copy(A, As);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("each seed program takes the variants its seed describes") {
+  using V = std::vector<std::string>;
+  CHECK(variants_of(warp_sqrt()) ==
+        V{"copy/gmem_smem", "copy/reg", "elementwise/reg", "copy/reg", "copy/gmem_smem"});
+  CHECK(variants_of(cta_sqrt()) == V{"copy/gmem_smem", "elementwise/smem", "copy/gmem_smem"});
+  CHECK(variants_of(warp_copy_reg()) == V{"copy/reg", "elementwise/smem", "copy/reg"});
+  CHECK(variants_of(thread_sum()) == V{"reduction/local"});
+  CHECK(variants_of(warp_sum_shuffle()) == V{"copy/reg", "reduction/local", "copy/reg"});
+}
+
+TEST_CASE("copy/reg picks the seed 002 widths: widest-first, 128-bit when possible") {
+  struct Row {
+    DType t;
+    std::int64_t regs;
+    int bytes;
+    std::int64_t outer;
+  };
+  for (Row r : {Row{f32, 8, 16, 2}, Row{f32, 16, 16, 4}, Row{f16, 8, 16, 1}, Row{f16, 16, 16, 2},
+                Row{u8, 16, 16, 1}, Row{u8, 4, 4, 1}, Row{f32, 2, 8, 1}, Row{f32, 3, 4, 3}}) {
+    CAPTURE(r.t.name());
+    CAPTURE(r.regs);
+    auto tr = transfers(reg_roundtrip(r.t, r.regs));
+    REQUIRE(tr.size() == 4);
+    // Entries 1 and 2 are the register copies.
+    CHECK(tr[1].first == r.bytes);
+    CHECK(tr[1].second == r.outer);
+    CHECK(tr[2].first == r.bytes);
+  }
+}
+
+TEST_CASE("copy/gmem_smem synthesizes [outer, threads, vec]") {
+  auto tr = transfers(cta_sqrt());  // 1024 f32 over 256 threads: vec 4, outer 1
+  REQUIRE(tr.size() >= 2);
+  CHECK(tr[0] == std::pair<int, std::int64_t>{16, 1});
+  auto w = transfers(warp_sqrt());  // 256 f32 over 32 threads: vec 4, outer 2
+  CHECK(w[0] == std::pair<int, std::int64_t>{16, 2});
+}
+
+TEST_CASE("a count that does not divide the threads falls back to the scalar copy") {
+  std::vector<std::string> warnings;
+  static std::vector<std::string>* sink;
+  sink = &warnings;
+  set_warning_handler([](const std::string& m) { sink->push_back(m); });
+  PrimFunc f = T::prim_func("odd", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {33}, f32);
+    T::thread_id({32});
+    auto As = T::alloc_buffer({33}, f32, scope::shared);
+    Tx::warp::copy(As, A);
+  });
+  CHECK(variants_of(f) == std::vector<std::string>{"copy/fallback"});
+  set_warning_handler(nullptr);
+  REQUIRE(!warnings.empty());
+  CHECK(warnings[0].find("copy/fallback") != std::string::npos);
+}
+
+TEST_CASE("a variant can be forced by name") {
+  PrimFunc f = T::prim_func("forced", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {64}, f32);
+    T::thread_id({32});
+    auto As = T::alloc_buffer({64}, f32, scope::shared);
+    Tx::warp::copy(As, A, {.variant = "fallback"});
+  });
+  set_warning_handler([](const std::string&) {});
+  CHECK(variants_of(f) == std::vector<std::string>{"copy/fallback"});
+  set_warning_handler(nullptr);
+
+  PrimFunc g = T::prim_func("forced_bad", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {64}, f32);
+    T::thread_id({32});
+    auto As = T::alloc_buffer({64}, f32, scope::shared);
+    Tx::warp::copy(As, A, {.variant = "reg"});
+  });
+  CHECK_THROWS_WITH_AS(lowering::lower(g),
+                       doctest::Contains("forced variant \"reg\" does not apply"), Error);
+}
+
+TEST_CASE("when every variant declines, the error lists each with its reason") {
+  int line = 0;
+  PrimFunc f = T::prim_func("mixed", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+    T::thread_id({32});
+    auto As = T::alloc_buffer({32, 8}, f32, scope::shared);
+    auto R = T::alloc_buffer({32, 8}, f32, scope::local, TileLayout(S({32, 8}, {1 * laneid, 1})));
+    Tx::warp::copy(As, A);
+    line = __LINE__ + 1;
+    Tx::warp::sqrt(R, As);
+  });
+  try {
+    lowering::lower(f);
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    std::string m = e.what();
+    CHECK(e.op() == "Tx.warp.sqrt");
+    CHECK(m.find("elementwise/reg [10]: operand As: scope shared != local") != std::string::npos);
+    CHECK(m.find("elementwise/smem [10]: operand R: scope local != shared") != std::string::npos);
+    CHECK(m.find("call: Tx.warp.sqrt(R[0:32, 0:8], As[0:32, 0:8])") != std::string::npos);
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+}
+
+TEST_CASE("reduction/local names the missing laneid replica") {
+  PrimFunc f = T::prim_func("noreplica", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, 4}, f32);
+    T::thread_id({32});
+    auto R = T::alloc_buffer({32, 4}, f32, scope::local, TileLayout(S({32, 4}, {1 * laneid, 1})));
+    auto D = T::alloc_buffer({4}, f32, scope::local);
+    Tx::warp::copy(R, A);
+    Tx::warp::sum(D, R, {.axes = {0}});
+  });
+  CHECK_THROWS_WITH_AS(lowering::lower(f), doctest::Contains("needs a laneid replica"), Error);
+}
+
+TEST_CASE("reduction/local refuses cta scope and says what to use") {
+  PrimFunc f = T::prim_func("cta_local", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {4}, f32);
+    T::thread_id({64});
+    auto R = T::alloc_buffer({4}, f32, scope::local);
+    auto D = T::alloc_buffer({1}, f32, scope::local);
+    for (Var i : T::serial(4)) R(i) = A(i);
+    Tx::cta::sum(D, R);
+  });
+  CHECK_THROWS_WITH_AS(lowering::lower(f), doctest::Contains("does not support cta scope"), Error);
+}
+
+TEST_CASE("the registry lists every tile primitive of the core") {
+  auto ops = lowering::Registry::global().ops();
+  for (const char* op : {"copy", "zero", "fill", "sqrt", "exp", "exp2", "reciprocal", "silu", "add",
+                         "sub", "mul", "fdiv", "maximum", "minimum", "fma", "cast", "sum", "max", "min"})
+    CHECK(std::find(ops.begin(), ops.end(), op) != ops.end());
+}

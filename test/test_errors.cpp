@@ -1,0 +1,261 @@
+// Bad input gets a tx error naming the op, the operand, the user's source
+// line and the reason -- never a crash, never silently wrong code.
+#include <doctest/doctest.h>
+
+#include "test_support.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+struct Expect {
+  std::string op, operand, reason;
+  int line;
+};
+
+// Builds and lowers `build`, which must fail as described.
+template <class F>
+void expect_error(F&& build, const Expect& want) {
+  try {
+    PrimFunc f = build();
+    lowering::lower(f);
+    FAIL("expected a tx error: " << want.reason);
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == want.op);
+    if (!want.operand.empty()) CHECK(e.operand() == want.operand);
+    CHECK(std::string(e.what()).find(want.reason) != std::string::npos);
+    CHECK(e.loc().line == static_cast<unsigned>(want.line));
+    CHECK(std::string(e.loc().file).find("test_errors.cpp") != std::string::npos);
+  }
+}
+
+auto lane_rows = [] { return TileLayout(S({32, 8}, {1 * laneid, 1})); };
+
+}  // namespace
+
+TEST_CASE("wrong operand scope") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("scope", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+          T::thread_id({32});
+          auto R = T::alloc_buffer({32, 8}, f32, scope::local, lane_rows());
+          line = __LINE__ + 1;
+          Tx::warp::exp(R, A);
+        });
+      },
+      {"Tx.warp.exp", "A", "scope global != local", line});
+}
+
+TEST_CASE("a layout that does not match the shape") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("layout", [&](Handle) {
+          T::thread_id({32});
+          line = __LINE__ + 1;
+          auto R = T::alloc_buffer({32, 4}, f32, scope::local, lane_rows());
+        });
+      },
+      {"T.alloc_buffer", "R", "covers 256 elements but the shape (32, 4) has 128", line});
+}
+
+TEST_CASE("a region out of bounds") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("oob", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+          T::thread_id({32});
+          auto As = T::alloc_buffer({32, 8}, f32, scope::shared);
+          line = __LINE__ + 1;
+          Tx::warp::copy(As[region({0, 32}, {4, 12})], A[region({0, 32}, {0, 8})]);
+        });
+      },
+      {"Tx.warp.copy", "As", "region [4:12] in dimension 1 is out of bounds of extent 8", line});
+}
+
+TEST_CASE("a dynamic region that may run out of bounds") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("dyn_oob", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {1000}, f32);
+          auto bx = T::cta_id({4});
+          T::thread_id({32});
+          auto As = T::alloc_buffer({256}, f32, scope::shared);
+          line = __LINE__ + 1;
+          Tx::warp::copy(As, A[region(span(bx * 256, 256))]);
+        });
+      },
+      {"Tx.warp.copy", "A", "may cover [0, 1024), outside the extent 1000", line});
+}
+
+TEST_CASE("a dtype mismatch") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("dtype", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32, 8}, f16);
+          T::thread_id({32});
+          auto As = T::alloc_buffer({32, 8}, f32, scope::shared);
+          line = __LINE__ + 1;
+          Tx::warp::copy(As, A);
+        });
+      },
+      {"Tx.warp.copy", "A", "dtype float16 differs from As's float32", line});
+}
+
+TEST_CASE("a warp op under a guard that splits the warp") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("split", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+          auto tid = T::thread_id({64});
+          auto As = T::alloc_buffer({32, 8}, f32, scope::shared);
+          T::if_(tid < 16, [&] {
+            line = __LINE__ + 1;
+            Tx::warp::copy(As, A);
+          });
+        });
+      },
+      {"Tx.warp.copy", "", "not all threads of the warp are active", line});
+}
+
+TEST_CASE("a guard on the warp id keeps whole warps: accepted") {
+  PrimFunc f = T::prim_func("warp_guard", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+    T::thread_id({64});
+    auto warp = T::warp_id({2});
+    auto As = T::alloc_buffer({32, 8}, f32, scope::shared);
+    T::if_(warp == 1, [&] { Tx::warp::copy(As, A); });
+  });
+  CHECK_NOTHROW(lowering::lower(f));
+}
+
+TEST_CASE("a barrier under a thread-dependent condition") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("bar", [&](Handle) {
+          auto tid = T::thread_id({64});
+          T::if_(tid < 16, [&] {
+            line = __LINE__ + 1;
+            T::cuda::cta_sync();
+          });
+        });
+      },
+      {"T.cuda.cta_sync", "", "not every thread would reach it", line});
+}
+
+TEST_CASE("a register layout that does not cover the warp") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("half", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {16, 8}, f32);
+          T::thread_id({32});
+          auto R = T::alloc_buffer({16, 8}, f32, scope::local, TileLayout(S({16, 8}, {1 * laneid, 1})));
+          line = __LINE__ + 1;
+          Tx::warp::copy(R, A);
+        });
+      },
+      {"Tx.warp.copy", "R", "spreads over 16 threads", line});
+}
+
+TEST_CASE("a register layout on a thread axis the scope lacks") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("axis", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+          T::thread_id({32});
+          auto R = T::alloc_buffer({32, 8}, f32, scope::local, TileLayout(S({32, 8}, {1 * warpid, 1})));
+          line = __LINE__ + 1;
+          Tx::warp::copy(R, A);
+        });
+      },
+      {"Tx.warp.copy", "R", "axis warpid, which is not a thread axis of a warp scope", line});
+}
+
+TEST_CASE("shared memory cannot carry thread axes") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("smem_axes", [&](Handle) {
+          T::thread_id({32});
+          line = __LINE__ + 1;
+          auto As = T::alloc_buffer({32, 8}, f32, scope::shared, lane_rows());
+        });
+      },
+      {"T.alloc_buffer", "As", "cannot use thread axes", line});
+}
+
+TEST_CASE("element access to a distributed register tile") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("elem", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+          auto tid = T::thread_id({32});
+          auto R = T::alloc_buffer({32, 8}, f32, scope::local, lane_rows());
+          line = __LINE__ + 1;
+          R(tid, 0) = A(tid, 0);
+        });
+      },
+      {"store", "R", "distributed over threads", line});
+}
+
+TEST_CASE("inconsistent scope ids") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("ids", [&](Handle) {
+          T::thread_id({64});
+          line = __LINE__ + 1;
+          T::warp_id({4});
+        });
+      },
+      {"T.warp_id", "", "implies 128 threads per CTA", line});
+}
+
+TEST_CASE("a non-commutative op with a scalar on the left") {
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("sub", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {256}, f32);
+          T::thread_id({256});
+          auto As = T::alloc_buffer({256}, f32, scope::shared);
+          Tx::cta::copy(As, A);
+          line = __LINE__ + 1;
+          Tx::cta::sub(As, 1.0, As);
+        });
+      },
+      {"Tx.cta.sub", "", "sub is not commutative", line});
+}
+
+TEST_CASE("builders outside a kernel") {
+  CHECK_THROWS_WITH_AS(T::thread_id({32}), doctest::Contains("outside T::prim_func"), Error);
+}
+
+TEST_CASE("launch checks the arguments against the kernel's buffers") {
+  PrimFunc f = T::prim_func("args", [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {64}, f32);
+    auto B = T::match_buffer(B_ptr, {64}, f32);
+    auto tid = T::thread_id({64});
+    B(tid) = A(tid);
+  });
+  Kernel k = compile(f, {.device = Device::host()});
+  Tensor a = Tensor::from_doubles(test::random_values(64, f32), {64}, f32, Device::host());
+  Tensor h = Tensor::from_doubles(test::random_values(64, f16), {64}, f16, Device::host());
+  Tensor s = Tensor::from_doubles(test::random_values(32, f32), {32}, f32, Device::host());
+  CHECK_THROWS_WITH_AS(k(a), doctest::Contains("takes 2 tensors, got 1"), Error);
+  CHECK_THROWS_WITH_AS(k(a, h), doctest::Contains("operand B (argument 1): dtype float16"), Error);
+  CHECK_THROWS_WITH_AS(k(s, a), doctest::Contains("shape (32,) but the kernel declares (64,)"),
+                       Error);
+}
