@@ -168,11 +168,23 @@ TEST_CASE("reduction/local names the missing laneid replica") {
     auto A = T::match_buffer(A_ptr, {32, 4}, f32);
     T::thread_id({32});
     auto R = T::alloc_buffer({32, 4}, f32, scope::local, TileLayout(S({32, 4}, {1 * laneid, 1})));
-    auto D = T::alloc_buffer({4}, f32, scope::local);
+    // D covers the warp, but its replica spans 8 lanes where the reduction crosses 32.
+    auto D = T::alloc_buffer({4}, f32, scope::local, TileLayout(S({4}, {8 * laneid}), tx::R({8}, {1 * laneid})));
     Tx::warp::copy(R, A);
     Tx::warp::sum(D, R, {.axes = {0}});
   });
   CHECK_THROWS_WITH_AS(lowering::lower(f), doctest::Contains("needs a laneid replica"), Error);
+
+  // A thread-private destination is held whole by every lane: the butterfly fills it.
+  PrimFunc g = T::prim_func("private_dst", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, 4}, f32);
+    T::thread_id({32});
+    auto R = T::alloc_buffer({32, 4}, f32, scope::local, TileLayout(S({32, 4}, {1 * laneid, 1})));
+    auto D = T::alloc_buffer({4}, f32, scope::local);
+    Tx::warp::copy(R, A);
+    Tx::warp::sum(D, R, {.axes = {0}});
+  });
+  CHECK(variants_of(g) == std::vector<std::string>{"copy/reg", "reduction/local"});
 }
 
 TEST_CASE("reduction/local refuses cta scope and says what to use") {

@@ -11,7 +11,7 @@ namespace {
 
 struct Expect {
   std::string op, operand, reason;
-  int line;
+  const int& line;  // set by the builder while it runs
 };
 
 // Builds and lowers `build`, which must fail as described.
@@ -54,7 +54,7 @@ TEST_CASE("a layout that does not match the shape") {
   int line = 0;
   expect_error(
       [&] {
-        return T::prim_func("layout", [&](Handle) {
+        return T::prim_func("layout", [&]() {
           T::thread_id({32});
           line = __LINE__ + 1;
           auto R = T::alloc_buffer({32, 4}, f32, scope::local, lane_rows());
@@ -141,7 +141,7 @@ TEST_CASE("a barrier under a thread-dependent condition") {
   int line = 0;
   expect_error(
       [&] {
-        return T::prim_func("bar", [&](Handle) {
+        return T::prim_func("bar", [&]() {
           auto tid = T::thread_id({64});
           T::if_(tid < 16, [&] {
             line = __LINE__ + 1;
@@ -186,7 +186,7 @@ TEST_CASE("shared memory cannot carry thread axes") {
   int line = 0;
   expect_error(
       [&] {
-        return T::prim_func("smem_axes", [&](Handle) {
+        return T::prim_func("smem_axes", [&]() {
           T::thread_id({32});
           line = __LINE__ + 1;
           auto As = T::alloc_buffer({32, 8}, f32, scope::shared, lane_rows());
@@ -214,7 +214,7 @@ TEST_CASE("inconsistent scope ids") {
   int line = 0;
   expect_error(
       [&] {
-        return T::prim_func("ids", [&](Handle) {
+        return T::prim_func("ids", [&]() {
           T::thread_id({64});
           line = __LINE__ + 1;
           T::warp_id({4});

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <sstream>
 
 #include "test_support.hpp"
 #include "tx/tx.hpp"

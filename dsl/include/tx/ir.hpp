@@ -408,11 +408,11 @@ int exec_scope_threads(ExecScope s, int cta_threads);
 using TileArg = std::variant<BufferRegion, Expr>;
 
 struct TileAttrs {
-  Expr scale;  // elementwise: op(x * scale + bias)
-  Expr bias;
+  Expr scale{};  // elementwise: op(x * scale + bias)
+  Expr bias{};
   bool accum = false;      // reductions: fold into the destination's old value
-  std::vector<int> axes;   // reductions: source axes to reduce (empty: inferred)
-  std::string variant;     // force a dispatch variant by name
+  std::vector<int> axes{};  // reductions: source axes to reduce (empty: inferred)
+  std::string variant{};    // force a dispatch variant by name
   DType dtype = void_t;    // cast: destination dtype is the buffer's; kept for printing
 };
 

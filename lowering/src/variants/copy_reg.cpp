@@ -95,6 +95,11 @@ Plan plan(const DispatchContext& ctx) {
       return operand_reason(R, std::string("register layout reaches ") +
                                    axis_name(static_cast<Axis>(a)) + " " +
                                    std::to_string(axis_max[a]) + ", past its range");
+  // A tile with no thread axes is held whole by every thread of the scope.
+  if (cover.empty() && ctx.scope_threads > 1) {
+    cover.push_back({ctx.scope_threads, 1, true});
+    replicas.push_back(cover.back());
+  }
   if (auto e = check_thread_cover(cover, ctx.scope_threads, R.buffer->layout.str()))
     return operand_reason(R, *e);
 

@@ -69,6 +69,10 @@ Plan plan(const DispatchContext& ctx) {
                                               " is not a thread axis of this scope");
     cover.push_back({it.extent, it.stride * *mult, true});
   }
+  // A tile with no thread axes is held whole by every thread of the scope.
+  if (cover.empty() && ctx.scope_threads > 1) {
+    cover.push_back({ctx.scope_threads, 1, true});
+  }
   if (auto e = check_thread_cover(cover, ctx.scope_threads, dst.buffer->layout.str()))
     return operand_reason(dst, *e);
 

@@ -77,6 +77,11 @@ Plan plan(const DispatchContext& ctx) {
     cover.push_back({it.extent, *s, true});
     dst_replicas.push_back(cover.back());
   }
+  // A tile with no thread axes is held whole by every thread of the scope.
+  if (cover.empty() && ctx.scope_threads > 1) {
+    cover.push_back({ctx.scope_threads, 1, true});
+    dst_replicas.push_back(cover.back());
+  }
   if (auto e = check_thread_cover(cover, ctx.scope_threads, rp.dst.buffer->layout.str()))
     return operand_reason(rp.dst, *e);
 

@@ -26,9 +26,9 @@ namespace tx {
 
 struct CompileOptions {
   // Where launches run; default: tx::default_device() at compile time.
-  std::optional<Device> device;
+  std::optional<Device> device{};
   // GPU arch for NVRTC; default: the device's ("sm_90a" on H100/H200).
-  std::string arch;
+  std::string arch{};
   bool debug_ir = false;  // print the IR after every lowering pass
 };
 

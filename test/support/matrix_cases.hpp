@@ -1,0 +1,587 @@
+// The numeric test matrix of the tile primitives, written once and run on a
+// device chosen by the including suite (gpu_matrix.cpp: the GPU;
+// host_matrix.cpp: the host JIT). Dimensions follow the reference's own
+// tests: copy round trips at warp / warpgroup / cta scope for f32, f16 and
+// u8 with several per-thread widths; elementwise unary and binary on shared
+// and register tiles with scale/bias and broadcast; reductions local
+// (thread-wise and warp shuffle) and shared, over several shapes and axes,
+// sum / max / min, with and without accum.
+//
+// Every case: fresh random inputs (never zero), outputs poisoned first,
+// comparison against a double-precision reference.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "test_support.hpp"
+#include "tx/tx.hpp"
+
+#ifndef TX_MATRIX_DEVICE
+#error "define TX_MATRIX_DEVICE before including matrix_cases.hpp"
+#endif
+
+namespace matrix {
+
+using namespace tx;
+
+inline Device device() { return TX_MATRIX_DEVICE; }
+
+inline Tensor input(const std::vector<double>& v, std::vector<std::int64_t> shape, DType t) {
+  return Tensor::from_doubles(v, std::move(shape), t, device());
+}
+inline Tensor output(std::vector<std::int64_t> shape, DType t) {
+  Tensor x = Tensor::empty(std::move(shape), t, device());
+  x.fill_bits(test::poison_bits(t));
+  return x;
+}
+inline Kernel build(const PrimFunc& f) { return compile(f, {.device = device()}); }
+
+// got == want within rtol (relative to max(1, |want|) for sums), NaN never passes.
+inline void check_close(const std::vector<double>& got, const std::vector<double>& want,
+                        double rtol, double atol = 0) {
+  REQUIRE(got.size() == want.size());
+  double err = test::max_rel_error(got, want, atol, rtol);
+  CHECK_MESSAGE(err <= 1.0, "max error " << err << " of tolerance (seed " << test::rng_seed() << ")");
+}
+
+// ------------------------------------------------------------------ copies
+
+enum class CopyScope { warp, warpgroup, cta, cta_warps };
+
+inline const char* name(CopyScope s) {
+  switch (s) {
+    case CopyScope::warp: return "warp";
+    case CopyScope::warpgroup: return "warpgroup";
+    case CopyScope::cta: return "cta(tx)";
+    case CopyScope::cta_warps: return "cta(warpid, laneid)";
+  }
+  return "?";
+}
+
+// A 256-thread CTA moves a (256, regs) tile global -> [shared ->] registers
+// -> [shared ->] global. At warp / warpgroup scope each group takes its own
+// rows (a region starting at the group id).
+inline PrimFunc copy_roundtrip(CopyScope cs, DType t, std::int64_t regs, bool via_shared) {
+  return T::prim_func("copy_rt", [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {256, regs}, t);
+    auto B = T::match_buffer(B_ptr, {256, regs}, t);
+    T::thread_id({256});
+    auto warp = T::warp_id({8});
+    auto wg = T::warpgroup_id({2});
+    std::int64_t rows = cs == CopyScope::warp ? 32 : cs == CopyScope::warpgroup ? 128 : 256;
+    TileLayout rl = cs == CopyScope::warp        ? TileLayout(S({32, regs}, {1 * laneid, 1}))
+                    : cs == CopyScope::warpgroup ? TileLayout(S({128, regs}, {1 * tid_in_wg, 1}))
+                    : cs == CopyScope::cta       ? TileLayout(S({256, regs}, {1 * axes::tx, 1}))
+                                                 : TileLayout(S({8, 32, regs}, {1 * warpid, 1 * laneid, 1}));
+    auto R = T::alloc_buffer({rows, regs}, t, scope::local, rl);
+    auto As = T::alloc_buffer({256, regs}, t, scope::shared);
+    Expr row0 = cs == CopyScope::warp ? Expr(warp * 32) : cs == CopyScope::warpgroup ? Expr(wg * 128) : Expr(0);
+    auto rows_of = [&](const TileBuffer& X) { return X[region(span(row0, rows), {0, regs})]; };
+    auto copy = [&](TileOperand d, TileOperand s) {
+      if (cs == CopyScope::warp)
+        Tx::warp::copy(d, s);
+      else if (cs == CopyScope::warpgroup)
+        Tx::warpgroup::copy(d, s);
+      else
+        Tx::cta::copy(d, s);
+    };
+    if (via_shared) {
+      Tx::cta::copy(As, A);
+      T::cuda::cta_sync();
+      copy(R, rows_of(As));
+      T::cuda::cta_sync();
+      Tx::cta::zero(As);
+      copy(rows_of(As), R);
+      T::cuda::cta_sync();
+      Tx::cta::copy(B, As);
+    } else {
+      copy(R, rows_of(A));
+      copy(rows_of(B), R);
+    }
+  });
+}
+
+inline void copy_case(CopyScope cs, DType t, std::int64_t regs, bool via_shared) {
+  CAPTURE(name(cs));
+  CAPTURE(t.name());
+  CAPTURE(regs);
+  CAPTURE(via_shared);
+  Kernel k = build(copy_roundtrip(cs, t, regs, via_shared));
+  bool reg_variant = false;
+  for (auto& d : k.info().dispatched) reg_variant |= d.variant == "copy/reg";
+  CHECK(reg_variant);
+  std::vector<double> a = test::random_values(static_cast<std::size_t>(256 * regs), t, -100, 100);
+  Tensor A = input(a, {256, regs}, t), B = output({256, regs}, t);
+  k(A, B);
+  // Copies are bit-exact.
+  CHECK(B.to_bytes() == A.to_bytes());
+}
+
+// ------------------------------------------------------------ elementwise
+
+struct UnaryOp {
+  const char* name;
+  std::function<void(ExecScope, TileOperand, TileOperand, TileAttrs)> call;
+  std::function<double(double)> ref;
+  double lo, hi;
+};
+
+inline std::vector<UnaryOp> unary_ops() {
+  auto dispatch = [](auto cta, auto warp) {
+    return [=](ExecScope s, TileOperand d, TileOperand x, TileAttrs a) {
+      if (s == ExecScope::cta)
+        cta(d, x, a, Loc::current());
+      else
+        warp(d, x, a, Loc::current());
+    };
+  };
+#define TX_UNARY(N, REF, LO, HI)                                                          \
+  UnaryOp {                                                                               \
+    #N, dispatch([](TileOperand d, TileOperand x, TileAttrs a, Loc l) { Tx::cta::N(d, x, a, l); }, \
+                 [](TileOperand d, TileOperand x, TileAttrs a, Loc l) { Tx::warp::N(d, x, a, l); }), \
+        REF, LO, HI                                                                        \
+  }
+  return {
+      TX_UNARY(sqrt, [](double x) { return std::sqrt(x); }, 0.01, 50.0),
+      TX_UNARY(exp, [](double x) { return std::exp(x); }, -5.0, 5.0),
+      TX_UNARY(exp2, [](double x) { return std::exp2(x); }, -5.0, 5.0),
+      TX_UNARY(reciprocal, [](double x) { return 1.0 / x; }, 0.1, 10.0),
+      TX_UNARY(silu, [](double x) { return x / (1.0 + std::exp(-x)); }, -6.0, 6.0),
+  };
+#undef TX_UNARY
+}
+
+// Unary op on a (32, 64) tile: shared at cta scope, or registers at warp scope
+// (lane i owns row i), with scale and bias: op(x * scale + bias).
+inline void unary_case(const UnaryOp& op, ExecScope scope, DType t, bool scale_bias) {
+  CAPTURE(op.name);
+  CAPTURE(exec_scope_name(scope));
+  CAPTURE(t.name());
+  double scale = scale_bias ? 0.5 : 1.0, bias = scale_bias ? 0.25 : 0.0;
+  PrimFunc f = T::prim_func("unary", [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, 64}, t);
+    auto B = T::match_buffer(B_ptr, {32, 64}, t);
+    T::thread_id({scope == ExecScope::cta ? 256 : 32});
+    TileAttrs at;
+    if (scale_bias) at = {.scale = scale, .bias = bias};
+    if (scope == ExecScope::cta) {
+      auto As = T::alloc_buffer({32, 64}, t, scope::shared);
+      auto Bs = T::alloc_buffer({32, 64}, t, scope::shared);
+      Tx::cta::copy(As, A);
+      T::cuda::cta_sync();
+      op.call(scope, Bs, As, at);
+      Tx::cta::copy(B, Bs);
+    } else {
+      auto R = T::alloc_buffer({32, 64}, t, scope::local, TileLayout(S({32, 64}, {1 * laneid, 1})));
+      Tx::warp::copy(R, A);
+      op.call(scope, R, R, at);
+      Tx::warp::copy(B, R);
+    }
+  });
+  Kernel k = build(f);
+  // Inputs chosen so x * scale + bias stays in the op's domain.
+  std::vector<double> a = test::random_values(32 * 64, t, (op.lo - bias) / scale, (op.hi - bias) / scale);
+  Tensor A = input(a, {32, 64}, t), B = output({32, 64}, t);
+  k(A, B);
+  std::vector<double> want(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) want[i] = quantize(op.ref(a[i] * scale + bias), t);
+  check_close(B.to_doubles(), want, std::max(test::default_rtol(t), 4e-6), 1e-30);
+}
+
+struct BinaryOp {
+  const char* name;
+  std::function<void(ExecScope, TileOperand, TileOrScalar, TileOrScalar)> call;
+  std::function<double(double, double)> ref;
+};
+
+inline std::vector<BinaryOp> binary_ops() {
+#define TX_BINARY(N, REF)                                                                     \
+  BinaryOp {                                                                                  \
+    #N,                                                                                       \
+        [](ExecScope s, TileOperand d, TileOrScalar a, TileOrScalar b) {                      \
+          if (s == ExecScope::cta)                                                            \
+            Tx::cta::N(d, a, b);                                                              \
+          else                                                                                \
+            Tx::warp::N(d, a, b);                                                             \
+        },                                                                                    \
+        REF                                                                                   \
+  }
+  return {
+      TX_BINARY(add, [](double a, double b) { return a + b; }),
+      TX_BINARY(sub, [](double a, double b) { return a - b; }),
+      TX_BINARY(mul, [](double a, double b) { return a * b; }),
+      TX_BINARY(fdiv, [](double a, double b) { return a / b; }),
+      TX_BINARY(maximum, [](double a, double b) { return std::max(a, b); }),
+      TX_BINARY(minimum, [](double a, double b) { return std::min(a, b); }),
+  };
+#undef TX_BINARY
+}
+
+enum class Bcast { none, row, column, scalar };
+inline const char* name(Bcast b) {
+  switch (b) {
+    case Bcast::none: return "same shape";
+    case Bcast::row: return "(1, 64) row";
+    case Bcast::column: return "(32, 1) column";
+    case Bcast::scalar: return "scalar";
+  }
+  return "?";
+}
+
+// C = op(A, B) on (32, 64) tiles, B broadcast as asked.
+inline void binary_case(const BinaryOp& op, ExecScope scope, DType t, Bcast bc) {
+  CAPTURE(op.name);
+  CAPTURE(exec_scope_name(scope));
+  CAPTURE(t.name());
+  CAPTURE(name(bc));
+  std::vector<std::int64_t> bshape = bc == Bcast::row      ? std::vector<std::int64_t>{1, 64}
+                                     : bc == Bcast::column ? std::vector<std::int64_t>{32, 1}
+                                                           : std::vector<std::int64_t>{32, 64};
+  std::int64_t bn = bshape[0] * bshape[1];
+  const double scalar = 1.75;
+  bool reg = scope == ExecScope::warp;
+  // A register operand broadcast along rows lives whole in every lane; a
+  // column broadcast follows the destination's rows (lane i holds B[i, 0]).
+  TileLayout b_layout = !reg || bc == Bcast::row ? TileLayout(S(bshape))
+                        : bc == Bcast::column   ? TileLayout(S({32, 1}, {1 * laneid, 1}))
+                                                : TileLayout(S({32, 64}, {1 * laneid, 1}));
+  PrimFunc f = T::prim_func("binary", [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, 64}, t);
+    auto B = T::match_buffer(B_ptr, bshape, t);
+    auto C = T::match_buffer(C_ptr, {32, 64}, t);
+    T::thread_id({reg ? 32 : 256});
+    if (!reg) {
+      auto As = T::alloc_buffer({32, 64}, t, scope::shared);
+      auto Bs = T::alloc_buffer(bshape, t, scope::shared);
+      auto Cs = T::alloc_buffer({32, 64}, t, scope::shared);
+      Tx::cta::copy(As, A);
+      Tx::cta::copy(Bs, B);
+      T::cuda::cta_sync();
+      if (bc == Bcast::scalar)
+        op.call(scope, Cs, As, scalar);
+      else
+        op.call(scope, Cs, As, Bs);
+      Tx::cta::copy(C, Cs);
+    } else {
+      auto Ra = T::alloc_buffer({32, 64}, t, scope::local, TileLayout(S({32, 64}, {1 * laneid, 1})));
+      auto Rb = T::alloc_buffer(bshape, t, scope::local, b_layout);
+      auto Rc = T::alloc_buffer({32, 64}, t, scope::local, TileLayout(S({32, 64}, {1 * laneid, 1})));
+      Tx::warp::copy(Ra, A);
+      if (bc == Bcast::row) {
+        Tx::thread::copy(Rb, B);  // every lane loads the whole row
+      } else {
+        Tx::warp::copy(Rb, B);
+      }
+      if (bc == Bcast::scalar)
+        op.call(scope, Rc, Ra, scalar);
+      else
+        op.call(scope, Rc, Ra, Rb);
+      Tx::warp::copy(C, Rc);
+    }
+  });
+  Kernel k = build(f);
+  auto a = test::random_values(32 * 64, t, -8, 8), b = test::random_values(static_cast<std::size_t>(bn), t, 0.5, 4);
+  Tensor A = input(a, {32, 64}, t), B = input(b, bshape, t), C = output({32, 64}, t);
+  k(A, B, C);
+  std::vector<double> want(a.size());
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 64; ++j) {
+      double bv = bc == Bcast::row ? b[j] : bc == Bcast::column ? b[i] : bc == Bcast::scalar ? scalar : b[i * 64 + j];
+      want[i * 64 + j] = quantize(op.ref(a[i * 64 + j], bv), t);
+    }
+  check_close(C.to_doubles(), want, std::max(test::default_rtol(t), 2e-7), 1e-30);
+}
+
+// fma, fill, zero and cast on registers and shared memory.
+inline void misc_elementwise_case(ExecScope scope) {
+  CAPTURE(exec_scope_name(scope));
+  bool reg = scope == ExecScope::warp;
+  PrimFunc f = T::prim_func("misc", [&](Handle A_ptr, Handle B_ptr, Handle F_ptr, Handle H_ptr, Handle Z_ptr) {
+    auto A = T::match_buffer(A_ptr, {32, 16}, f32);
+    auto B = T::match_buffer(B_ptr, {32, 16}, f32);
+    auto F = T::match_buffer(F_ptr, {32, 16}, f32);
+    auto H = T::match_buffer(H_ptr, {32, 16}, f16);
+    auto Z = T::match_buffer(Z_ptr, {32, 16}, f32);
+    T::thread_id({reg ? 32 : 128});
+    MemScope ms = reg ? scope::local : scope::shared;
+    std::optional<TileLayout> l;
+    if (reg) l = TileLayout(S({32, 16}, {1 * laneid, 1}));
+    auto a = T::alloc_buffer({32, 16}, f32, ms, l);
+    auto b = T::alloc_buffer({32, 16}, f32, ms, l);
+    auto fm = T::alloc_buffer({32, 16}, f32, ms, l);
+    auto h = T::alloc_buffer({32, 16}, f16, ms, l);
+    auto z = T::alloc_buffer({32, 16}, f32, ms, l);
+    if (reg) {
+      Tx::warp::copy(a, A);
+      Tx::warp::copy(b, B);
+      Tx::warp::fma(fm, a, b, 0.5);
+      Tx::warp::cast(h, fm);
+      Tx::warp::fill(z, 3.25);
+      Tx::warp::copy(F, fm);
+      Tx::warp::copy(H, h);
+      Tx::warp::copy(Z, z);
+    } else {
+      Tx::warpgroup::copy(a, A);
+      Tx::warpgroup::copy(b, B);
+      T::cuda::cta_sync();
+      Tx::warpgroup::fma(fm, a, b, 0.5);
+      Tx::warpgroup::cast(h, fm);
+      Tx::warpgroup::zero(z);
+      Tx::warpgroup::add(z, z, 3.25);
+      Tx::warpgroup::copy(F, fm);
+      Tx::warpgroup::copy(H, h);
+      Tx::warpgroup::copy(Z, z);
+    }
+  });
+  Kernel k = build(f);
+  auto a = test::random_values(512, f32), b = test::random_values(512, f32);
+  Tensor A = input(a, {32, 16}, f32), B = input(b, {32, 16}, f32);
+  Tensor F = output({32, 16}, f32), H = output({32, 16}, f16), Z = output({32, 16}, f32);
+  k(A, B, F, H, Z);
+  std::vector<double> wf(512), wh(512), wz(512, 3.25);
+  for (int i = 0; i < 512; ++i) {
+    wf[i] = quantize(std::fma(a[i], b[i], 0.5), f32);
+    wh[i] = quantize(wf[i], f16);
+  }
+  check_close(F.to_doubles(), wf, 2.5e-7, 1e-30);
+  std::vector<double> got_f = F.to_doubles();
+  for (int i = 0; i < 512; ++i) wh[i] = quantize(got_f[i], f16);
+  CHECK(H.to_doubles() == wh);  // the cast rounds the f32 result exactly
+  CHECK(Z.to_doubles() == wz);
+}
+
+// -------------------------------------------------------------- reductions
+
+struct Reduce {
+  const char* name;
+  std::function<void(ExecScope, TileOperand, TileOperand, TileAttrs)> call;
+  std::function<double(double, double)> combine;
+  double identity;
+};
+
+inline std::vector<Reduce> reductions() {
+#define TX_RED(N, C, I)                                                                        \
+  Reduce {                                                                                     \
+    #N,                                                                                        \
+        [](ExecScope s, TileOperand d, TileOperand x, TileAttrs a) {                           \
+          switch (s) {                                                                         \
+            case ExecScope::thread: Tx::thread::N(d, x, a); break;                             \
+            case ExecScope::warp: Tx::warp::N(d, x, a); break;                                 \
+            case ExecScope::warpgroup: Tx::warpgroup::N(d, x, a); break;                       \
+            case ExecScope::cta: Tx::cta::N(d, x, a); break;                                   \
+          }                                                                                    \
+        },                                                                                     \
+        C, I                                                                                   \
+  }
+  return {
+      TX_RED(sum, [](double a, double b) { return a + b; }, 0.0),
+      TX_RED(max, [](double a, double b) { return std::max(a, b); }, -INFINITY),
+      TX_RED(min, [](double a, double b) { return std::min(a, b); }, INFINITY),
+  };
+#undef TX_RED
+}
+
+// Reference: reduce `src` (row-major, shape) over `axes`, optionally folding
+// into `init` (accum).
+inline std::vector<double> reduce_ref(const Reduce& r, const std::vector<double>& src,
+                                      const std::vector<std::int64_t>& shape,
+                                      const std::vector<int>& axes, const std::vector<double>* init) {
+  std::vector<std::int64_t> out_shape;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (std::find(axes.begin(), axes.end(), static_cast<int>(d)) == axes.end()) out_shape.push_back(shape[d]);
+  std::int64_t n_out = 1;
+  for (auto e : out_shape) n_out *= e;
+  std::vector<double> out(static_cast<std::size_t>(n_out), r.identity);
+  std::vector<std::int64_t> c(shape.size(), 0);
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    std::int64_t o = 0;
+    for (std::size_t d = 0; d < shape.size(); ++d)
+      if (std::find(axes.begin(), axes.end(), static_cast<int>(d)) == axes.end()) o = o * shape[d] + c[d];
+    out[static_cast<std::size_t>(o)] = r.combine(out[static_cast<std::size_t>(o)], src[i]);
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (++c[d] < shape[d]) break;
+      c[d] = 0;
+    }
+  }
+  if (init)
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = r.combine((*init)[i], out[i]);
+  return out;
+}
+
+enum class RedKind { thread_local_, warp_all_lanes, warp_lane_subset, warp_in_registers, shared_cta, shared_warp };
+inline const char* name(RedKind k) {
+  switch (k) {
+    case RedKind::thread_local_: return "local, thread scope";
+    case RedKind::warp_all_lanes: return "local, warp shuffle over 32 lanes";
+    case RedKind::warp_lane_subset: return "local, warp shuffle over 8 lanes";
+    case RedKind::warp_in_registers: return "local, warp, registers only";
+    case RedKind::shared_cta: return "shared, cta";
+    case RedKind::shared_warp: return "shared, warp";
+  }
+  return "?";
+}
+
+inline void reduction_case(const Reduce& r, RedKind kind, bool accum, int variant_axis) {
+  CAPTURE(r.name);
+  CAPTURE(name(kind));
+  CAPTURE(accum);
+  CAPTURE(variant_axis);
+  std::vector<std::int64_t> shape, dshape;
+  std::vector<int> axes;
+  int threads = 32;
+  PrimFunc f;
+  switch (kind) {
+    case RedKind::thread_local_: {
+      // Every thread reduces its own (4, 8) tile: rows of A are per thread.
+      shape = {32, 4, 8};
+      axes = {variant_axis == 0 ? 2 : 1};
+      dshape = {32, variant_axis == 0 ? 4 : 8};
+      std::int64_t keep = dshape[1];
+      int ax = axes[0];
+      f = T::prim_func("red_thread", [&](Handle A_ptr, Handle D_ptr) {
+        auto A = T::match_buffer(A_ptr, {32, 4, 8}, f32);
+        auto D = T::match_buffer(D_ptr, {32, keep}, f32);
+        auto tid = T::thread_id({32});
+        auto R = T::alloc_buffer({4, 8}, f32, scope::local);
+        auto Dl = T::alloc_buffer({keep}, f32, scope::local);
+        Tx::thread::copy(R, A[region(span(tid, 1), {0, 4}, {0, 8})]);
+        Tx::thread::copy(Dl, D[region(span(tid, 1), {0, keep})]);
+        r.call(ExecScope::thread, Dl, R, {.accum = accum, .axes = {ax - 1}});
+        Tx::thread::copy(D[region(span(tid, 1), {0, keep})], Dl);
+      });
+      break;
+    }
+    case RedKind::warp_all_lanes: {
+      shape = {32, 4};
+      axes = {0};
+      dshape = {4};
+      f = T::prim_func("red_warp32", [&](Handle A_ptr, Handle D_ptr) {
+        auto A = T::match_buffer(A_ptr, {32, 4}, f32);
+        auto D = T::match_buffer(D_ptr, {4}, f32);
+        T::thread_id({32});
+        auto R = T::alloc_buffer({32, 4}, f32, scope::local, TileLayout(S({32, 4}, {1 * laneid, 1})));
+        auto Dl = T::alloc_buffer({4}, f32, scope::local, TileLayout(S({4}), tx::R({32}, {1 * laneid})));
+        Tx::warp::copy(R, A);
+        Tx::warp::copy(Dl, D);
+        r.call(ExecScope::warp, Dl, R, {.accum = accum, .axes = {0}});
+        Tx::warp::copy(D, Dl);
+      });
+      break;
+    }
+    case RedKind::warp_lane_subset: {
+      // (4, 8, 4): lane 8i + j holds [i, j, :]; reduce j (lane bits 0..2).
+      shape = {4, 8, 4};
+      axes = {1};
+      dshape = {4, 4};
+      f = T::prim_func("red_warp8", [&](Handle A_ptr, Handle D_ptr) {
+        auto A = T::match_buffer(A_ptr, {4, 8, 4}, f32);
+        auto D = T::match_buffer(D_ptr, {4, 4}, f32);
+        T::thread_id({32});
+        auto R = T::alloc_buffer({4, 8, 4}, f32, scope::local, TileLayout(S({4, 8, 4}, {8 * laneid, 1 * laneid, 1})));
+        auto Dl = T::alloc_buffer({4, 4}, f32, scope::local,
+                                  TileLayout(S({4, 4}, {8 * laneid, 1}), tx::R({8}, {1 * laneid})));
+        Tx::warp::copy(R, A);
+        Tx::warp::copy(Dl, D);
+        r.call(ExecScope::warp, Dl, R, {.accum = accum, .axes = {1}});
+        Tx::warp::copy(D, Dl);
+      });
+      break;
+    }
+    case RedKind::warp_in_registers: {
+      shape = {32, 16};
+      axes = {1};
+      dshape = {32};
+      f = T::prim_func("red_warp_regs", [&](Handle A_ptr, Handle D_ptr) {
+        auto A = T::match_buffer(A_ptr, {32, 16}, f32);
+        auto D = T::match_buffer(D_ptr, {32}, f32);
+        T::thread_id({32});
+        auto R = T::alloc_buffer({32, 16}, f32, scope::local, TileLayout(S({32, 16}, {1 * laneid, 1})));
+        auto Dl = T::alloc_buffer({32}, f32, scope::local, TileLayout(S({32}, {1 * laneid})));
+        Tx::warp::copy(R, A);
+        Tx::warp::copy(Dl, D);
+        r.call(ExecScope::warp, Dl, R, {.accum = accum, .axes = {1}});
+        Tx::warp::copy(D, Dl);
+      });
+      break;
+    }
+    case RedKind::shared_cta:
+    case RedKind::shared_warp: {
+      bool cta = kind == RedKind::shared_cta;
+      threads = cta ? 256 : 32;
+      shape = variant_axis == 0 ? std::vector<std::int64_t>{24, 100} : std::vector<std::int64_t>{300, 7};
+      axes = {variant_axis == 0 ? 1 : 0};
+      dshape = {variant_axis == 0 ? 24 : 7};
+      int ax = axes[0];
+      f = T::prim_func("red_shared", [&](Handle A_ptr, Handle D_ptr) {
+        auto A = T::match_buffer(A_ptr, shape, f32);
+        auto D = T::match_buffer(D_ptr, dshape, f32);
+        T::thread_id({threads});
+        auto As = T::alloc_buffer(shape, f32, scope::shared);
+        auto Ds = T::alloc_buffer(dshape, f32, scope::shared);
+        Tx::cta::copy(As, A);
+        Tx::cta::copy(Ds, D);
+        T::cuda::cta_sync();
+        r.call(cta ? ExecScope::cta : ExecScope::warp, Ds, As, {.accum = accum, .axes = {ax}});
+        T::cuda::cta_sync();
+        Tx::cta::copy(D, Ds);
+      });
+      break;
+    }
+  }
+  Kernel k = build(f);
+  std::int64_t n = 1, m = 1;
+  for (auto e : shape) n *= e;
+  for (auto e : dshape) m *= e;
+  auto a = test::random_values(static_cast<std::size_t>(n), f32, -1, 1);
+  auto d0 = test::random_values(static_cast<std::size_t>(m), f32, -1, 1);
+  Tensor A = input(a, shape, f32), D = input(d0, dshape, f32);
+  k(A, D);
+  auto want = reduce_ref(r, a, shape, axes, accum ? &d0 : nullptr);
+  // Sums of up to 300 terms of magnitude 1 in f32.
+  check_close(D.to_doubles(), want, 1e-5, 3e-5);
+}
+
+}  // namespace matrix
+
+// -------------------------------------------------------------- the cases
+
+TEST_CASE("matrix: copy round trips register <-> shared and register <-> global") {
+  using namespace matrix;
+  for (CopyScope cs : {CopyScope::warp, CopyScope::warpgroup, CopyScope::cta, CopyScope::cta_warps})
+    for (tx::DType t : {tx::f32, tx::f16, tx::u8})
+      for (std::int64_t regs : {1, 2, 4, 8, 16})
+        for (bool via_shared : {false, true}) copy_case(cs, t, regs, via_shared);
+}
+
+TEST_CASE("matrix: unary elementwise on shared (cta) and registers (warp)") {
+  using namespace matrix;
+  for (const UnaryOp& op : unary_ops())
+    for (tx::ExecScope s : {tx::ExecScope::cta, tx::ExecScope::warp})
+      for (tx::DType t : {tx::f32, tx::f16})
+        for (bool sb : {false, true}) unary_case(op, s, t, sb);
+}
+
+TEST_CASE("matrix: binary elementwise with broadcast") {
+  using namespace matrix;
+  for (const BinaryOp& op : binary_ops())
+    for (tx::ExecScope s : {tx::ExecScope::cta, tx::ExecScope::warp})
+      for (tx::DType t : {tx::f32, tx::f16})
+        for (Bcast b : {Bcast::none, Bcast::row, Bcast::column, Bcast::scalar}) binary_case(op, s, t, b);
+}
+
+TEST_CASE("matrix: fma, cast, fill and zero") {
+  matrix::misc_elementwise_case(tx::ExecScope::warp);
+  matrix::misc_elementwise_case(tx::ExecScope::warpgroup);
+}
+
+TEST_CASE("matrix: reductions local and shared, sum/max/min, with and without accum") {
+  using namespace matrix;
+  for (const Reduce& r : reductions())
+    for (RedKind kind : {RedKind::thread_local_, RedKind::warp_all_lanes, RedKind::warp_lane_subset,
+                         RedKind::warp_in_registers, RedKind::shared_cta, RedKind::shared_warp})
+      for (bool accum : {false, true})
+        for (int v : {0, 1}) reduction_case(r, kind, accum, v);
+}
