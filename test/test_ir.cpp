@@ -172,3 +172,15 @@ TEST_CASE("TX_DEBUG_IR prints the IR after every pass") {
                            "legalize_low_precision", "simplify_stmt"})
     CHECK(contains(log.str(), std::string("IR after ") + pass));
 }
+
+TEST_CASE("C++ types map to dtypes at compile time (Boost.Hana)") {
+  static_assert(dtype_of<float>() == f32);
+  static_assert(dtype_of<std::uint8_t>() == u8);
+  static_assert(!has_dtype<long double>);
+  std::vector<std::int32_t> v{3, -7, 11, 42};
+  Tensor t = Tensor::from_vector(v, {4}, Device::host());
+  CHECK(t.dtype() == i32);
+  CHECK(t.to_vector<std::int32_t>() == v);
+  CHECK(t.to_doubles() == std::vector<double>{3, -7, 11, 42});
+  CHECK_THROWS_WITH_AS(t.to_vector<float>(), doctest::Contains("holds int32, not float32"), Error);
+}

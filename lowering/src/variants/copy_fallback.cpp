@@ -10,6 +10,9 @@
 // With a thread-private local side every thread walks all N elements; when
 // that side is the destination each thread loads its own copy, when it is
 // the source only the scope's first thread stores (the copies are equal).
+#include <mutex>
+#include <set>
+
 #include "common.hpp"
 #include "tx/printer.hpp"
 
@@ -62,8 +65,18 @@ Plan plan(const DispatchContext& ctx) {
   Stmt s = make_for(i, c32(0), c32(rounds), ForKind::serial, body);
   if (local_src && ctx.scope_threads > 1) s = make_if(eq(rel, c32(0)), s);
 
-  warn(tile_call_str(ctx.call) + " at " + ctx.call->loc.str() +
-       ": no vectorized copy variant applies; using copy/fallback (a scalar loop)");
+  // Once per call site: a kernel rebuilt in a loop should not flood the log.
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::string site = ctx.call->loc.str() + ":" + std::to_string(ctx.call->loc.column);
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    first = warned.insert(site).second;
+  }
+  if (first)
+    warn(tile_call_str(ctx.call) + " at " + ctx.call->loc.str() +
+         ": no vectorized copy variant applies; using copy/fallback (a scalar loop)");
   return make_origin(origin_text(ctx, "copy/fallback"), s, ctx.call->loc);
 }
 

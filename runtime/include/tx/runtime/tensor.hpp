@@ -5,11 +5,14 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tx/dtype.hpp"
+#include "tx/error.hpp"
+#include "tx/type_map.hpp"
 
 namespace tx {
 
@@ -41,6 +44,23 @@ class Tensor {
   // Raw element bytes (size must equal numel * dtype.bytes()).
   static Tensor from_bytes(const void* data, std::size_t nbytes, std::vector<std::int64_t> shape,
                            DType dtype, Device device = default_device());
+
+  // Typed construction and read-back for C++ element types (float, int32_t, ...).
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& values, std::vector<std::int64_t> shape,
+                            Device device = default_device()) {
+    return from_bytes(values.data(), values.size() * sizeof(T), std::move(shape), dtype_of<T>(),
+                      device);
+  }
+  template <class T>
+  std::vector<T> to_vector() const {
+    if (dtype_of<T>() != dtype_)
+      fail("Tensor.to_vector", "", {}, "tensor holds " + dtype_.name() + ", not " + dtype_of<T>().name());
+    std::vector<std::uint8_t> b = to_bytes();
+    std::vector<T> out(b.size() / sizeof(T));
+    if (!out.empty()) std::memcpy(out.data(), b.data(), b.size());
+    return out;
+  }
 
   bool defined() const { return storage_ != nullptr; }
   const std::vector<std::int64_t>& shape() const { return shape_; }
