@@ -259,3 +259,27 @@ TEST_CASE("launch checks the arguments against the kernel's buffers") {
   CHECK_THROWS_WITH_AS(k(s, a), doctest::Contains("shape (32,) but the kernel declares (64,)"),
                        Error);
 }
+
+TEST_CASE("a guard on the CTA id narrows the range a dynamic region may cover") {
+  // 4 CTAs of 256: the last one takes the tail with scalar code, the others
+  // copy whole 256-element spans; without the guard the span could run past 1000.
+  PrimFunc f = T::prim_func("tail", [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {1000}, f32);
+    auto B = T::match_buffer(B_ptr, {1000}, f32);
+    auto bx = T::cta_id({4});
+    auto tid = T::thread_id({32});
+    auto As = T::alloc_buffer({256}, f32, scope::shared);
+    T::if_(bx < 3,
+           [&] {
+             Tx::warp::copy(As, A[region(span(bx * 256, 256))]);
+             T::cuda::cta_sync();
+             Tx::warp::copy(B[region(span(bx * 256, 256))], As);
+           })
+        .else_([&] {
+          for (Var i : T::serial(8)) {
+            T::if_(768 + i * 32 + tid < 1000, [&] { B(768 + i * 32 + tid) = A(768 + i * 32 + tid); });
+          }
+        });
+  });
+  CHECK_NOTHROW(lowering::lower(f));
+}

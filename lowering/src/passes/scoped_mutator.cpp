@@ -75,13 +75,63 @@ Stmt ScopedMutator::mutate_node(const Stmt& self, const ScopeIdBindNode* n) {
   return IRMutator::mutate_node(self, n);
 }
 
+namespace {
+// Narrowing `v < k`-style conditions: the range of v inside each branch.
+struct Narrowing {
+  const VarNode* var = nullptr;
+  Interval then_range, else_range;
+};
+
+std::optional<Narrowing> narrowing(const Expr& c, const Env& env) {
+  auto* b = c.as<BinaryNode>();
+  if (!b) return std::nullopt;
+  const VarNode* v = b->a.as<VarNode>();
+  auto k = as_const_int(b->b);
+  BinOp op = b->op;
+  if (!v || !k) {
+    // k op v: mirror it.
+    v = b->b.as<VarNode>();
+    k = as_const_int(b->a);
+    if (!v || !k) return std::nullopt;
+    switch (op) {
+      case BinOp::LT: op = BinOp::GT; break;
+      case BinOp::LE: op = BinOp::GE; break;
+      case BinOp::GT: op = BinOp::LT; break;
+      case BinOp::GE: op = BinOp::LE; break;
+      default: break;
+    }
+  }
+  const VarFact* f = env.find(v);
+  Interval r = f ? f->range : Interval::everything();
+  Narrowing n{v, r, r};
+  switch (op) {
+    case BinOp::LT: n.then_range.hi = std::min(r.hi, *k - 1); n.else_range.lo = std::max(r.lo, *k); break;
+    case BinOp::LE: n.then_range.hi = std::min(r.hi, *k); n.else_range.lo = std::max(r.lo, *k + 1); break;
+    case BinOp::GT: n.then_range.lo = std::max(r.lo, *k + 1); n.else_range.hi = std::min(r.hi, *k); break;
+    case BinOp::GE: n.then_range.lo = std::max(r.lo, *k); n.else_range.hi = std::min(r.hi, *k - 1); break;
+    case BinOp::EQ: n.then_range = {std::max(r.lo, *k), std::min(r.hi, *k)}; break;
+    default: return std::nullopt;
+  }
+  return n;
+}
+}  // namespace
+
 Stmt ScopedMutator::mutate_node(const Stmt& self, const IfThenElseNode* n) {
   Expr c = mutate(n->cond);
   Guard g{c, n->loc, env_.level(c), to_string(c)};
   guards_.push_back(g);
+  auto nar = narrowing(c, env_);
+  const VarFact* f = nar ? env_.find(nar->var) : nullptr;
+  VarFact saved = f ? *f : VarFact{};
+  auto narrow = [&](Interval r) {
+    if (f) env_.bind(nar->var, {r, saved.level});
+  };
+  narrow(nar ? nar->then_range : Interval{});
   Stmt t = mutate(n->then_case);
   guards_.back().text = "not (" + g.text + ")";
+  narrow(nar ? nar->else_range : Interval{});
   Stmt e = mutate(n->else_case);
+  narrow(saved.range);
   guards_.pop_back();
   if (c.same_as(n->cond) && t.same_as(n->then_case) && e.same_as(n->else_case)) return self;
   return make_if(c, t, e, n->loc);

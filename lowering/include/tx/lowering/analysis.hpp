@@ -41,6 +41,7 @@ class Env {
   std::array<std::int64_t, 3> grid{2147483647, 65535, 65535};
 
   void bind(const Var& v, VarFact f) { vars_[v.get()] = f; }
+  void bind(const VarNode* v, VarFact f) { vars_[v] = f; }
   const VarFact* find(const VarNode* v) const;
 
   Interval bound(const Expr& e) const;
