@@ -196,6 +196,13 @@ Handle FuncScope::param(std::size_t i, std::size_t n) {
   return h;
 }
 
+Handle FuncScope::named_param(const std::string& name) {
+  BuildState& s = *g_state;
+  Handle h(Var(name, handle_t, s.loc));
+  s.params.push_back({h, Buffer()});
+  return h;
+}
+
 PrimFunc FuncScope::finish() {
   BuildState& s = *g_state;
   if (s.frames.size() != 1)
@@ -367,6 +374,16 @@ IdVars bind_ids(ScopeIdKind kind, Shape extents, Name name, SourceLoc loc,
   return IdVars(vars);
 }
 }  // namespace
+
+PrimFunc prim_func_n(std::string name, std::vector<std::string> param_names,
+                     const std::function<void(const std::vector<Handle>&)>& body, Loc loc) {
+  detail::FuncScope scope(std::move(name), loc);
+  std::vector<Handle> handles;
+  for (std::size_t i = 0; i < param_names.size(); ++i)
+    handles.push_back(scope.named_param(param_names[i]));
+  body(handles);
+  return scope.finish();
+}
 
 TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype, std::optional<TileLayout> layout,
                         Name name, Loc loc) {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "tx/ir_functor.hpp"
+#include "tx/printer.hpp"
 
 namespace tx::lowering {
 
@@ -106,7 +107,15 @@ Interval Env::bound(const Expr& e) const {
       return Interval::everything();
     case BinOp::Mod:
     case BinOp::FloorMod:
-      if (y.lo > 0 && x.lo >= 0) return {0, std::min(x.hi, y.hi - 1)};
+      if (y.lo > 0 && x.lo >= 0) {
+        // A multiple of g modulo c (a constant multiple of g) is at most c - g.
+        std::int64_t hi = std::min(x.hi, y.hi - 1);
+        if (y.lo == y.hi) {
+          std::int64_t g = std::gcd(known_divisor(b->a), y.lo);
+          if (g > 1) hi = std::min(hi, y.lo - g);
+        }
+        return {0, hi};
+      }
       if (y.lo > 0 && b->op == BinOp::FloorMod) return {0, y.hi - 1};
       if (y.lo > 0) return {-(y.hi - 1), y.hi - 1};
       return Interval::everything();
@@ -149,6 +158,10 @@ Uniformity Env::level(const Expr& e) const {
 std::int64_t Env::known_divisor(const Expr& e) const {
   if (!e || !e.dtype().is_integer()) return 1;
   if (auto c = as_const_int(e)) return *c < 0 ? -*c : *c;
+  if (auto* v = e.as<VarNode>()) {
+    const VarFact* f = find(v);
+    return f ? f->divisor : 1;
+  }
   if (auto* b = e.as<BinaryNode>()) {
     switch (b->op) {
       case BinOp::Mul: {
@@ -161,6 +174,22 @@ std::int64_t Env::known_divisor(const Expr& e) const {
       case BinOp::Shl:
         if (auto s = as_const_int(b->b); s && *s >= 0 && *s < 40)
           return sat_mul(known_divisor(b->a), std::int64_t{1} << *s);
+        return 1;
+      case BinOp::Mod:
+      case BinOp::FloorMod:
+        // a % c = a - c * (a / c): divisible by whatever divides both a and c.
+        if (auto c = as_const_int(b->b); c && *c > 0) {
+          std::int64_t da = known_divisor(b->a);
+          return da == 0 ? 0 : std::gcd(da, *c);
+        }
+        return 1;
+      case BinOp::Div:
+      case BinOp::FloorDiv:
+        if (auto c = as_const_int(b->b); c && *c > 0) {
+          std::int64_t da = known_divisor(b->a);
+          if (da == 0) return 0;
+          if (da % *c == 0) return da / *c;
+        }
         return 1;
       default: return 1;
     }
@@ -264,8 +293,25 @@ class Simplifier : public IRMutator {
         self = Expr();
       }
       switch (op) {
-        case BinOp::Add:
+        case BinOp::Add: {
           if (cb && *cb == 0) return a;
+          // x % c + (x / c) * c == x for x >= 0 (either order).
+          auto split = [&](const Expr& m, const Expr& q) -> Expr {
+            auto* mm = m.as<BinaryNode>();
+            auto* qm = q.as<BinaryNode>();
+            if (!mm || !qm || mm->op != BinOp::Mod || qm->op != BinOp::Mul) return Expr();
+            auto* qd = qm->a.as<BinaryNode>();
+            auto c1 = as_const_int(mm->b), c2 = as_const_int(qm->b);
+            if (!qd || qd->op != BinOp::Div || !c1 || !c2 || *c1 != *c2) return Expr();
+            auto c3 = as_const_int(qd->b);
+            if (!c3 || *c3 != *c1) return Expr();
+            if (!structural_equal(make_evaluate(mm->a), make_evaluate(qd->a))) return Expr();
+            if (bound(mm->a).lo < 0) return Expr();
+            return mm->a;
+          };
+          if (Expr r = split(a, b)) return r;
+          if (Expr r = split(b, a)) return r;
+        }
           if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Add) {
             if (auto k = as_const_int(x->b)) return rewrite(BinOp::Add, x->a, make_int(*k + *cb, t, loc), loc, {});
           }

@@ -1,116 +1,225 @@
-// The CUDA driver API through dlopen("libcuda.so.1"). cuda.h #defines many
-// entry points to versioned symbols (cuMemAlloc -> cuMemAlloc_v2); the
-// two-level TX_STR expansion makes dlsym ask for the versioned name, and
-// decltype(&cuX) gives the matching prototype.
+// The CUDA driver API through dlopen("libcuda.so.1"), so that libtx loads on
+// machines without an NVIDIA driver. cuda.h provides the prototypes only.
+//
+// cuda.h #defines many entry points to versioned symbols (cuMemAlloc ->
+// cuMemAlloc_v2). The two-level TX_CU_STR expands the macro before
+// stringizing, so dlsym asks for the versioned symbol whose ABI matches
+// decltype(&cuMemAlloc); asking for the plain name would get the legacy
+// 32-bit entry point.
 #include "tx/runtime/cuda_driver.hpp"
 
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <cerrno>
 #include <cstdlib>
-#include <mutex>
 
 #include "tx/error.hpp"
 
-#define TX_STR2(x) #x
-#define TX_STR(x) TX_STR2(x)
+#define TX_CU_STR2(x) #x
+#define TX_CU_STR(x) TX_CU_STR2(x)
 
 namespace tx::runtime {
 
 namespace {
 
+// Entry points every driver since CUDA 11 has under the name cuda.h maps to.
+#define TX_CU_REQUIRED(X)     \
+  X(cuInit)                   \
+  X(cuDriverGetVersion)       \
+  X(cuGetErrorName)           \
+  X(cuGetErrorString)         \
+  X(cuDeviceGetCount)         \
+  X(cuDeviceGet)              \
+  X(cuDeviceGetName)          \
+  X(cuDeviceGetAttribute)     \
+  X(cuDeviceTotalMem)         \
+  X(cuDevicePrimaryCtxRetain) \
+  X(cuCtxSetCurrent)          \
+  X(cuCtxGetCurrent)          \
+  X(cuCtxSynchronize)         \
+  X(cuModuleLoadData)         \
+  X(cuModuleUnload)           \
+  X(cuModuleGetFunction)      \
+  X(cuFuncSetAttribute)       \
+  X(cuLaunchKernel)           \
+  X(cuMemAlloc)               \
+  X(cuMemFree)                \
+  X(cuMemcpyHtoD)             \
+  X(cuMemcpyDtoH)             \
+  X(cuMemcpyDtoD)             \
+  X(cuMemsetD8)               \
+  X(cuEventCreate)            \
+  X(cuEventDestroy)           \
+  X(cuEventRecord)            \
+  X(cuEventSynchronize)
+
 struct Driver {
   void* handle = nullptr;
-  std::string error;  // why the driver is unusable
-#define TX_CU_FNS(X)                                                                               \
-  X(cuInit) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute)          \
-  X(cuDeviceTotalMem) X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxGetCurrent)            \
-  X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)                 \
-  X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)                \
-  X(cuMemcpyDtoH) X(cuMemcpyDtoD) X(cuMemsetD8) X(cuGetErrorName) X(cuGetErrorString)              \
-  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime)
-#define TX_DECL(name) decltype(&name) p_##name = nullptr;
-  TX_CU_FNS(TX_DECL)
-#undef TX_DECL
+  std::string error;  // why no GPU can be used; empty when one can
+  int version = 0;    // cuDriverGetVersion, e.g. 12040
+  int device_count = 0;
+#define TX_CU_MEMBER(name) decltype(&name) p_##name = nullptr;
+  TX_CU_REQUIRED(TX_CU_MEMBER)
+  TX_CU_MEMBER(cuEventElapsedTime)
+#undef TX_CU_MEMBER
 };
 
+std::string result_text(const Driver& d, CUresult r) {
+  const char* name = nullptr;
+  const char* str = nullptr;
+  if (d.p_cuGetErrorName) d.p_cuGetErrorName(r, &name);
+  if (d.p_cuGetErrorString) d.p_cuGetErrorString(r, &str);
+  std::string s = name ? name : "CUresult " + std::to_string(static_cast<int>(r));
+  if (str) s += std::string(": ") + str;
+  return s;
+}
+
+Driver* open_driver() {
+  auto* d = new Driver();
+  d->handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!d->handle) {
+    const char* e = dlerror();
+    d->error = std::string("libcuda.so.1 not found: ") + (e ? e : "dlopen failed") +
+               " (no NVIDIA driver is installed on this machine)";
+    return d;
+  }
+  std::string missing;
+#define TX_CU_LOAD(name)                                                              \
+  d->p_##name = reinterpret_cast<decltype(&name)>(dlsym(d->handle, TX_CU_STR(name))); \
+  if (!d->p_##name) missing += std::string(missing.empty() ? "" : ", ") + TX_CU_STR(name);
+  TX_CU_REQUIRED(TX_CU_LOAD)
+#undef TX_CU_LOAD
+  // CUDA 12.8 headers map cuEventElapsedTime to _v2; older drivers only have
+  // the original, whose prototype is the same.
+  d->p_cuEventElapsedTime = reinterpret_cast<decltype(&cuEventElapsedTime)>(
+      dlsym(d->handle, TX_CU_STR(cuEventElapsedTime)));
+  if (!d->p_cuEventElapsedTime)
+    d->p_cuEventElapsedTime =
+        reinterpret_cast<decltype(&cuEventElapsedTime)>(dlsym(d->handle, "cuEventElapsedTime"));
+  if (!d->p_cuEventElapsedTime)
+    missing += (missing.empty() ? "" : ", ") + std::string("cuEventElapsedTime");
+  if (!missing.empty()) {
+    d->error = "libcuda.so.1 lacks " + missing + " (the NVIDIA driver is too old for tx)";
+    return d;
+  }
+  if (CUresult r = d->p_cuInit(0); r != CUDA_SUCCESS) {
+    d->error = "cuInit failed: " + result_text(*d, r);
+    return d;
+  }
+  d->p_cuDriverGetVersion(&d->version);
+  if (CUresult r = d->p_cuDeviceGetCount(&d->device_count); r != CUDA_SUCCESS) {
+    d->error = "cuDeviceGetCount failed: " + result_text(*d, r);
+    return d;
+  }
+  if (d->device_count == 0) d->error = "the NVIDIA driver reports no CUDA device";
+  return d;
+}
+
+// Opened once, thread-safely (a function-local static), and never closed:
+// modules and allocations may outlive any static destructor order.
 const Driver& driver() {
-  static Driver* d = [] {
-    auto* drv = new Driver();
-    drv->handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!drv->handle) {
-      const char* e = dlerror();
-      drv->error = std::string("libcuda.so.1 not found: ") + (e ? e : "?") +
-                   " (no NVIDIA driver on this machine)";
-      return drv;
-    }
-#define TX_LOAD(name)                                                                     \
-  drv->p_##name = reinterpret_cast<decltype(&name)>(dlsym(drv->handle, TX_STR(name)));   \
-  if (!drv->p_##name && drv->error.empty()) drv->error = "libcuda.so.1 lacks " TX_STR(name);
-    TX_CU_FNS(TX_LOAD)
-#undef TX_LOAD
-    if (!drv->error.empty()) return drv;
-    CUresult r = drv->p_cuInit(0);
-    if (r != CUDA_SUCCESS) {
-      const char* name = nullptr;
-      drv->p_cuGetErrorName(r, &name);
-      drv->error = std::string("cuInit failed: ") + (name ? name : "?");
-      return drv;
-    }
-    int count = 0;
-    if (drv->p_cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
-      drv->error = "the driver reports no CUDA device";
-      return drv;
-    }
-    return drv;
-  }();
+  static const Driver* d = open_driver();
   return *d;
 }
 
 const Driver& need() {
   const Driver& d = driver();
-  if (!d.error.empty()) fail("cuda", "", {}, d.error);
+  if (!d.error.empty()) fail("cuda", "", {}, "no usable GPU: " + d.error);
   return d;
 }
 
+// After these the context is poisoned: every later call returns the same
+// error, so the process has to restart to use the GPU again.
 bool sticky(CUresult r) {
-  return r == CUDA_ERROR_ILLEGAL_ADDRESS || r == CUDA_ERROR_LAUNCH_FAILED ||
-         r == CUDA_ERROR_HARDWARE_STACK_ERROR || r == CUDA_ERROR_ILLEGAL_INSTRUCTION ||
-         r == CUDA_ERROR_MISALIGNED_ADDRESS || r == CUDA_ERROR_INVALID_ADDRESS_SPACE ||
-         r == CUDA_ERROR_INVALID_PC || r == CUDA_ERROR_ASSERT;
+  switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+      return true;
+    default:
+      return false;
+  }
 }
 
-void check(CUresult r, const char* call, const std::string& what) {
+void check(CUresult r, const char* call, const std::string& what, const std::string& detail = {}) {
   if (r == CUDA_SUCCESS) return;
-  const Driver& d = driver();
-  const char* name = nullptr;
-  const char* str = nullptr;
-  d.p_cuGetErrorName(r, &name);
-  d.p_cuGetErrorString(r, &str);
-  std::string reason = std::string(call) + " failed: " + (name ? name : "?") + ": " + (str ? str : "");
-  if (sticky(r)) reason += " (the CUDA context is no longer usable; restart the process)";
-  fail("cuda", what, {}, reason);
+  std::string reason = std::string(call) + " failed: " + result_text(driver(), r);
+  if (sticky(r))
+    reason +=
+        " (the CUDA context is no longer usable: every later GPU call in this process will "
+        "fail; restart it)";
+  fail("cuda", what, {}, reason, detail);
 }
 
+// TX_CUDA_DEVICE, validated once against the device count.
 int device_ordinal() {
-  const char* v = std::getenv("TX_CUDA_DEVICE");
-  return v ? std::atoi(v) : 0;
+  static const int ordinal = [] {
+    const Driver& d = need();
+    const char* v = std::getenv("TX_CUDA_DEVICE");
+    if (!v || !*v) return 0;
+    char* end = nullptr;
+    errno = 0;
+    long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || errno != 0 || n < 0 || n >= d.device_count)
+      fail("TX_CUDA_DEVICE", v, {},
+           "not a device ordinal: this machine has " + std::to_string(d.device_count) +
+               " CUDA device(s), numbered from 0");
+    return static_cast<int>(n);
+  }();
+  return ordinal;
 }
 
-// Makes the primary context current on the calling thread.
-void make_current() {
-  const Driver& d = need();
-  static CUcontext ctx = [&] {
+CUcontext primary_context() {
+  static const CUcontext ctx = [] {
+    const Driver& d = need();
     CUdevice dev = 0;
     check(d.p_cuDeviceGet(&dev, device_ordinal()), "cuDeviceGet", "device");
     CUcontext c = nullptr;
     check(d.p_cuDevicePrimaryCtxRetain(&c, dev), "cuDevicePrimaryCtxRetain", "device");
     return c;
   }();
-  CUcontext cur = nullptr;
-  d.p_cuCtxGetCurrent(&cur);
-  if (cur != ctx) check(d.p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent", "device");
+  return ctx;
 }
+
+// Any thread may call into tx: make the primary context current on this
+// one. cuCtxGetCurrent is a thread-local read, cheap enough to do per call.
+const Driver& make_current() {
+  const Driver& d = need();
+  CUcontext ctx = primary_context();
+  CUcontext cur = nullptr;
+  if (d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx)
+    check(d.p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent", "device");
+  return d;
+}
+
+// For destructors: release resources if the driver works, never throw.
+bool make_current_noexcept() noexcept {
+  try {
+    if (!driver().error.empty()) return false;
+    make_current();
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string version_str(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+std::string dim_str(Dim3 d) {
+  return std::to_string(d.x) + "x" + std::to_string(d.y) + "x" + std::to_string(d.z);
+}
+
+CUdeviceptr cu(DevicePtr p) { return static_cast<CUdeviceptr>(p); }
 
 }  // namespace
 
@@ -120,22 +229,28 @@ bool cuda_available(std::string* why) {
   return d.error.empty();
 }
 
+int cuda_driver_version() {
+  const Driver& d = driver();
+  return d.error.empty() ? d.version : 0;
+}
+
 std::string DeviceInfo::arch() const {
   std::string a = "sm_" + std::to_string(cc_major) + std::to_string(cc_minor);
-  if (cc_major == 9 && cc_minor == 0) a += "a";  // wgmma/setmaxnreg need the arch-specific target
+  // wgmma and setmaxnreg exist only in the arch-specific sm_90a target.
+  if (cc_major == 9 && cc_minor == 0) a += "a";
   return a;
 }
 
 const DeviceInfo& current_device() {
   make_current();
-  static DeviceInfo info = [] {
+  static const DeviceInfo info = [] {
     const Driver& d = need();
     DeviceInfo i;
     i.ordinal = device_ordinal();
     CUdevice dev = 0;
     check(d.p_cuDeviceGet(&dev, i.ordinal), "cuDeviceGet", "device");
     char name[256] = {};
-    d.p_cuDeviceGetName(name, sizeof name, dev);
+    check(d.p_cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName", "device");
     i.name = name;
     auto attr = [&](CUdevice_attribute a) {
       int v = 0;
@@ -158,106 +273,134 @@ const DeviceInfo& current_device() {
 }
 
 std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::string& name) {
-  make_current();
-  const Driver& d = need();
-  std::shared_ptr<Module> m(new Module());
+  const Driver& d = make_current();
+  if (cubin.empty()) fail("cuda", name, {}, "cuModuleLoadData: the binary is empty");
   CUmodule mod = nullptr;
-  check(d.p_cuModuleLoadData(&mod, cubin.data()), "cuModuleLoadData", name);
+  CUresult r = d.p_cuModuleLoadData(&mod, cubin.data());
+  if (r != CUDA_SUCCESS) {
+    // The usual cause is a binary from an NVRTC newer than the driver.
+    std::string hint = "the driver supports CUDA " + version_str(d.version) +
+                       "; a cubin or PTX from a newer toolkit needs a newer driver";
+    check(r, "cuModuleLoadData", name, hint);
+  }
+  std::shared_ptr<Module> m(new Module());
   m->module_ = mod;
   m->name_ = name;
   return m;
 }
 
 Module::~Module() {
-  if (module_ && driver().error.empty()) driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
+  if (module_ && make_current_noexcept()) driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
 }
 
 void* Module::function(const std::string& kernel_name) const {
-  const Driver& d = need();
+  const Driver& d = make_current();
   CUfunction f = nullptr;
   check(d.p_cuModuleGetFunction(&f, static_cast<CUmodule>(module_), kernel_name.c_str()),
-        "cuModuleGetFunction", kernel_name);
+        "cuModuleGetFunction", kernel_name, "module " + name_);
   return f;
 }
 
 void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, void** args,
             const std::string& kernel_name) {
-  make_current();
-  const Driver& d = need();
+  const Driver& d = make_current();
+  if (!function) fail("cuda", kernel_name, {}, "launch: no CUfunction (module not loaded?)");
+  const std::string config = "grid " + dim_str(grid) + ", block " + dim_str(block) + ", " +
+                             std::to_string(shared_bytes) + " bytes of dynamic shared memory";
   auto f = static_cast<CUfunction>(function);
+  // Beyond 48 KiB of dynamic shared memory the kernel must opt in.
   if (shared_bytes > 48 * 1024)
     check(d.p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                  static_cast<int>(shared_bytes)),
-          "cuFuncSetAttribute", kernel_name);
+          "cuFuncSetAttribute", kernel_name, config);
   check(d.p_cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
                            static_cast<unsigned>(shared_bytes), nullptr, args, nullptr),
-        "cuLaunchKernel", kernel_name);
+        "cuLaunchKernel", kernel_name, config);
 }
 
 void synchronize(const std::string& what) {
-  make_current();
-  check(need().p_cuCtxSynchronize(), "cuCtxSynchronize", what);
+  const Driver& d = make_current();
+  check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", what);
 }
 
 DevicePtr device_alloc(std::size_t bytes) {
-  make_current();
+  const Driver& d = make_current();
   CUdeviceptr p = 0;
-  check(need().p_cuMemAlloc(&p, bytes == 0 ? 1 : bytes), "cuMemAlloc",
-        std::to_string(bytes) + " bytes");
+  // A zero-byte request still gets a distinct, aligned address.
+  check(d.p_cuMemAlloc(&p, bytes == 0 ? 1 : bytes), "cuMemAlloc",
+        "device_alloc(" + std::to_string(bytes) + " bytes)");
   return static_cast<DevicePtr>(p);
 }
 
 void device_free(DevicePtr p) noexcept {
-  if (p && driver().error.empty()) driver().p_cuMemFree(static_cast<CUdeviceptr>(p));
+  if (p && make_current_noexcept()) driver().p_cuMemFree(cu(p));
 }
 
 void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes) {
-  make_current();
-  check(need().p_cuMemcpyHtoD(static_cast<CUdeviceptr>(dst), src, bytes), "cuMemcpyHtoD", "tensor");
+  if (bytes == 0) return;
+  const Driver& d = make_current();
+  check(d.p_cuMemcpyHtoD(cu(dst), src, bytes), "cuMemcpyHtoD",
+        "copy_to_device(" + std::to_string(bytes) + " bytes)");
 }
 
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes) {
-  make_current();
-  check(need().p_cuMemcpyDtoH(dst, static_cast<CUdeviceptr>(src), bytes), "cuMemcpyDtoH", "tensor");
+  if (bytes == 0) return;
+  const Driver& d = make_current();
+  check(d.p_cuMemcpyDtoH(dst, cu(src), bytes), "cuMemcpyDtoH",
+        "copy_to_host(" + std::to_string(bytes) + " bytes)");
 }
 
 void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes) {
-  make_current();
-  check(need().p_cuMemcpyDtoD(static_cast<CUdeviceptr>(dst), static_cast<CUdeviceptr>(src), bytes),
-        "cuMemcpyDtoD", "tensor");
+  if (bytes == 0) return;
+  const Driver& d = make_current();
+  check(d.p_cuMemcpyDtoD(cu(dst), cu(src), bytes), "cuMemcpyDtoD",
+        "copy_device_to_device(" + std::to_string(bytes) + " bytes)");
 }
 
 void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes) {
-  make_current();
-  check(need().p_cuMemsetD8(static_cast<CUdeviceptr>(dst), value, bytes), "cuMemsetD8", "tensor");
+  if (bytes == 0) return;
+  const Driver& d = make_current();
+  check(d.p_cuMemsetD8(cu(dst), value, bytes), "cuMemsetD8",
+        "memset_device(" + std::to_string(bytes) + " bytes)");
 }
 
 EventTimer::EventTimer() {
-  make_current();
-  const Driver& d = need();
+  const Driver& d = make_current();
   CUevent a = nullptr, b = nullptr;
-  check(d.p_cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "timer");
-  check(d.p_cuEventCreate(&b, CU_EVENT_DEFAULT), "cuEventCreate", "timer");
+  check(d.p_cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "EventTimer");
+  if (CUresult r = d.p_cuEventCreate(&b, CU_EVENT_DEFAULT); r != CUDA_SUCCESS) {
+    d.p_cuEventDestroy(a);
+    check(r, "cuEventCreate", "EventTimer");
+  }
   start_ = a;
   stop_ = b;
 }
 
 EventTimer::~EventTimer() {
-  if (driver().error.empty()) {
-    if (start_) driver().p_cuEventDestroy(static_cast<CUevent>(start_));
-    if (stop_) driver().p_cuEventDestroy(static_cast<CUevent>(stop_));
-  }
+  if (!make_current_noexcept()) return;
+  driver().p_cuEventDestroy(static_cast<CUevent>(start_));
+  driver().p_cuEventDestroy(static_cast<CUevent>(stop_));
 }
 
-void EventTimer::start() { check(need().p_cuEventRecord(static_cast<CUevent>(start_), nullptr), "cuEventRecord", "timer"); }
-void EventTimer::stop() { check(need().p_cuEventRecord(static_cast<CUevent>(stop_), nullptr), "cuEventRecord", "timer"); }
+void EventTimer::start() {
+  const Driver& d = make_current();
+  check(d.p_cuEventRecord(static_cast<CUevent>(start_), nullptr), "cuEventRecord",
+        "EventTimer.start");
+}
+
+void EventTimer::stop() {
+  const Driver& d = make_current();
+  check(d.p_cuEventRecord(static_cast<CUevent>(stop_), nullptr), "cuEventRecord",
+        "EventTimer.stop");
+}
 
 float EventTimer::elapsed_ms() {
-  const Driver& d = need();
-  check(d.p_cuEventSynchronize(static_cast<CUevent>(stop_)), "cuEventSynchronize", "timer");
+  const Driver& d = make_current();
+  check(d.p_cuEventSynchronize(static_cast<CUevent>(stop_)), "cuEventSynchronize",
+        "EventTimer.elapsed_ms");
   float ms = 0;
   check(d.p_cuEventElapsedTime(&ms, static_cast<CUevent>(start_), static_cast<CUevent>(stop_)),
-        "cuEventElapsedTime", "timer");
+        "cuEventElapsedTime", "EventTimer.elapsed_ms");
   return ms;
 }
 

@@ -1,17 +1,23 @@
-// The disk cache of compiled kernels: private folder, atomic writes,
-// verified reads. See disk_cache.hpp for the entry format and the policy.
+// The on-disk cache of compiled kernels: a private folder, atomic writes and
+// verified reads. disk_cache.hpp describes the policy; the entry format is
+//
+//   "TXCACHE1" | u32 format | str tx version | str IR version | str key |
+//   u64 payload size | 32-byte SHA-256 of the payload | payload
+//
+// where str is a u32 length then the bytes, and integers are little-endian.
 #include "tx/runtime/disk_cache.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "tx/error.hpp"
 
@@ -24,168 +30,276 @@ namespace tx::runtime {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'X', 'C', 'A', 'C', 'H', 'E', '1'};
-constexpr std::uint32_t kFormat = 1;
+constexpr std::uint32_t kFormatVersion = 1;
 
-bool env_disables(const char* v) {
-  if (!v) return false;
-  std::string s = v;
-  return s == "0" || s == "off" || s == "OFF" || s == "false" || s == "no";
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
 }
 
-std::string default_dir() {
-  if (env_disables(std::getenv("TX_CACHE"))) return {};
-  if (const char* d = std::getenv("TX_CACHE_DIR")) return d;  // empty: disabled
+std::string dir_from_env() {
+  if (const char* v = std::getenv("TX_CACHE")) {
+    std::string s = lower(v);
+    if (s == "0" || s == "off" || s == "false" || s == "no") return {};
+  }
+  if (const char* d = std::getenv("TX_CACHE_DIR")) return d;  // set but empty: disabled
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tx";
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tx";
   return {};
 }
 
-// mkdir -p; the last component private to the user.
-bool make_dirs(const std::string& dir) {
-  std::string cur;
-  std::stringstream ss(dir);
-  std::string part;
-  if (!dir.empty() && dir[0] == '/') cur = "/";
-  std::vector<std::string> parts;
-  while (std::getline(ss, part, '/'))
-    if (!part.empty()) parts.push_back(part);
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    cur += (cur.empty() || cur.back() == '/' ? "" : "/") + parts[i];
-    bool last = i + 1 == parts.size();
-    if (mkdir(cur.c_str(), last ? 0700 : 0755) != 0 && errno != EEXIST) return false;
+// mkdir -p. Parents that do not exist get the usual 0755; the cache folder
+// itself is 0700 because it holds code this process will execute.
+bool make_dirs(const std::string& dir, std::string* error) {
+  std::size_t pos = 0;
+  while (true) {
+    std::size_t slash = dir.find('/', pos);
+    std::string prefix = dir.substr(0, slash);
+    const bool last = slash == std::string::npos;
+    if (!prefix.empty()) {
+      if (mkdir(prefix.c_str(), last ? 0700 : 0755) == 0) {
+        // umask may have taken bits away; the cache folder must be exactly 0700.
+        if (last) chmod(prefix.c_str(), 0700);
+      } else if (errno != EEXIST) {
+        *error = "mkdir " + prefix + ": " + std::strerror(errno);
+        return false;
+      }
+    }
+    if (last) break;
+    pos = slash + 1;
   }
   struct stat st {};
-  return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-void put_u32(std::string& s, std::uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
-void put_u64(std::string& s, std::uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); }
-void put_str(std::string& s, const std::string& v) {
-  put_u32(s, static_cast<std::uint32_t>(v.size()));
-  s += v;
-}
-
-struct Reader {
-  const std::string& d;
-  std::size_t p = 0;
-  bool ok = true;
-  bool take(void* out, std::size_t n) {
-    if (!ok || p + n > d.size()) return ok = false;
-    std::memcpy(out, d.data() + p, n);
-    p += n;
-    return true;
-  }
-  std::string str() {
-    std::uint32_t n = 0;
-    if (!take(&n, 4) || n > d.size() - p) {
-      ok = false;
-      return {};
-    }
-    std::string s = d.substr(p, n);
-    p += n;
-    return s;
-  }
-};
-
-}  // namespace
-
-DiskCache& DiskCache::instance() {
-  static DiskCache* c = new DiskCache(default_dir());
-  return *c;
-}
-
-DiskCache::DiskCache(std::string dir) : dir_(std::move(dir)) {}
-
-std::string DiskCache::path_for(const std::string& key) const { return dir_ + "/" + key + ".txbin"; }
-
-std::optional<std::vector<char>> DiskCache::load(const std::string& key) const {
-  if (!enabled()) return std::nullopt;
-  std::string path = path_for(key);
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return std::nullopt;
-  if (st.st_uid != geteuid()) {
-    warn("kernel cache entry " + path + " belongs to another user; not loading it");
-    return std::nullopt;
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto reject = [&](const std::string& why) -> std::optional<std::vector<char>> {
-    warn("kernel cache entry " + path + " is unusable (" + why + "); recompiling");
-    std::remove(path.c_str());
-    return std::nullopt;
-  };
-  Reader r{data};
-  char magic[8];
-  std::uint32_t format = 0;
-  if (!r.take(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return reject("bad magic");
-  if (!r.take(&format, 4) || format != kFormat) return reject("other format version");
-  std::string version = r.str(), ir = r.str(), k = r.str();
-  if (!r.ok) return reject("truncated header");
-  if (version != TX_VERSION || ir != kIRVersion) return reject("written by another tx version");
-  if (k != key) return reject("key mismatch");
-  std::uint64_t size = 0;
-  std::array<std::uint8_t, 32> sum{};
-  if (!r.take(&size, 8) || !r.take(sum.data(), 32)) return reject("truncated header");
-  if (data.size() - r.p != size) return reject("truncated or oversized payload");
-  std::string_view payload(data.data() + r.p, size);
-  if (sha256(payload) != sum) return reject("checksum mismatch");
-  return std::vector<char>(payload.begin(), payload.end());
-}
-
-bool DiskCache::store(const std::string& key, const std::vector<char>& payload) const {
-  if (!enabled()) return false;
-  if (!make_dirs(dir_)) {
-    warn("cannot create the kernel cache folder " + dir_ + ": " + std::strerror(errno) +
-         "; running uncached");
-    return false;
-  }
-  std::string blob(kMagic, 8);
-  put_u32(blob, kFormat);
-  put_str(blob, TX_VERSION);
-  put_str(blob, kIRVersion);
-  put_str(blob, key);
-  put_u64(blob, payload.size());
-  auto sum = sha256(std::string_view(payload.data(), payload.size()));
-  blob.append(reinterpret_cast<const char*>(sum.data()), 32);
-  blob.append(payload.data(), payload.size());
-
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::string final_path = path_for(key);
-  std::string tmp = final_path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(rng());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) {
-    warn("cannot write the kernel cache entry " + tmp + ": " + std::strerror(errno) + "; running uncached");
-    return false;
-  }
-  std::size_t done = 0;
-  while (done < blob.size()) {
-    ssize_t w = ::write(fd, blob.data() + done, blob.size() - done);
-    if (w <= 0) {
-      int e = errno;
-      ::close(fd);
-      std::remove(tmp.c_str());
-      warn("cannot write the kernel cache entry " + tmp + ": " + std::strerror(e) + "; running uncached");
-      return false;
-    }
-    done += static_cast<std::size_t>(w);
-  }
-  if (::close(fd) != 0 || std::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    warn("cannot publish the kernel cache entry " + final_path + "; running uncached");
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *error = dir + " is not a directory";
     return false;
   }
   return true;
 }
 
+void put_u32(std::string& s, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) s += static_cast<char>(v >> (8 * i));
+}
+void put_u64(std::string& s, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) s += static_cast<char>(v >> (8 * i));
+}
+void put_str(std::string& s, std::string_view v) {
+  put_u32(s, static_cast<std::uint32_t>(v.size()));
+  s += v;
+}
+
+// Bounds-checked reads over a whole entry; after the first failure every
+// read fails, so a parse can be checked once at the end.
+struct Reader {
+  std::string_view data;
+  std::size_t pos = 0;
+  bool ok = true;
+
+  std::string_view take(std::size_t n) {
+    if (!ok || n > data.size() - pos) {
+      ok = false;
+      return {};
+    }
+    std::string_view v = data.substr(pos, n);
+    pos += n;
+    return v;
+  }
+  std::uint64_t uint(int bytes) {
+    std::string_view b = take(static_cast<std::size_t>(bytes));
+    std::uint64_t v = 0;
+    for (std::size_t i = 0; i < b.size(); ++i)
+      v |= std::uint64_t{static_cast<unsigned char>(b[i])} << (8 * i);
+    return v;
+  }
+  std::string_view str() { return take(static_cast<std::size_t>(uint(4))); }
+  std::size_t left() const { return data.size() - pos; }
+};
+
+// Reads up to `size` bytes; a short result shows up as a truncated entry.
+bool read_all(int fd, std::size_t size, std::string* out) {
+  out->resize(size);
+  std::size_t done = 0;
+  while (done < size) {
+    ssize_t r = ::read(fd, out->data() + done, size - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return false;
+    if (r == 0) break;
+    done += static_cast<std::size_t>(r);
+  }
+  out->resize(done);
+  return true;
+}
+
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data.remove_prefix(static_cast<std::size_t>(w));
+  }
+  return true;
+}
+
+// Per thread, so concurrent stores need no lock; seeded so that two
+// processes with the same pid (containers) still pick different names.
+std::uint64_t random_suffix() {
+  thread_local std::mt19937_64 rng([] {
+    std::uint64_t seed =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    try {
+      seed ^= std::uint64_t{std::random_device{}()} << 32;
+    } catch (...) {
+      // No entropy source: the clock and the pid in the name suffice.
+    }
+    return seed;
+  }());
+  return rng();
+}
+
+// Keys are normally hex digests; anything else (a path separator, a long
+// or empty key) is hashed so that it cannot name a file outside the folder.
+bool plain_file_name(const std::string& key) {
+  if (key.empty() || key.size() > 128 || key[0] == '.') return false;
+  for (unsigned char c : key)
+    if (!std::isalnum(c) && c != '-' && c != '_' && c != '.') return false;
+  return true;
+}
+
+}  // namespace
+
+DiskCache& DiskCache::instance() {
+  static DiskCache* cache = new DiskCache(dir_from_env());
+  return *cache;
+}
+
+DiskCache::DiskCache(std::string dir) : dir_(std::move(dir)) {
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+}
+
+std::string DiskCache::path_for(const std::string& key) const {
+  return dir_ + "/" + (plain_file_name(key) ? key : sha256_hex(key)) + ".txbin";
+}
+
+std::optional<std::vector<char>> DiskCache::load(const std::string& key) const {
+  if (!enabled()) return std::nullopt;
+  try {
+    const std::string path = path_for(key);
+    // The entry is code to run: no symlinks, only the user's own files.
+    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno != ENOENT)
+        warn("kernel cache: cannot open " + path + ": " + std::strerror(errno) + "; recompiling");
+      return std::nullopt;
+    }
+    struct stat st {};
+    std::string data, problem;
+    if (fstat(fd, &st) != 0)
+      problem = std::string("fstat failed: ") + std::strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+      problem = "not a regular file";
+    else if (st.st_uid != geteuid())
+      problem = "owned by uid " + std::to_string(st.st_uid) + ", not by this user";
+    else if (!read_all(fd, static_cast<std::size_t>(st.st_size), &data))
+      problem = std::string("read failed: ") + std::strerror(errno);
+    ::close(fd);
+    if (!problem.empty()) {
+      warn("kernel cache: ignoring " + path + " (" + problem + "); recompiling");
+      return std::nullopt;
+    }
+
+    // Stale entries (another tx, another format) are expected after an
+    // upgrade and dropped quietly; damaged ones are worth a warning.
+    auto drop = [&](const char* damage) -> std::optional<std::vector<char>> {
+      if (damage)
+        warn("kernel cache: " + path + " is damaged (" + damage + "); removed it, recompiling");
+      ::unlink(path.c_str());
+      return std::nullopt;
+    };
+    Reader r{data};
+    if (r.take(sizeof kMagic) != std::string_view(kMagic, sizeof kMagic))
+      return drop(r.ok ? "bad magic" : "truncated header");
+    const std::uint64_t format = r.uint(4);
+    if (!r.ok) return drop("truncated header");
+    if (format != kFormatVersion) return drop(nullptr);
+    const std::string_view tx_version = r.str(), ir_version = r.str(), entry_key = r.str();
+    const std::uint64_t size = r.uint(8);
+    const std::string_view sum = r.take(32);
+    if (!r.ok) return drop("truncated header");
+    if (tx_version != TX_VERSION || ir_version != kIRVersion || entry_key != key)
+      return drop(nullptr);
+    if (size != r.left())
+      return drop(size > r.left() ? "truncated payload" : "payload longer than recorded");
+    const std::string_view payload = r.take(size);
+    const auto digest = sha256(payload);
+    if (std::memcmp(digest.data(), sum.data(), digest.size()) != 0)
+      return drop("checksum mismatch");
+    return std::vector<char>(payload.begin(), payload.end());
+  } catch (...) {
+    // bad_alloc, or a warning handler that throws: the contract is "no throw".
+    return std::nullopt;
+  }
+}
+
+bool DiskCache::store(const std::string& key, const std::vector<char>& payload) const {
+  if (!enabled()) return false;
+  try {
+    std::string why;
+    if (!make_dirs(dir_, &why)) {
+      warn("kernel cache: cannot create " + dir_ + " (" + why + "); kernels stay uncached");
+      return false;
+    }
+    const std::string_view body(payload.data(), payload.size());
+    std::string entry(kMagic, sizeof kMagic);
+    put_u32(entry, kFormatVersion);
+    put_str(entry, TX_VERSION);
+    put_str(entry, kIRVersion);
+    put_str(entry, key);
+    put_u64(entry, payload.size());
+    const auto digest = sha256(body);
+    entry.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+    entry.append(body);
+
+    // Written under a unique name then renamed: a reader sees the old entry,
+    // no entry, or the whole new one, and concurrent writers do not collide.
+    const std::string final_path = path_for(key);
+    const std::string tmp =
+        final_path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(random_suffix());
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      warn("kernel cache: cannot create " + tmp + ": " + std::strerror(errno) +
+           "; kernels stay uncached");
+      return false;
+    }
+    const bool written = write_all(fd, entry);
+    const int write_errno = errno;
+    if (::close(fd) != 0 || !written) {
+      ::unlink(tmp.c_str());
+      warn("kernel cache: cannot write " + tmp + ": " +
+           std::strerror(written ? errno : write_errno) + "; kernels stay uncached");
+      return false;
+    }
+    if (std::rename(tmp.c_str(), final_path.c_str()) != 0) {
+      const int e = errno;
+      ::unlink(tmp.c_str());
+      warn("kernel cache: cannot rename " + tmp + " to " + final_path + ": " + std::strerror(e));
+      return false;
+    }
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::string kernel_cache_key(const std::string& source, const std::vector<std::string>& options,
                              const std::string& arch, const std::string& compiler_version) {
+  // Length-prefixed fields: moving a character from one field to the next
+  // must change the key.
   std::string s;
   put_str(s, kIRVersion);
   put_str(s, TX_VERSION);
   put_str(s, compiler_version);
   put_str(s, arch);
   put_u32(s, static_cast<std::uint32_t>(options.size()));
-  for (const auto& o : options) put_str(s, o);
+  for (const std::string& o : options) put_str(s, o);
   put_str(s, source);
   return sha256_hex(s);
 }

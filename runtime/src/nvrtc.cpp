@@ -1,13 +1,15 @@
-// NVRTC through dlopen: no link-time dependency, so libtx loads anywhere.
-// Failures carry the compiler log and the offending source lines.
+// NVRTC through dlopen, so that libtx has no link-time dependency on the CUDA
+// toolkit and loads on machines without one. nvrtc.h is used for the
+// prototypes only; every entry point comes from dlsym.
 #include "tx/runtime/nvrtc.hpp"
 
 #include <dlfcn.h>
 #include <nvrtc.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
-#include <mutex>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -17,10 +19,12 @@ namespace tx::runtime {
 
 namespace {
 
-struct Nvrtc {
+struct NvrtcApi {
   void* handle = nullptr;
-  std::string error;
+  std::string path;   // the library that was opened
+  std::string error;  // why it could not be, when handle is null
   decltype(&nvrtcVersion) version = nullptr;
+  decltype(&nvrtcGetErrorString) error_string = nullptr;
   decltype(&nvrtcCreateProgram) create = nullptr;
   decltype(&nvrtcDestroyProgram) destroy = nullptr;
   decltype(&nvrtcCompileProgram) compile = nullptr;
@@ -30,99 +34,141 @@ struct Nvrtc {
   decltype(&nvrtcGetPTX) ptx = nullptr;
   decltype(&nvrtcGetCUBINSize) cubin_size = nullptr;
   decltype(&nvrtcGetCUBIN) cubin = nullptr;
-  decltype(&nvrtcGetErrorString) error_string = nullptr;
 };
 
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// The loader's own search first (LD_LIBRARY_PATH, ldconfig), then the
+// toolkit tx was configured with, then wherever the environment says CUDA is.
 std::vector<std::string> candidate_paths() {
-  std::vector<std::string> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+  const std::vector<std::string> names = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
   std::vector<std::string> dirs;
-  for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(env)) dirs.push_back(std::string(v) + "/lib64");
 #ifdef TX_CUDA_LIBRARY_DIR
   dirs.push_back(TX_CUDA_LIBRARY_DIR);
 #endif
-  dirs.push_back("/usr/local/cuda/lib64");
-  std::vector<std::string> out = names;  // the loader's own search first
-  for (const auto& d : dirs)
-    for (const auto& n : names) out.push_back(d + "/" + n);
+  for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
+    if (std::string v = env_or_empty(env); !v.empty()) dirs.push_back(v + "/lib64");
+  std::vector<std::string> out = names;
+  for (const std::string& d : dirs)
+    for (const std::string& n : names) out.push_back(d + "/" + n);
   return out;
 }
 
-const Nvrtc& nvrtc() {
-  static Nvrtc* lib = [] {
-    auto* n = new Nvrtc();
-    std::string tried;
-    for (const std::string& p : candidate_paths()) {
-      n->handle = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (n->handle) break;
-      tried += (tried.empty() ? "" : ", ") + p;
+NvrtcApi* open_nvrtc() {
+  auto* api = new NvrtcApi();
+  std::string tried;
+  for (const std::string& p : candidate_paths()) {
+    api->handle = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (api->handle) {
+      api->path = p;
+      break;
     }
-    if (!n->handle) {
-      n->error = "libnvrtc not found (tried " + tried + "); install the CUDA toolkit or set CUDA_HOME";
-      return n;
-    }
-    bool ok = true;
-    auto sym = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(n->handle, name));
-      if (!fn) {
-        ok = false;
-        n->error = std::string("libnvrtc lacks ") + name;
-      }
-    };
-    sym(n->version, "nvrtcVersion");
-    sym(n->create, "nvrtcCreateProgram");
-    sym(n->destroy, "nvrtcDestroyProgram");
-    sym(n->compile, "nvrtcCompileProgram");
-    sym(n->log_size, "nvrtcGetProgramLogSize");
-    sym(n->log, "nvrtcGetProgramLog");
-    sym(n->ptx_size, "nvrtcGetPTXSize");
-    sym(n->ptx, "nvrtcGetPTX");
-    sym(n->cubin_size, "nvrtcGetCUBINSize");
-    sym(n->cubin, "nvrtcGetCUBIN");
-    sym(n->error_string, "nvrtcGetErrorString");
-    if (!ok) {
-      dlclose(n->handle);
-      n->handle = nullptr;
-    }
-    return n;
-  }();
-  return *lib;
+    tried += (tried.empty() ? "" : ", ") + p;
+  }
+  if (!api->handle) {
+    api->error = "libnvrtc not found (tried " + tried +
+                 "); install the CUDA toolkit or set CUDA_HOME to its root";
+    return api;
+  }
+  std::string missing;
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->handle, name));
+    if (!fn) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  };
+  sym(api->version, "nvrtcVersion");
+  sym(api->error_string, "nvrtcGetErrorString");
+  sym(api->create, "nvrtcCreateProgram");
+  sym(api->destroy, "nvrtcDestroyProgram");
+  sym(api->compile, "nvrtcCompileProgram");
+  sym(api->log_size, "nvrtcGetProgramLogSize");
+  sym(api->log, "nvrtcGetProgramLog");
+  sym(api->ptx_size, "nvrtcGetPTXSize");
+  sym(api->ptx, "nvrtcGetPTX");
+  sym(api->cubin_size, "nvrtcGetCUBINSize");
+  sym(api->cubin, "nvrtcGetCUBIN");
+  if (!missing.empty()) {
+    api->error = api->path + " lacks " + missing + " (NVRTC older than CUDA 11.1?)";
+    dlclose(api->handle);
+    api->handle = nullptr;
+  }
+  return api;
 }
 
-const Nvrtc& need() {
-  const Nvrtc& n = nvrtc();
-  if (!n.handle) fail("nvrtc", "", {}, n.error);
-  return n;
+// Opened once, thread-safely (a function-local static), and never closed:
+// kernels compiled earlier may still be referenced while the process exits.
+const NvrtcApi& api() {
+  static const NvrtcApi* a = open_nvrtc();
+  return *a;
 }
 
-void check(const Nvrtc& n, nvrtcResult r, const char* call, const std::string& program) {
+const NvrtcApi& need() {
+  const NvrtcApi& a = api();
+  if (!a.handle) fail("nvrtc", "", {}, a.error);
+  return a;
+}
+
+void check(const NvrtcApi& a, nvrtcResult r, const char* call, const std::string& program) {
   if (r != NVRTC_SUCCESS)
-    fail("nvrtc", program, {}, std::string(call) + " failed: " + n.error_string(r));
+    fail("nvrtc", program, {}, std::string(call) + " failed: " + a.error_string(r));
 }
 
-// The log, then each error's source line with two lines of context.
+// Line numbers of NVRTC diagnostics "<program>(<line>): error: ...". The
+// program name may itself hold parentheses, so the number is read backwards
+// from the "): " that ends it.
+std::vector<int> error_lines(const std::string& log) {
+  std::vector<int> lines;
+  std::istringstream in(log);
+  for (std::string l; std::getline(in, l);) {
+    std::size_t close = l.find("): error");
+    if (close == std::string::npos) close = l.find("): catastrophic error");
+    if (close == std::string::npos) continue;
+    std::size_t open = l.rfind('(', close);
+    if (open == std::string::npos || open + 1 == close) continue;
+    std::string digits = l.substr(open + 1, close - open - 1);
+    if (!std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); }))
+      continue;
+    lines.push_back(std::atoi(digits.c_str()));
+  }
+  return lines;
+}
+
+// The log, then the source around each error, numbered, the error lines
+// marked, so a failure in generated code can be read without the source.
 std::string describe_failure(const std::string& log, const std::string& source,
-                             const std::string& program) {
-  std::vector<std::string> lines;
+                             const std::vector<int>& bad) {
+  std::vector<std::string> src;
   std::istringstream in(source);
-  for (std::string l; std::getline(in, l);) lines.push_back(l);
-  std::set<int> bad;
-  std::regex at(R"(\((\d+)\): (error|catastrophic error))");
-  for (auto it = std::sregex_iterator(log.begin(), log.end(), at); it != std::sregex_iterator(); ++it)
-    bad.insert(std::stoi((*it)[1].str()));
+  for (std::string l; std::getline(in, l);) src.push_back(l);
+  const int n = static_cast<int>(src.size());
+  std::set<int> marked(bad.begin(), bad.end()), shown;
+  for (int b : marked)
+    for (int l = std::max(1, b - 2); l <= std::min(n, b + 2); ++l) shown.insert(l);
   std::ostringstream os;
   os << log;
-  for (int b : bad) {
-    os << "\n  " << program << " around line " << b << ":\n";
-    for (int l = std::max(1, b - 2); l <= std::min<int>(static_cast<int>(lines.size()), b + 2); ++l)
-      os << (l == b ? "  > " : "    ") << l << " | " << lines[static_cast<std::size_t>(l - 1)] << "\n";
+  if (!log.empty() && log.back() != '\n') os << '\n';
+  if (!shown.empty()) os << "source:\n";
+  int prev = 0;
+  for (int l : shown) {
+    if (prev != 0 && l != prev + 1) os << "  ...\n";
+    os << (marked.count(l) ? "> " : "  ") << l << " | " << src[static_cast<std::size_t>(l - 1)]
+       << '\n';
+    prev = l;
   }
   return os.str();
 }
 
 std::string cuda_include_dir() {
   for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
-    if (const char* v = std::getenv(env)) return std::string(v) + "/include";
+    if (std::string v = env_or_empty(env); !v.empty() && is_dir(v + "/include"))
+      return v + "/include";
 #ifdef TX_CUDA_INCLUDE_DIR
   return TX_CUDA_INCLUDE_DIR;
 #else
@@ -133,15 +179,15 @@ std::string cuda_include_dir() {
 }  // namespace
 
 bool nvrtc_available(std::string* why) {
-  const Nvrtc& n = nvrtc();
-  if (!n.handle && why) *why = n.error;
-  return n.handle != nullptr;
+  const NvrtcApi& a = api();
+  if (!a.handle && why) *why = a.error;
+  return a.handle != nullptr;
 }
 
 std::pair<int, int> nvrtc_version() {
-  const Nvrtc& n = need();
+  const NvrtcApi& a = need();
   int major = 0, minor = 0;
-  check(n, n.version(&major, &minor), "nvrtcVersion", "");
+  check(a, a.version(&major, &minor), "nvrtcVersion", "");
   return {major, minor};
 }
 
@@ -152,51 +198,56 @@ std::vector<std::string> nvrtc_default_options(const std::string& arch) {
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_name,
                           const std::string& arch, NvrtcTarget target,
                           const std::vector<std::string>& extra_options) {
-  const Nvrtc& n = need();
+  // NVRTC only emits SASS for a real architecture; say so before compiling
+  // rather than failing in nvrtcGetCUBIN with a generic "invalid input".
+  if (target == NvrtcTarget::cubin && arch.rfind("sm_", 0) != 0)
+    fail("nvrtc", program_name, {},
+         "a cubin needs a real architecture (sm_XY or sm_XYa), got '" + arch + "'");
+  const NvrtcApi& a = need();
   nvrtcProgram prog = nullptr;
-  check(n, n.create(&prog, source.c_str(), program_name.c_str(), 0, nullptr, nullptr),
+  check(a, a.create(&prog, source.c_str(), program_name.c_str(), 0, nullptr, nullptr),
         "nvrtcCreateProgram", program_name);
-  struct Guard {
-    const Nvrtc& n;
+  struct Destroy {
+    const NvrtcApi& a;
     nvrtcProgram* p;
-    ~Guard() { n.destroy(p); }
-  } guard{n, &prog};
+    ~Destroy() { a.destroy(p); }
+  } destroy{a, &prog};
 
   std::vector<std::string> opts = nvrtc_default_options(arch);
   opts.insert(opts.end(), extra_options.begin(), extra_options.end());
-  std::vector<const char*> copts;
-  for (const auto& o : opts) copts.push_back(o.c_str());
-  nvrtcResult r = n.compile(prog, static_cast<int>(copts.size()), copts.data());
+  std::vector<const char*> argv;
+  for (const std::string& o : opts) argv.push_back(o.c_str());
+  const nvrtcResult r = a.compile(prog, static_cast<int>(argv.size()), argv.data());
 
   NvrtcOutput out;
   std::size_t log_size = 0;
-  if (n.log_size(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+  if (a.log_size(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
     out.log.resize(log_size);
-    n.log(prog, out.log.data());
-    out.log.resize(log_size - 1);
+    if (a.log(prog, out.log.data()) != NVRTC_SUCCESS) out.log.clear();
+    while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
   }
   if (r != NVRTC_SUCCESS) {
-    std::size_t errors = 0;
-    for (std::size_t p = out.log.find(": error"); p != std::string::npos; p = out.log.find(": error", p + 1))
-      ++errors;
-    fail("nvrtc", program_name, {},
-         "compilation failed (" + std::to_string(errors) + " error" + (errors == 1 ? "" : "s") + ", " +
-             n.error_string(r) + ")",
-         describe_failure(out.log, source, program_name));
+    std::vector<int> bad = error_lines(out.log);
+    std::string options;
+    for (const std::string& o : opts) options += " " + o;
+    std::string count = bad.empty()
+                            ? std::string(a.error_string(r))
+                            : std::to_string(bad.size()) + (bad.size() == 1 ? " error" : " errors");
+    fail("nvrtc", program_name, {}, "compilation failed (" + count + ")",
+         describe_failure(out.log, source, bad) + "options:" + options);
   }
+
   if (target == NvrtcTarget::ptx) {
     std::size_t size = 0;
-    check(n, n.ptx_size(prog, &size), "nvrtcGetPTXSize", program_name);
+    check(a, a.ptx_size(prog, &size), "nvrtcGetPTXSize", program_name);
     out.ptx.resize(size);
-    check(n, n.ptx(prog, out.ptx.data()), "nvrtcGetPTX", program_name);
-    if (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
+    check(a, a.ptx(prog, out.ptx.data()), "nvrtcGetPTX", program_name);
+    while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
   } else {
-    if (arch.rfind("sm_", 0) != 0)
-      fail("nvrtc", program_name, {}, "a cubin needs a real architecture (sm_XY), got " + arch);
     std::size_t size = 0;
-    check(n, n.cubin_size(prog, &size), "nvrtcGetCUBINSize", program_name);
+    check(a, a.cubin_size(prog, &size), "nvrtcGetCUBINSize", program_name);
     out.cubin.resize(size);
-    check(n, n.cubin(prog, out.cubin.data()), "nvrtcGetCUBIN", program_name);
+    check(a, a.cubin(prog, out.cubin.data()), "nvrtcGetCUBIN", program_name);
   }
   return out;
 }

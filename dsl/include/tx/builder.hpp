@@ -182,6 +182,7 @@ class FuncScope {
   FuncScope(std::string name, SourceLoc loc);
   ~FuncScope();
   Handle param(std::size_t i, std::size_t n);
+  Handle named_param(const std::string& name);
   PrimFunc finish();
 
  private:
@@ -248,6 +249,11 @@ PrimFunc prim_func(std::string name, F&& body, Loc loc = Loc::current()) {
   }(std::make_index_sequence<n>{});
   return scope.finish();
 }
+
+// A kernel whose parameter count is known only at run time (library code).
+PrimFunc prim_func_n(std::string name, std::vector<std::string> param_names,
+                     const std::function<void(const std::vector<Handle>&)>& body,
+                     Loc loc = Loc::current());
 
 TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype,
                         std::optional<TileLayout> layout = std::nullopt, Name name = {},

@@ -15,7 +15,17 @@ class TileLowerer : public ScopedMutator {
       : ScopedMutator(launch), log_(log) {}
   using ScopedMutator::mutate_node;
 
-  Stmt mutate_node(const Stmt&, const TileCallNode* n) override {
+  Stmt mutate_node(const Stmt& self, const TileCallNode* call) override {
+    // Region starts simplified with the ranges in scope: shorter to print,
+    // tighter to bound.
+    struct StartSimplifier : IRMutator {
+      const Env* env;
+      Expr mutate(const Expr& e) override { return e ? simplify(e, env) : e; }
+      using IRMutator::mutate;
+    } ss;
+    ss.env = &env_;
+    Stmt simplified = ss.mutate(self);
+    const TileCallNode* n = simplified.as<TileCallNode>();
     DispatchContext ctx;
     ctx.call = n;
     ctx.scope = n->scope;

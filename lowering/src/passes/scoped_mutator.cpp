@@ -66,7 +66,7 @@ Stmt ScopedMutator::mutate_node(const Stmt& self, const ForNode* n) {
 }
 
 Stmt ScopedMutator::mutate_node(const Stmt& self, const LetStmtNode* n) {
-  env_.bind(n->var, {env_.bound(n->value), env_.level(n->value)});
+  env_.bind(n->var, {env_.bound(n->value), env_.level(n->value), env_.known_divisor(n->value)});
   return IRMutator::mutate_node(self, n);
 }
 
@@ -124,7 +124,7 @@ Stmt ScopedMutator::mutate_node(const Stmt& self, const IfThenElseNode* n) {
   const VarFact* f = nar ? env_.find(nar->var) : nullptr;
   VarFact saved = f ? *f : VarFact{};
   auto narrow = [&](Interval r) {
-    if (f) env_.bind(nar->var, {r, saved.level});
+    if (f) env_.bind(nar->var, {r, saved.level, saved.divisor});
   };
   narrow(nar ? nar->then_range : Interval{});
   Stmt t = mutate(n->then_case);

@@ -31,6 +31,7 @@ struct Interval {
 struct VarFact {
   Interval range;
   Uniformity level = Uniformity::cta;
+  std::int64_t divisor = 1;  // the var is always a multiple of this
 };
 
 // The facts in scope at one point of a kernel (vars bound by ids, loops, lets).

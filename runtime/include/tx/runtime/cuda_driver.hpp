@@ -21,6 +21,11 @@ using DevicePtr = std::uint64_t;
 // answer is computed once; `why` explains a false.
 bool cuda_available(std::string* why = nullptr);
 
+// The CUDA version the driver supports (cuDriverGetVersion, e.g. 12040 for
+// 12.4); 0 when cuda_available() is false. Binaries from a newer NVRTC need
+// a driver at least as new.
+int cuda_driver_version();
+
 struct DeviceInfo {
   int ordinal = 0;
   std::string name;

@@ -1,0 +1,216 @@
+// The operator library's one table (seed 004): every op with its category,
+// template, dtype support, output rule and its math, written once as a
+// generic lambda. Called with tx::Expr the lambda builds the kernel body;
+// called with double it is the reference the tests compare against.
+//
+// The table is a Boost.Hana tuple: tests, benchmarks and the docs' op list
+// iterate it at compile time (tx::optable::for_each_op), and ops.cpp builds the
+// runtime registry from it, so an op exists in every one of those places or
+// in none.
+#pragma once
+
+#include <boost/hana.hpp>
+#include <cmath>
+#include <string_view>
+#include <type_traits>
+
+#include "tx/expr.hpp"
+
+namespace tx::optable {
+
+namespace hana = boost::hana;
+
+enum class Template { unary, binary, gated, independent };
+enum class Category {
+  unary_math,
+  binary_arith,
+  activation,
+  fused_gated_activation,
+  comparison,
+  bitwise,
+  logical,
+  special_elementwise,
+  alibi,
+  sinusoidal,
+};
+const char* category_name(Category c);
+
+// Which input dtypes an op accepts.
+enum class DTypes : unsigned {
+  floats = 1,     // f32, f16, bf16, f8e4m3, f8e5m2 (and f64)
+  ints = 2,       // i8..i64, u8..u64
+  boolean = 4,
+  numeric = 3,    // floats | ints
+  integral = 6,   // ints | bool
+  all = 7,
+};
+constexpr bool accepts(DTypes d, DType t) {
+  unsigned m = static_cast<unsigned>(d);
+  if (t.is_float()) return m & 1;
+  if (t.is_integer()) return m & 2;
+  if (t.is_bool()) return m & 4;
+  return false;
+}
+
+// The output dtype: the input's, or bool (comparisons, predicates, logic).
+enum class Out { same, boolean };
+
+// -------------------------------------------------------------- the math
+//
+// Each lambda takes its inputs already in the compute dtype (f32 for
+// f16/bf16/fp8) and, for ops with parameters, a pointer to them.
+
+namespace math {
+inline constexpr double kSqrt1_2 = 0.70710678118654752440;
+inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+inline constexpr auto sigmoid = [](auto x) { return 1.0 / (1.0 + exp(-x)); };
+inline constexpr auto gelu = [](auto x) { return 0.5 * x * (1.0 + erf(x * kSqrt1_2)); };
+inline constexpr auto gelu_tanh = [](auto x) {
+  return 0.5 * x * (1.0 + tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+};
+inline constexpr auto silu = [](auto x) { return x / (1.0 + exp(-x)); };
+// softplus with PyTorch's default beta = 1, threshold = 20.
+inline constexpr auto softplus1 = [](auto x) { return select(x > 20.0, x, log1p(exp(x))); };
+inline constexpr auto relu = [](auto x) { return select(x > 0.0, x, select(x == x, 0.0 * x, x)); };
+}  // namespace math
+
+// Bitwise ops apply to integers and DSL values only; a float reference
+// (never evaluated: those ops accept no float dtype) still has to compile.
+template <class F, class... X>
+constexpr auto bits(F f, X... x) {
+  if constexpr ((std::is_floating_point_v<X> || ...))
+    return (x + ...);
+  else
+    return f(x...);
+}
+
+struct UnaryDef {
+  std::string_view name;
+  Category category;
+  DTypes dtypes;
+  Out out;
+};
+struct BinaryDef {
+  std::string_view name;
+  Category category;
+  DTypes dtypes;
+  Out out;
+};
+
+// A table entry: the metadata and the lambda, kept together.
+template <class Meta, class F>
+struct Entry {
+  Meta meta;
+  F f;
+};
+template <class Meta, class F>
+constexpr Entry<Meta, F> entry(Meta m, F f) {
+  return {m, f};
+}
+
+// ------------------------------------------------------------ unary (31)
+
+inline constexpr auto kUnaryOps = hana::make_tuple(
+    entry(UnaryDef{"exp", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return exp(x); }),
+    entry(UnaryDef{"log", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return log(x); }),
+    entry(UnaryDef{"sqrt", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return sqrt(x); }),
+    entry(UnaryDef{"rsqrt", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return rsqrt(x); }),
+    entry(UnaryDef{"abs", Category::unary_math, DTypes::numeric, Out::same}, [](auto x) { return abs(x); }),
+    entry(UnaryDef{"neg", Category::unary_math, DTypes::numeric, Out::same}, [](auto x) { return -x; }),
+    entry(UnaryDef{"reciprocal", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return 1.0 / x; }),
+    entry(UnaryDef{"sign", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return select(x > 0.0, 1.0, select(x < 0.0, -1.0, x * 0.0 + x)); }),
+    entry(UnaryDef{"sin", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return sin(x); }),
+    entry(UnaryDef{"cos", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return cos(x); }),
+    entry(UnaryDef{"floor", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return floor(x); }),
+    entry(UnaryDef{"ceil", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return ceil(x); }),
+    entry(UnaryDef{"round", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return round(x); }),
+    entry(UnaryDef{"trunc", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return trunc(x); }),
+    entry(UnaryDef{"erf", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return erf(x); }),
+    entry(UnaryDef{"log1p", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return log1p(x); }),
+    entry(UnaryDef{"expm1", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return expm1(x); }),
+    entry(UnaryDef{"relu", Category::activation, DTypes::floats, Out::same}, math::relu),
+    entry(UnaryDef{"gelu", Category::activation, DTypes::floats, Out::same}, math::gelu),
+    entry(UnaryDef{"silu", Category::activation, DTypes::floats, Out::same}, math::silu),
+    entry(UnaryDef{"sigmoid", Category::activation, DTypes::floats, Out::same}, math::sigmoid),
+    entry(UnaryDef{"tanh", Category::activation, DTypes::floats, Out::same}, [](auto x) { return tanh(x); }),
+    entry(UnaryDef{"hardswish", Category::activation, DTypes::floats, Out::same},
+          [](auto x) { return x * min(max(x + 3.0, 0.0), 6.0) / 6.0; }),
+    entry(UnaryDef{"hardsigmoid", Category::activation, DTypes::floats, Out::same},
+          [](auto x) { return min(max(x + 3.0, 0.0), 6.0) / 6.0; }),
+    entry(UnaryDef{"mish", Category::activation, DTypes::floats, Out::same},
+          [](auto x) { return x * tanh(math::softplus1(x)); }),
+    entry(UnaryDef{"selu", Category::activation, DTypes::floats, Out::same},
+          [](auto x) {
+            constexpr double alpha = 1.6732632423543772848170429916717;
+            constexpr double scale = 1.0507009873554804934193349852946;
+            return scale * select(x > 0.0, x, alpha * expm1(x));
+          }),
+    entry(UnaryDef{"logical_not", Category::logical, DTypes::all, Out::boolean},
+          [](auto x) { return x == 0.0; }),
+    entry(UnaryDef{"bitwise_not", Category::bitwise, DTypes::integral, Out::same},
+          [](auto x) { return bits([](auto v) { return ~v; }, x); }),
+    entry(UnaryDef{"isnan", Category::special_elementwise, DTypes::floats, Out::boolean},
+          [](auto x) { return isnan(x); }),
+    entry(UnaryDef{"isinf", Category::special_elementwise, DTypes::floats, Out::boolean},
+          [](auto x) { return isinf(x); }),
+    entry(UnaryDef{"isfinite", Category::special_elementwise, DTypes::floats, Out::boolean},
+          [](auto x) { return isfinite(x); }));
+
+// ----------------------------------------------------------- binary (21)
+
+inline constexpr auto kBinaryOps = hana::make_tuple(
+    entry(BinaryDef{"add", Category::binary_arith, DTypes::numeric, Out::same}, [](auto a, auto b) { return a + b; }),
+    entry(BinaryDef{"sub", Category::binary_arith, DTypes::numeric, Out::same}, [](auto a, auto b) { return a - b; }),
+    entry(BinaryDef{"mul", Category::binary_arith, DTypes::numeric, Out::same}, [](auto a, auto b) { return a * b; }),
+    entry(BinaryDef{"div", Category::binary_arith, DTypes::floats, Out::same}, [](auto a, auto b) { return a / b; }),
+    // Python's %: the result takes the divisor's sign.
+    entry(BinaryDef{"remainder", Category::binary_arith, DTypes::floats, Out::same},
+          [](auto a, auto b) { return floormod(a, b); }),
+    entry(BinaryDef{"pow", Category::binary_arith, DTypes::floats, Out::same}, [](auto a, auto b) { return pow(a, b); }),
+    entry(BinaryDef{"floor_divide", Category::binary_arith, DTypes::floats, Out::same},
+          [](auto a, auto b) { return floor(a / b); }),
+    // torch.lerp(start, end, 0.5): halfway, the binary form of the seed's table.
+    entry(BinaryDef{"lerp", Category::binary_arith, DTypes::floats, Out::same},
+          [](auto a, auto b) { return a + 0.5 * (b - a); }),
+    entry(BinaryDef{"maximum", Category::binary_arith, DTypes::numeric, Out::same},
+          [](auto a, auto b) { return max(a, b); }),
+    entry(BinaryDef{"minimum", Category::binary_arith, DTypes::numeric, Out::same},
+          [](auto a, auto b) { return min(a, b); }),
+    entry(BinaryDef{"eq", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a == b; }),
+    entry(BinaryDef{"ne", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a != b; }),
+    entry(BinaryDef{"gt", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a > b; }),
+    entry(BinaryDef{"lt", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a < b; }),
+    entry(BinaryDef{"ge", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a >= b; }),
+    entry(BinaryDef{"le", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a <= b; }),
+    entry(BinaryDef{"logical_and", Category::logical, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return (a != 0.0) && (b != 0.0); }),
+    entry(BinaryDef{"logical_or", Category::logical, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return (a != 0.0) || (b != 0.0); }),
+    entry(BinaryDef{"bitwise_and", Category::bitwise, DTypes::integral, Out::same},
+          [](auto a, auto b) { return bits([](auto x, auto y) { return x & y; }, a, b); }),
+    entry(BinaryDef{"bitwise_or", Category::bitwise, DTypes::integral, Out::same},
+          [](auto a, auto b) { return bits([](auto x, auto y) { return x | y; }, a, b); }),
+    entry(BinaryDef{"bitwise_xor", Category::bitwise, DTypes::integral, Out::same},
+          [](auto a, auto b) { return bits([](auto x, auto y) { return x ^ y; }, a, b); }));
+
+// ------------------------------------------------------- fused gated (3)
+//
+// (M, 2N) -> (M, N): out[m, n] = act(x[m, n]) * x[m, N + n] (gate first, as vLLM).
+
+inline constexpr auto kGatedOps = hana::make_tuple(
+    entry(UnaryDef{"silu_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same}, math::silu),
+    entry(UnaryDef{"gelu_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same}, math::gelu),
+    entry(UnaryDef{"gelu_tanh_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same},
+          math::gelu_tanh));
+
+// Calls f(entry) for every op of every template, at compile time.
+template <class F>
+void for_each_op(F&& f) {
+  hana::for_each(kUnaryOps, f);
+  hana::for_each(kBinaryOps, f);
+  hana::for_each(kGatedOps, f);
+}
+
+}  // namespace tx::optable

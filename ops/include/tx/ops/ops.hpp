@@ -1,0 +1,155 @@
+// The elementwise operator library (seed 004), built on tx: every kernel is
+// written in the tx DSL, runs on the GPU through NVRTC and on the host
+// through the host JIT.
+//
+//   Tensor y = tx::ops::gelu(x);                 // a new tensor
+//   tx::ops::gelu(x, y);                         // out= form
+//   Tensor z = tx::ops::add(a, b);               // NumPy broadcasting
+//   tx::ops::Elementwise op("silu_and_mul", {{2048, 2 * 28672}}, f16);
+//   op({x}, y);                                  // built once, launched many times
+//
+// Tensors are contiguous (tx tensors have no strides), so every input is
+// handled directly; there is no silent copy. Kernels are cached per (op,
+// dtype, shapes, parameters, config): building an op twice compiles once,
+// and the disk cache makes the next process fast.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tx/runtime/kernel.hpp"
+#include "tx/runtime/tensor.hpp"
+
+namespace tx::ops {
+
+// The seed's three strategies.
+//   direct             one element per thread
+//   explicit_parallel  num_per_thread contiguous elements per thread, element by element
+//   register_copy      num_per_thread elements staged in registers with tx's
+//                      register tile copy (vector transfers)
+enum class Strategy { direct, explicit_parallel, register_copy };
+const char* strategy_name(Strategy s);
+
+struct Config {
+  std::optional<Strategy> strategy{};  // default: the fastest measured for the op's template
+  int threads = 0;                     // default 256
+  int num_per_thread = 0;              // default: 16 bytes' worth of elements (x2 for f16 under register_copy)
+  bool tune = false;                   // time candidates on the GPU and remember the winner
+};
+
+// Scalar parameters of the independent ops (see each op).
+using Params = std::vector<double>;
+
+// Runs `op` by name: inputs in the op's order, broadcasting as the op allows.
+Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params = {},
+           const Config& cfg = {});
+void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
+         const Params& params = {}, const Config& cfg = {});
+
+// Every op name, in table order (66).
+std::vector<std::string> op_names();
+
+// Built once, launched many times.
+class Elementwise {
+ public:
+  Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes, DType dtype,
+              Params params = {}, Config cfg = {}, std::optional<Device> device = std::nullopt);
+  Tensor operator()(const std::vector<Tensor>& inputs) const;
+  void operator()(const std::vector<Tensor>& inputs, Tensor& out) const;
+
+  const std::string& op() const { return op_; }
+  const std::vector<std::int64_t>& out_shape() const { return out_shape_; }
+  DType out_dtype() const { return out_dtype_; }
+  const Kernel& kernel() const { return kernel_; }
+  Config config() const { return cfg_; }  // as resolved (strategy, threads, npt)
+
+ private:
+  std::string op_;
+  std::vector<std::vector<std::int64_t>> in_shapes_;
+  DType dtype_, out_dtype_;
+  std::vector<std::int64_t> out_shape_;
+  Params params_;
+  Config cfg_;
+  Device device_;
+  Kernel kernel_;
+};
+
+// ------------------------------------------------------------------ API
+
+#define TX_OPS_UNARY(X)                                                                  \
+  X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(neg) X(reciprocal) X(sign) X(sin) X(cos) X(floor) \
+  X(ceil) X(round) X(trunc) X(erf) X(log1p) X(expm1) X(relu) X(gelu) X(silu) X(sigmoid)     \
+  X(tanh) X(hardswish) X(hardsigmoid) X(mish) X(selu) X(logical_not) X(bitwise_not) X(isnan) \
+  X(isinf) X(isfinite)
+#define TX_OPS_BINARY(X)                                                                     \
+  X(add) X(sub) X(mul) X(div) X(remainder) X(pow) X(floor_divide) X(lerp) X(maximum)          \
+  X(minimum) X(eq) X(ne) X(gt) X(lt) X(ge) X(le) X(logical_and) X(logical_or) X(bitwise_and)  \
+  X(bitwise_or) X(bitwise_xor)
+#define TX_OPS_GATED(X) X(silu_and_mul) X(gelu_and_mul) X(gelu_tanh_and_mul)
+
+#define TX_DECLARE_UNARY(N)                                         \
+  inline Tensor N(const Tensor& x, const Config& cfg = {}) {        \
+    return run(#N, {x}, {}, cfg);                                   \
+  }                                                                 \
+  inline void N(const Tensor& x, Tensor& out, const Config& cfg = {}) { run(#N, {x}, out, {}, cfg); }
+#define TX_DECLARE_BINARY(N)                                                                 \
+  inline Tensor N(const Tensor& a, const Tensor& b, const Config& cfg = {}) {                \
+    return run(#N, {a, b}, {}, cfg);                                                         \
+  }                                                                                          \
+  inline void N(const Tensor& a, const Tensor& b, Tensor& out, const Config& cfg = {}) {    \
+    run(#N, {a, b}, out, {}, cfg);                                                           \
+  }
+TX_OPS_UNARY(TX_DECLARE_UNARY)
+TX_OPS_BINARY(TX_DECLARE_BINARY)
+// (M, 2N) -> (M, N): act(x[:, :N]) * x[:, N:]
+TX_OPS_GATED(TX_DECLARE_UNARY)
+#undef TX_DECLARE_UNARY
+#undef TX_DECLARE_BINARY
+
+// Independent ops: parameters as in PyTorch.
+inline Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, const Config& c = {}) {
+  return run("leaky_relu", {x}, {negative_slope}, c);
+}
+inline Tensor elu(const Tensor& x, double alpha = 1.0, const Config& c = {}) {
+  return run("elu", {x}, {alpha}, c);
+}
+inline Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0, const Config& c = {}) {
+  return run("hardtanh", {x}, {min_val, max_val}, c);
+}
+inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0, const Config& c = {}) {
+  return run("softplus", {x}, {beta, threshold}, c);
+}
+// weight: (C,) over dimension 1 of x, or (1,) for all.
+inline Tensor prelu(const Tensor& x, const Tensor& weight, const Config& c = {}) {
+  return run("prelu", {x, weight}, {}, c);
+}
+// cond: bool; broadcasts all three.
+inline Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, const Config& c = {}) {
+  return run("where", {cond, x, y}, {}, c);
+}
+inline Tensor clamp(const Tensor& x, double min_val, double max_val, const Config& c = {}) {
+  return run("clamp", {x}, {min_val, max_val}, c);
+}
+// mask: bool, broadcast to x.
+inline Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, const Config& c = {}) {
+  return run("masked_fill", {x, mask}, {value}, c);
+}
+// Defaults as torch.nan_to_num: nan -> 0, +-inf -> the dtype's largest finite values.
+Tensor nan_to_num(const Tensor& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
+                  std::optional<double> neginf = std::nullopt, const Config& c = {});
+// ALiBi: (heads, seq, seq), bias[h, i, j] = slope_h * (j - i), slopes as BLOOM/vLLM
+// (geometric from 2^(-8/n) for the closest power of two n <= heads, then the
+// odd powers of 2^(-4/n) for the remaining heads).
+Tensor alibi(std::int64_t num_heads, std::int64_t seq_len, DType dtype = f32,
+             std::optional<Device> device = std::nullopt, const Config& c = {});
+// Sinusoidal position encoding, interleaved: pe[p, 2i] = sin(p * w_i),
+// pe[p, 2i+1] = cos(p * w_i), w_i = 10000^(-2i / dim).
+Tensor sinusoidal(std::int64_t num_positions, std::int64_t dim, DType dtype = f32,
+                  std::optional<Device> device = std::nullopt, const Config& c = {});
+
+// ALiBi slopes for `num_heads` heads (double precision; the kernel's reference).
+std::vector<double> alibi_slopes(std::int64_t num_heads);
+
+}  // namespace tx::ops

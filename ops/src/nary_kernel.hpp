@@ -1,0 +1,52 @@
+// The one kernel template behind every op of the library: an output of N
+// contiguous elements, each computed from K operands that are read through
+// coalesced broadcast strides (and an element offset, so that one buffer
+// can serve as two operands: the gate and the value of silu_and_mul).
+//
+// Strategies (seed 004):
+//   direct             one element per thread
+//   explicit_parallel  npt contiguous elements per thread, loaded and stored
+//                      element by element
+//   register_copy      npt elements per thread staged in registers through
+//                      tx's register tile copy (copy/reg: vector transfers);
+//                      operands broadcast along the innermost dimension are
+//                      read once as a scalar, others gathered element-wise
+//
+// CTAs whose chunk lies wholly inside N run the vector body with no guard;
+// the last CTA, when N is not a multiple of the chunk, runs a scalar epilogue
+// with a guard per element, coalesced across its threads.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tx/builder.hpp"
+#include "tx/ops/ops.hpp"
+
+namespace tx::ops::detail {
+
+struct Operand {
+  int param = 0;                      // which input buffer it reads
+  DType compute = f32;                // dtype its value is converted to
+  std::vector<std::int64_t> strides;  // over the coalesced output shape (0 = broadcast)
+  std::int64_t offset = 0;            // elements added to every index
+};
+
+struct NarySpec {
+  std::string name;                 // kernel name
+  std::vector<std::int64_t> shape;  // coalesced output shape
+  DType out_dtype = f32;
+  std::vector<DType> param_dtypes;         // input buffers
+  std::vector<std::int64_t> param_numel;   // their element counts
+  std::vector<Operand> operands;
+  // The output element from the operands' values and its flat index.
+  std::function<Expr(const std::vector<Expr>&, const Expr&)> value;
+  Strategy strategy = Strategy::register_copy;
+  int threads = 256;
+  int npt = 4;
+};
+
+PrimFunc build_nary(const NarySpec& s);
+
+}  // namespace tx::ops::detail

@@ -1,0 +1,359 @@
+// The ops API: validate, broadcast and coalesce, pick a configuration, build
+// the kernel with the one template of nary_kernel.cpp (cached per op, dtype,
+// shapes, parameters and config), launch.
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "nary_kernel.hpp"
+#include "ops_internal.hpp"
+#include "tx/ops/broadcast.hpp"
+#include "tx/ops/ops.hpp"
+#include "tx/ops/registry.hpp"
+
+namespace tx::ops {
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::direct: return "direct";
+    case Strategy::explicit_parallel: return "explicit_parallel";
+    case Strategy::register_copy: return "register_copy";
+  }
+  return "?";
+}
+
+std::vector<std::string> op_names() {
+  std::vector<std::string> out;
+  for (const OpInfo& o : all_ops()) out.push_back(o.name);
+  return out;
+}
+
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + (s.size() == 1 ? ",)" : ")");
+}
+
+const OpInfo& lookup(const std::string& name) {
+  const OpInfo* op = find_op(name);
+  if (!op) fail("tx.ops", name, {}, "no such op (tx::ops::op_names() lists the 66)");
+  return *op;
+}
+
+// Defaults measured on the lent H200 (docs/elementwise_bench.md): register
+// copies of 16-byte vectors, 256 threads.
+Config resolve(const Config& c, DType t) {
+  Config r = c;
+  if (!r.strategy) r.strategy = Strategy::register_copy;
+  if (r.threads == 0) r.threads = 256;
+  if (r.num_per_thread == 0) r.num_per_thread = *r.strategy == Strategy::direct ? 1 : std::max(1, 16 / t.bytes());
+  if (r.threads <= 0 || r.threads > 1024 || r.threads % 32 != 0)
+    fail("tx.ops", "threads", {}, "threads must be a multiple of 32 in [32, 1024], got " + std::to_string(r.threads));
+  if (r.num_per_thread <= 0 || (r.num_per_thread & (r.num_per_thread - 1)) != 0 || r.num_per_thread > 64)
+    fail("tx.ops", "num_per_thread", {}, "num_per_thread must be a power of two <= 64, got " +
+                                             std::to_string(r.num_per_thread));
+  return r;
+}
+
+struct Plan {
+  detail::NarySpec spec;
+  std::vector<std::int64_t> out_shape;
+  DType out_dtype;
+};
+
+// The kernel spec of an op on concrete shapes.
+Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
+          const std::vector<DType>& dtypes, const Params& params, const Config& cfg) {
+  Plan p;
+  DType cd = compute_dtype_for(dtype);
+  p.out_dtype = out_dtype_for(op, dtype);
+  detail::NarySpec& s = p.spec;
+  s.strategy = *cfg.strategy;
+  s.threads = cfg.threads;
+  s.npt = cfg.num_per_thread;
+  std::ostringstream name;
+  name << "tx_" << op.name << "_" << dtype.short_name() << "_" << strategy_name(s.strategy) << "_t"
+       << s.threads << "_v" << s.npt;
+  s.name = name.str();
+  s.out_dtype = p.out_dtype;
+  s.param_dtypes = dtypes;
+  for (const auto& sh : shapes) {
+    std::int64_t n = 1;
+    for (auto e : sh) n *= e;
+    s.param_numel.push_back(n);
+  }
+
+  if (op.tmpl == optable::Template::gated) {
+    const auto& x = shapes[0];
+    if (x.empty() || x.back() % 2 != 0)
+      fail("tx.ops." + op.name, "x", {}, "input " + shape_str(x) + " needs an even last dimension (gate | value)");
+    std::int64_t half = x.back() / 2, rows = 1;
+    for (std::size_t d = 0; d + 1 < x.size(); ++d) rows *= x[d];
+    p.out_shape = x;
+    p.out_shape.back() = half;
+    s.shape = rows == 1 ? std::vector<std::int64_t>{half} : std::vector<std::int64_t>{rows, half};
+    std::vector<std::int64_t> st = rows == 1 ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{2 * half, 1};
+    s.operands = {{0, cd, st, 0}, {0, cd, st, half}};
+    s.value = [&op, params](const std::vector<Expr>& in, const Expr&) { return op.expr(in, params); };
+    return p;
+  }
+
+  Coalesced c = coalesce_broadcast(shapes);
+  p.out_shape = c.out_shape;
+  s.shape = c.shape;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    DType ci = dtypes[i].is_bool() ? boolean : compute_dtype_for(dtypes[i]);
+    s.operands.push_back({static_cast<int>(i), ci, c.strides[i], 0});
+  }
+  s.value = [&op, params](const std::vector<Expr>& in, const Expr&) { return op.expr(in, params); };
+  return p;
+}
+
+struct CacheKey {
+  std::string text;
+  bool operator<(const CacheKey& o) const { return text < o.text; }
+};
+
+std::string key_of(const std::string& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
+                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg, Device d) {
+  std::ostringstream k;
+  k << op << "|" << dtype.name() << "|" << d.str() << "|" << strategy_name(*cfg.strategy) << "|" << cfg.threads
+    << "|" << cfg.num_per_thread;
+  for (std::size_t i = 0; i < shapes.size(); ++i) k << "|" << dtypes[i].name() << shape_str(shapes[i]);
+  for (double p : params) k << "|" << std::hexfloat << p;
+  return k.str();
+}
+
+std::mutex& cache_mutex() {
+  static std::mutex* m = new std::mutex();
+  return *m;
+}
+std::map<CacheKey, Kernel>& kernel_cache() {
+  static auto* c = new std::map<CacheKey, Kernel>();
+  return *c;
+}
+
+// Checks the inputs against the op and returns the primary dtype.
+DType check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
+  std::string qn = "tx.ops." + op.name;
+  if (static_cast<int>(inputs.size()) != op.inputs)
+    fail(qn, "", {}, "takes " + std::to_string(op.inputs) + " tensors, got " + std::to_string(inputs.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (!inputs[i].defined()) fail(qn, "input " + std::to_string(i), {}, "tensor is undefined");
+  for (std::size_t i = 1; i < inputs.size(); ++i)
+    if (!(inputs[i].device() == inputs[0].device()))
+      fail(qn, "input " + std::to_string(i), {},
+           "is on " + inputs[i].device().str() + " but input 0 is on " + inputs[0].device().str());
+  // where(cond, x, y) and masked_fill(x, mask): bool masks; others: one dtype.
+  std::size_t primary = op.name == "where" ? 1 : 0;
+  DType t = inputs[primary].dtype();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    bool mask = (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
+    DType want = mask ? boolean : t;
+    if (inputs[i].dtype() != want)
+      fail(qn, "input " + std::to_string(i), {},
+           "dtype " + inputs[i].dtype().name() + " but " + (mask ? "a mask must be bool" : "the op's dtype is " + t.name()));
+  }
+  if (!optable::accepts(op.dtypes, t))
+    fail(qn, "input " + std::to_string(primary), {}, "dtype " + t.name() + " is not supported by " + op.name);
+  return t;
+}
+
+Kernel get_kernel(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
+                  const std::vector<DType>& dtypes, const Params& params, const Config& cfg, Device device,
+                  Plan* out_plan) {
+  Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
+  if (out_plan) *out_plan = p;
+  CacheKey key{key_of(op.name, dtype, shapes, dtypes, params, cfg, device)};
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = kernel_cache().find(key);
+    if (it != kernel_cache().end()) return it->second;
+  }
+  Kernel k = compile(detail::build_nary(p.spec), {.device = device});
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  kernel_cache().emplace(key, k);
+  return k;
+}
+
+}  // namespace
+
+namespace detail {
+Kernel kernel_for(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
+                  const Params& params, const Config& cfg, Device device) {
+  std::vector<DType> dts;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    bool mask = (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
+    dts.push_back(mask ? boolean : dtype);
+  }
+  return get_kernel(op, dtype, shapes, dts, params, resolve(cfg, dtype), device, nullptr);
+}
+Config resolved(const Config& c, DType t) { return resolve(c, t); }
+}  // namespace detail
+
+// ------------------------------------------------------------ Elementwise
+
+Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes, DType dtype,
+                         Params params, Config cfg, std::optional<Device> device)
+    : op_(std::move(op)), in_shapes_(std::move(input_shapes)), dtype_(dtype), params_(std::move(params)) {
+  const OpInfo& info = lookup(op_);
+  std::string qn = "tx.ops." + op_;
+  if (static_cast<int>(in_shapes_.size()) != info.inputs)
+    fail(qn, "", {}, "takes " + std::to_string(info.inputs) + " input shapes, got " + std::to_string(in_shapes_.size()));
+  if (static_cast<int>(params_.size()) != info.params)
+    fail(qn, "", {}, "takes " + std::to_string(info.params) + " parameters, got " + std::to_string(params_.size()));
+  if (!optable::accepts(info.dtypes, dtype)) fail(qn, "", {}, "dtype " + dtype.name() + " is not supported");
+  device_ = device ? *device : default_device();
+  std::vector<DType> dts;
+  for (std::size_t i = 0; i < in_shapes_.size(); ++i) {
+    bool mask = (op_ == "where" && i == 0) || (op_ == "masked_fill" && i == 1);
+    dts.push_back(mask ? boolean : dtype);
+  }
+  cfg_ = cfg.tune ? detail::tuned_config(info, dtype, in_shapes_, params_, device_, cfg) : resolve(cfg, dtype);
+  cfg_ = resolve(cfg_, dtype);
+  Plan p;
+  kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, &p);
+  out_shape_ = p.out_shape;
+  out_dtype_ = p.out_dtype;
+}
+
+Tensor Elementwise::operator()(const std::vector<Tensor>& inputs) const {
+  Tensor out = Tensor::empty(out_shape_, out_dtype_, device_);
+  (*this)(inputs, out);
+  return out;
+}
+
+void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) const {
+  std::string qn = "tx.ops." + op_;
+  if (inputs.size() != in_shapes_.size())
+    fail(qn, "", {}, "takes " + std::to_string(in_shapes_.size()) + " tensors, got " + std::to_string(inputs.size()));
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].shape() != in_shapes_[i])
+      fail(qn, "input " + std::to_string(i), {},
+           "shape " + shape_str(inputs[i].shape()) + " but the op was built for " + shape_str(in_shapes_[i]));
+  if (!out.defined() || out.shape() != out_shape_ || out.dtype() != out_dtype_)
+    fail(qn, "out", {},
+         "needs a " + out_dtype_.name() + " tensor of shape " + shape_str(out_shape_) +
+             (out.defined() ? ", got " + out.dtype().name() + " " + shape_str(out.shape()) : ""));
+  std::vector<Tensor> args = inputs;
+  args.push_back(out);
+  kernel_.launch(args);
+}
+
+// ------------------------------------------------------------------- run
+
+Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params, const Config& cfg) {
+  const OpInfo& info = lookup(op);
+  DType t = check_inputs(info, inputs);
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const Tensor& x : inputs) shapes.push_back(x.shape());
+  Elementwise e(op, shapes, t, params, cfg, inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
+  return e(inputs);
+}
+
+void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out, const Params& params,
+         const Config& cfg) {
+  const OpInfo& info = lookup(op);
+  DType t = check_inputs(info, inputs);
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const Tensor& x : inputs) shapes.push_back(x.shape());
+  if (out.defined() && !inputs.empty() && !(out.device() == inputs[0].device()))
+    fail("tx.ops." + op, "out", {}, "is on " + out.device().str() + " but the inputs are on " + inputs[0].device().str());
+  Elementwise e(op, shapes, t, params, cfg, inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
+  e(inputs, out);
+}
+
+Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf, std::optional<double> neginf,
+                  const Config& c) {
+  double big = x.defined() && x.dtype().is_float() ? dtype_max_finite(x.dtype()) : 0.0;
+  return run("nan_to_num", {x}, {nan, posinf.value_or(big), neginf.value_or(-big)}, c);
+}
+
+// ------------------------------------------------------ generative ops
+
+std::vector<double> alibi_slopes(std::int64_t heads) {
+  if (heads <= 0) fail("tx.ops.alibi", "num_heads", {}, "must be positive");
+  std::int64_t n = 1;
+  while (n * 2 <= heads) n *= 2;  // closest power of two <= heads
+  std::vector<double> s;
+  double base = std::exp2(-8.0 / static_cast<double>(n));
+  for (std::int64_t h = 0; h < n; ++h) s.push_back(std::pow(base, static_cast<double>(h + 1)));
+  double extra = std::exp2(-4.0 / static_cast<double>(n));
+  for (std::int64_t k = 0; k < heads - n; ++k) s.push_back(std::pow(extra, static_cast<double>(2 * k + 1)));
+  return s;
+}
+
+namespace {
+Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dtype, std::optional<Device> device,
+                const Config& cfg, std::function<Expr(const Expr&)> value) {
+  const OpInfo& info = lookup(op);
+  if (!optable::accepts(info.dtypes, dtype)) fail("tx.ops." + op, "", {}, "dtype " + dtype.name() + " is not supported");
+  Device d = device ? *device : default_device();
+  Config c = resolve(cfg, dtype);
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  detail::NarySpec s;
+  std::ostringstream name;
+  name << "tx_" << op << "_" << dtype.short_name();
+  for (auto e : shape) name << "_" << e;
+  s.name = name.str();
+  s.shape = {n};
+  s.out_dtype = dtype;
+  s.strategy = *c.strategy;
+  s.threads = c.threads;
+  s.npt = c.num_per_thread;
+  s.value = [value](const std::vector<Expr>&, const Expr& idx) { return value(idx); };
+  std::string key = op + "|" + dtype.name() + "|" + d.str() + "|" + shape_str(shape) + "|" + s.name +
+                    strategy_name(s.strategy) + std::to_string(s.threads) + "|" + std::to_string(s.npt);
+  Kernel k;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = kernel_cache().find({key});
+    if (it != kernel_cache().end()) {
+      k = it->second;
+      found = true;
+    }
+  }
+  if (!found) {
+    k = compile(detail::build_nary(s), {.device = d});
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    kernel_cache().emplace(CacheKey{key}, k);
+  }
+  Tensor out = Tensor::empty(std::move(shape), dtype, d);
+  k(out);
+  return out;
+}
+}  // namespace
+
+Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<Device> device, const Config& c) {
+  if (heads <= 0 || seq <= 0) fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
+  std::int64_t n = 1;
+  while (n * 2 <= heads) n *= 2;
+  double nn = static_cast<double>(n);
+  return generate("alibi", {heads, seq, seq}, dtype, device, c, [=](const Expr& idx) {
+    Expr h = idx / (seq * seq), i = idx / seq % seq, j = idx % seq;
+    Expr hf = cast(h, f32);
+    // slope = 2^(-8/n * (h + 1)) for the first n heads, 2^(-4/n * (2 (h - n) + 1)) after.
+    Expr slope = select(h < n, exp2(hf * (-8.0 / nn) - 8.0 / nn), exp2((hf - nn) * (-8.0 / nn) - 4.0 / nn));
+    return Expr(slope * cast(j - i, f32));
+  });
+}
+
+Tensor sinusoidal(std::int64_t positions, std::int64_t dim, DType dtype, std::optional<Device> device,
+                  const Config& c) {
+  if (positions <= 0 || dim <= 0 || dim % 2 != 0)
+    fail("tx.ops.sinusoidal", "dim", {}, "num_positions must be positive and dim positive and even");
+  return generate("sinusoidal", {positions, dim}, dtype, device, c, [=](const Expr& idx) {
+    Expr p = cast(idx / dim, f64), d = idx % dim;
+    Expr i2 = cast(d / 2 * 2, f64);
+    // w = 10000^(-2i/dim); the angle in f64: f32 would lose the phase at large positions.
+    Expr angle = p * exp2(i2 * (-std::log2(10000.0) / static_cast<double>(dim)));
+    return Expr(cast(select(d % 2 == 0, sin(angle), cos(angle)), f32));
+  });
+}
+
+}  // namespace tx::ops

@@ -1,0 +1,534 @@
+// The kernel disk cache and its SHA-256: known digests, round trips, and
+// every way an entry can be wrong (each must read as a miss, never throw).
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <doctest/doctest.h>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+#include "tx/error.hpp"
+#include "tx/runtime/disk_cache.hpp"
+
+namespace {
+
+using tx::runtime::DiskCache;
+
+// A fresh folder per test, removed afterwards even if a test made it read-only.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/tx-cache-test-XXXXXX";
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+         it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
+      if (it->is_directory(ec)) chmod(it->path().c_str(), 0700);
+    chmod(path.c_str(), 0700);
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+std::vector<std::string>& warnings() {
+  static std::vector<std::string> w;
+  return w;
+}
+
+// Collects tx warnings for the duration of a test.
+struct WarningCapture {
+  WarningCapture() {
+    warnings().clear();
+    tx::set_warning_handler([](const std::string& m) { warnings().push_back(m); });
+  }
+  ~WarningCapture() { tx::set_warning_handler(nullptr); }
+  bool any_mentions(const std::string& s) const {
+    for (const auto& w : warnings())
+      if (w.find(s) != std::string::npos) return true;
+    return false;
+  }
+};
+
+std::vector<char> random_payload(std::size_t n) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<char> v(n);
+  for (char& c : v) c = static_cast<char>(byte(tx::test::rng()));
+  return v;
+}
+
+std::string random_key() {
+  std::uniform_int_distribution<std::uint64_t> d;
+  return tx::runtime::sha256_hex(std::to_string(d(tx::test::rng())));
+}
+
+std::size_t random_size(std::size_t lo, std::size_t hi) {
+  return std::uniform_int_distribution<std::size_t>(lo, hi)(tx::test::rng());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_file(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  REQUIRE(out.good());
+}
+
+bool exists(const std::string& path) {
+  struct stat st {};
+  return lstat(path.c_str(), &st) == 0;
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  return names;
+}
+
+// The entry format as disk_cache.hpp documents it, written independently of
+// the implementation so that tests can build entries that differ in one field.
+struct Entry {
+  std::string magic, tx_version, ir_version, key, checksum, payload;
+  std::uint32_t format = 0;
+  std::uint64_t size = 0;
+};
+
+std::uint64_t get_le(const std::string& s, std::size_t& p, int bytes) {
+  REQUIRE(p + static_cast<std::size_t>(bytes) <= s.size());
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= std::uint64_t{static_cast<unsigned char>(s[p++])} << (8 * i);
+  return v;
+}
+std::string get_str(const std::string& s, std::size_t& p) {
+  std::size_t n = static_cast<std::size_t>(get_le(s, p, 4));
+  REQUIRE(p + n <= s.size());
+  std::string r = s.substr(p, n);
+  p += n;
+  return r;
+}
+void put_le(std::string& s, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) s += static_cast<char>(v >> (8 * i));
+}
+void put_str(std::string& s, const std::string& v) {
+  put_le(s, v.size(), 4);
+  s += v;
+}
+
+Entry parse(const std::string& data, std::size_t* header_size = nullptr) {
+  Entry e;
+  std::size_t p = 0;
+  REQUIRE(data.size() >= 8);
+  e.magic = data.substr(0, 8);
+  p = 8;
+  e.format = static_cast<std::uint32_t>(get_le(data, p, 4));
+  e.tx_version = get_str(data, p);
+  e.ir_version = get_str(data, p);
+  e.key = get_str(data, p);
+  e.size = get_le(data, p, 8);
+  REQUIRE(p + 32 <= data.size());
+  e.checksum = data.substr(p, 32);
+  p += 32;
+  if (header_size) *header_size = p;
+  e.payload = data.substr(p);
+  return e;
+}
+
+std::string encode(const Entry& e) {
+  std::string s = e.magic;
+  put_le(s, e.format, 4);
+  put_str(s, e.tx_version);
+  put_str(s, e.ir_version);
+  put_str(s, e.key);
+  put_le(s, e.size, 8);
+  s += e.checksum;
+  s += e.payload;
+  return s;
+}
+
+std::string digest_bytes(const std::string& payload) {
+  auto d = tx::runtime::sha256(payload);
+  return std::string(reinterpret_cast<const char*>(d.data()), d.size());
+}
+
+// A cache in a fresh folder holding one valid entry.
+struct Stored {
+  TempDir tmp;
+  DiskCache cache{tmp.path};
+  std::string key = random_key();
+  std::vector<char> payload = random_payload(random_size(1, 5000));
+  std::string path = cache.path_for(key);
+  std::string bytes;
+  Stored() {
+    REQUIRE(cache.store(key, payload));
+    bytes = read_file(path);
+    REQUIRE(cache.load(key) == payload);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("sha256 matches the FIPS 180-2 vectors") {
+  using tx::runtime::sha256_hex;
+  CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(sha256_hex(std::string(1000000, 'a')) ==
+        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  auto raw = tx::runtime::sha256("abc");
+  CHECK(raw[0] == 0xba);
+  CHECK(raw[31] == 0xad);
+}
+
+TEST_CASE("sha256 pads correctly around the block boundaries") {
+  // Lengths where the length field just fits, just spills, and fills blocks
+  // (digests from Python's hashlib).
+  const std::pair<std::size_t, const char*> cases[] = {
+      {55, "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072"},
+      {56, "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e"},
+      {63, "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2"},
+      {64, "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c"},
+      {65, "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9"},
+      {119, "000b48d4edf0fa7bee3c6236ecd2785baa5db4eeb8bb54341b029e0d9fa5fb0c"},
+      {120, "13f05a0b594787f5ecd315edc96141bd3243203d1b7d4f0836f37308b276ba98"},
+  };
+  for (auto [n, want] : cases) {
+    CAPTURE(n);
+    CHECK(tx::runtime::sha256_hex(std::string(n, 'x')) == want);
+  }
+}
+
+TEST_CASE("sha256 differs for inputs one bit apart") {
+  std::vector<char> p = random_payload(random_size(1, 300));
+  std::string a(p.begin(), p.end()), b = a;
+  b[random_size(0, b.size() - 1)] ^= 1;
+  CHECK(tx::runtime::sha256(a) != tx::runtime::sha256(b));
+  CHECK(tx::runtime::sha256(a) == tx::runtime::sha256(std::string(a)));
+}
+
+TEST_CASE("DiskCache stores and loads an entry") {
+  TempDir tmp;
+  DiskCache cache(tmp.path);
+  WarningCapture w;
+  REQUIRE(cache.enabled());
+  CHECK(cache.dir() == tmp.path);
+  const std::string key = random_key();
+  CHECK_FALSE(cache.load(key).has_value());  // a miss before the store
+
+  const std::vector<char> payload = random_payload(random_size(1, 200000));
+  REQUIRE(cache.store(key, payload));
+  CHECK(exists(cache.path_for(key)));
+  auto got = cache.load(key);
+  REQUIRE(got.has_value());
+  CHECK(*got == payload);
+  // Only the entry is left: the temporary file was renamed, not copied.
+  CHECK(list_dir(tmp.path).size() == 1);
+  struct stat st {};
+  REQUIRE(stat(cache.path_for(key).c_str(), &st) == 0);
+  CHECK((st.st_mode & 0077) == 0);
+
+  // The file is laid out as documented.
+  Entry e = parse(read_file(cache.path_for(key)));
+  CHECK(e.magic == "TXCACHE1");
+  CHECK(e.format == 1u);
+  CHECK(e.ir_version == tx::runtime::kIRVersion);
+  CHECK(e.key == key);
+  CHECK(e.size == payload.size());
+  CHECK(e.payload == std::string(payload.begin(), payload.end()));
+  CHECK(e.checksum == digest_bytes(e.payload));
+
+  // A second store replaces the entry.
+  const std::vector<char> other = random_payload(random_size(1, 3000));
+  REQUIRE(cache.store(key, other));
+  CHECK(cache.load(key) == other);
+
+  // An empty payload is a valid entry, not a miss.
+  const std::string empty_key = random_key();
+  REQUIRE(cache.store(empty_key, {}));
+  auto empty = cache.load(empty_key);
+  REQUIRE(empty.has_value());
+  CHECK(empty->empty());
+  CHECK(warnings().empty());
+}
+
+TEST_CASE("DiskCache keeps odd keys inside its folder") {
+  TempDir tmp;
+  DiskCache cache(tmp.path);
+  for (std::string key : {std::string("../escape"), std::string("a/b"), std::string(""),
+                          std::string(300, 'k'), std::string(".hidden")}) {
+    CAPTURE(key);
+    const std::string path = cache.path_for(key);
+    REQUIRE(path.rfind(tmp.path + "/", 0) == 0);
+    CHECK(path.find('/', tmp.path.size() + 1) == std::string::npos);
+    const std::vector<char> payload = random_payload(random_size(1, 100));
+    REQUIRE(cache.store(key, payload));
+    CHECK(cache.load(key) == payload);
+  }
+  // Keys that collide on a file must not load each other's entry.
+  CHECK(cache.path_for("../escape") != cache.path_for("a/b"));
+}
+
+TEST_CASE("a truncated entry is a miss, is removed and warned about") {
+  Stored s;
+  // Cut in the magic, in the header strings, just before the payload, and
+  // one byte short of the end.
+  std::size_t header = 0;
+  parse(s.bytes, &header);
+  for (std::size_t cut : {std::size_t{3}, std::size_t{14}, header - 1, header, s.bytes.size() - 1}) {
+    CAPTURE(cut);
+    WarningCapture w;
+    write_file(s.path, s.bytes.substr(0, cut));
+    std::optional<std::vector<char>> got;
+    CHECK_NOTHROW(got = s.cache.load(s.key));
+    CHECK_FALSE(got.has_value());
+    CHECK_FALSE(exists(s.path));
+    CHECK(w.any_mentions(s.path));
+  }
+  // Extra bytes after the payload are damage too.
+  WarningCapture w;
+  write_file(s.path, s.bytes + "x");
+  CHECK_FALSE(s.cache.load(s.key).has_value());
+  CHECK_FALSE(exists(s.path));
+  CHECK(w.any_mentions(s.path));
+}
+
+TEST_CASE("an entry with one flipped payload byte fails its checksum") {
+  Stored s;
+  WarningCapture w;
+  std::size_t header = 0;
+  parse(s.bytes, &header);
+  std::string bad = s.bytes;
+  bad[header + random_size(0, s.payload.size() - 1)] ^= static_cast<char>(1 << random_size(0, 7));
+  write_file(s.path, bad);
+  std::optional<std::vector<char>> got;
+  CHECK_NOTHROW(got = s.cache.load(s.key));
+  CHECK_FALSE(got.has_value());
+  CHECK_FALSE(exists(s.path));
+  CHECK(w.any_mentions(s.path));
+  CHECK(w.any_mentions("checksum"));
+}
+
+TEST_CASE("an entry with any one flipped header byte is a miss") {
+  Stored s;
+  WarningCapture w;
+  std::size_t header = 0;
+  parse(s.bytes, &header);
+  for (std::size_t i = 0; i < header; ++i) {
+    CAPTURE(i);
+    std::string bad = s.bytes;
+    bad[i] ^= static_cast<char>(1 << (i % 8));
+    write_file(s.path, bad);
+    std::optional<std::vector<char>> got;
+    CHECK_NOTHROW(got = s.cache.load(s.key));
+    CHECK_FALSE(got.has_value());
+    CHECK_FALSE(exists(s.path));
+  }
+  // After all that, a fresh store works again.
+  REQUIRE(s.cache.store(s.key, s.payload));
+  CHECK(s.cache.load(s.key) == s.payload);
+}
+
+TEST_CASE("an entry recorded under another key is a miss") {
+  Stored s;
+  // The test's encoder reproduces the stored bytes exactly, so the variants
+  // below differ from a valid entry in the one field they change.
+  Entry e = parse(s.bytes);
+  REQUIRE(encode(e) == s.bytes);
+
+  const std::string other_key = random_key();
+  // The whole file moved to another key's name.
+  REQUIRE(std::rename(s.path.c_str(), s.cache.path_for(other_key).c_str()) == 0);
+  CHECK_FALSE(s.cache.load(other_key).has_value());
+  CHECK_FALSE(exists(s.cache.path_for(other_key)));
+
+  // The key field edited, checksum intact.
+  Entry edited = e;
+  edited.key = other_key;
+  write_file(s.path, encode(edited));
+  CHECK_FALSE(s.cache.load(s.key).has_value());
+  CHECK_FALSE(exists(s.path));
+}
+
+TEST_CASE("an entry from another format or tx version is a quiet miss") {
+  Stored s;
+  Entry e = parse(s.bytes);
+  REQUIRE(encode(e) == s.bytes);
+  WarningCapture w;
+
+  Entry format = e;
+  format.format = e.format + 1;
+  Entry tx_version = e;
+  tx_version.tx_version = e.tx_version + ".1";
+  Entry ir_version = e;
+  ir_version.ir_version = "tx-ir-0";
+  for (const Entry* variant : {&format, &tx_version, &ir_version}) {
+    write_file(s.path, encode(*variant));
+    std::optional<std::vector<char>> got;
+    CHECK_NOTHROW(got = s.cache.load(s.key));
+    CHECK_FALSE(got.has_value());
+    CHECK_FALSE(exists(s.path));
+  }
+  // Stale entries are expected after an upgrade: no warning for them.
+  CHECK(warnings().empty());
+
+  // The unchanged encoding still loads: the misses above came from the field.
+  write_file(s.path, encode(e));
+  CHECK(s.cache.load(s.key) == s.payload);
+}
+
+TEST_CASE("a symbolic link in place of an entry is not followed") {
+  Stored s;
+  const std::string elsewhere = s.tmp.path + "/elsewhere.bin";
+  REQUIRE(std::rename(s.path.c_str(), elsewhere.c_str()) == 0);
+  REQUIRE(symlink(elsewhere.c_str(), s.path.c_str()) == 0);
+  WarningCapture w;
+  std::optional<std::vector<char>> got;
+  CHECK_NOTHROW(got = s.cache.load(s.key));
+  CHECK_FALSE(got.has_value());
+}
+
+TEST_CASE("a missing cache folder is created, private to the user") {
+  TempDir tmp;
+  const std::string parent = tmp.path + "/deep/er";
+  const std::string dir = parent + "/tx";
+  DiskCache cache(dir + "/");  // a trailing slash is tolerated
+  CHECK(cache.dir() == dir);
+  const std::string key = random_key();
+  CHECK_FALSE(cache.load(key).has_value());
+  CHECK_FALSE(exists(dir));  // a load creates nothing
+
+  const std::vector<char> payload = random_payload(random_size(1, 1000));
+  REQUIRE(cache.store(key, payload));
+  struct stat st {};
+  REQUIRE(stat(dir.c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  CHECK((st.st_mode & 07777) == 0700);
+  CHECK(st.st_uid == geteuid());
+  // Parents get the ordinary mode, less what the umask removes.
+  const mode_t mask = umask(0);
+  umask(mask);
+  REQUIRE(stat(parent.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == (0755 & ~mask));
+  CHECK(cache.load(key) == payload);
+}
+
+TEST_CASE("a cache folder that cannot be created or written makes store return false") {
+  TempDir tmp;
+  WarningCapture w;
+  // A regular file where a parent folder should be: mkdir fails even for root.
+  write_file(tmp.path + "/file", "not a folder");
+  DiskCache blocked(tmp.path + "/file/tx");
+  bool stored = true;
+  CHECK_NOTHROW(stored = blocked.store(random_key(), random_payload(16)));
+  CHECK_FALSE(stored);
+  CHECK(w.any_mentions(tmp.path + "/file"));
+  CHECK_FALSE(blocked.load(random_key()).has_value());
+
+  if (geteuid() == 0) {
+    MESSAGE("skipping the read-only folder check: running as root, which ignores permissions");
+    return;
+  }
+  const std::string ro = tmp.path + "/readonly";
+  REQUIRE(mkdir(ro.c_str(), 0500) == 0);
+  DiskCache cache(ro);
+  const std::string key = random_key();
+  warnings().clear();
+  CHECK_NOTHROW(stored = cache.store(key, random_payload(random_size(1, 100))));
+  CHECK_FALSE(stored);
+  CHECK(w.any_mentions(ro));
+  CHECK(list_dir(ro).empty());  // no temporary file left behind
+  CHECK_FALSE(cache.load(key).has_value());
+}
+
+TEST_CASE("a disabled cache stores and loads nothing") {
+  TempDir tmp;
+  DiskCache cache("");
+  CHECK_FALSE(cache.enabled());
+  bool stored = true;
+  CHECK_NOTHROW(stored = cache.store(random_key(), random_payload(32)));
+  CHECK_FALSE(stored);
+  CHECK_FALSE(cache.load(random_key()).has_value());
+}
+
+TEST_CASE("the process-wide cache follows TX_CACHE_DIR") {
+  // ctest sets TX_CACHE_DIR for every suite; instance() reads it once.
+  const char* dir = std::getenv("TX_CACHE_DIR");
+  const char* off = std::getenv("TX_CACHE");
+  if (!dir || (off && std::string(off) != "1")) {
+    MESSAGE("TX_CACHE_DIR is not set (or TX_CACHE is): nothing to compare");
+    return;
+  }
+  std::string want = dir;
+  while (want.size() > 1 && want.back() == '/') want.pop_back();
+  CHECK(DiskCache::instance().dir() == want);
+  CHECK(DiskCache::instance().enabled() == !want.empty());
+  CHECK(&DiskCache::instance() == &DiskCache::instance());
+}
+
+TEST_CASE("concurrent stores of one key never expose a partial entry") {
+  TempDir tmp;
+  DiskCache cache(tmp.path);
+  const std::string key = random_key();
+  std::vector<std::vector<char>> payloads;
+  for (int i = 0; i < 4; ++i) payloads.push_back(random_payload(random_size(10000, 50000)));
+  std::vector<std::thread> threads;
+  std::vector<int> bad(payloads.size(), 0);
+  for (std::size_t t = 0; t < payloads.size(); ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        if (!cache.store(key, payloads[t])) ++bad[t];
+        auto got = cache.load(key);
+        // Any of the writers' payloads, whole; a miss is not expected either
+        // since every entry written is valid.
+        bool whole = false;
+        for (const auto& p : payloads) whole = whole || (got && *got == p);
+        if (!whole) ++bad[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (int b : bad) CHECK(b == 0);
+  CHECK(list_dir(tmp.path).size() == 1);
+}
+
+TEST_CASE("kernel_cache_key changes when any input changes") {
+  using tx::runtime::kernel_cache_key;
+  std::vector<char> noise = random_payload(64);
+  const std::string source = "extern \"C\" __global__ void k() {} // " +
+                             tx::runtime::sha256_hex(std::string(noise.begin(), noise.end()));
+  const std::vector<std::string> options = {"--gpu-architecture=sm_90a", "-std=c++17"};
+  const std::string base = kernel_cache_key(source, options, "sm_90a", "13.0");
+  CHECK(base.size() == 64);
+  CHECK(base.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK(kernel_cache_key(source, options, "sm_90a", "13.0") == base);
+
+  std::string edited = source;
+  edited[random_size(0, edited.size() - 1)] ^= 1;
+  CHECK(kernel_cache_key(edited, options, "sm_90a", "13.0") != base);
+  CHECK(kernel_cache_key(source + " ", options, "sm_90a", "13.0") != base);
+  CHECK(kernel_cache_key(source, {options[0]}, "sm_90a", "13.0") != base);
+  CHECK(kernel_cache_key(source, {options[1], options[0]}, "sm_90a", "13.0") != base);
+  CHECK(kernel_cache_key(source, {options[0], options[1], "-lineinfo"}, "sm_90a", "13.0") != base);
+  CHECK(kernel_cache_key(source, options, "sm_90", "13.0") != base);
+  CHECK(kernel_cache_key(source, options, "sm_100a", "13.0") != base);
+  CHECK(kernel_cache_key(source, options, "sm_90a", "13.1") != base);
+  CHECK(kernel_cache_key(source, options, "sm_90a", "") != base);
+  // Field boundaries count: the same characters split differently differ.
+  CHECK(kernel_cache_key(source, {"ab", "c"}, "sm_90a", "13.0") !=
+        kernel_cache_key(source, {"a", "bc"}, "sm_90a", "13.0"));
+  CHECK(kernel_cache_key("x", options, "sm_90a", "13.0") !=
+        kernel_cache_key("", options, "xsm_90a", "13.0"));
+}
