@@ -1,12 +1,12 @@
 // The kernel disk cache and its SHA-256: known digests, round trips, and
 // every way an entry can be wrong (each must read as a miss, never throw).
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <doctest/doctest.h>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -288,7 +288,8 @@ TEST_CASE("a truncated entry is a miss, is removed and warned about") {
   // one byte short of the end.
   std::size_t header = 0;
   parse(s.bytes, &header);
-  for (std::size_t cut : {std::size_t{3}, std::size_t{14}, header - 1, header, s.bytes.size() - 1}) {
+  for (std::size_t cut :
+       {std::size_t{3}, std::size_t{14}, header - 1, header, s.bytes.size() - 1}) {
     CAPTURE(cut);
     WarningCapture w;
     write_file(s.path, s.bytes.substr(0, cut));

@@ -151,8 +151,15 @@ std::uint64_t wrap_integer(double v, DType t) {
   double tv = std::trunc(v);
   // Reduce modulo 2^bits without overflowing int64 conversions.
   double m = std::ldexp(1.0, t.bits);
-  double r = std::fmod(tv, m);
-  if (r < 0) r += m;
+  double r = std::fmod(tv, m);  // exact, |r| < 2^bits
+  if (r < 0) {
+    // -1 + 2^64 is not representable in double: go through int64 instead.
+    if (r >= -0x1p63) {
+      auto u = static_cast<std::uint64_t>(static_cast<std::int64_t>(r));
+      return t.bits < 64 ? u & ((1ull << t.bits) - 1) : u;
+    }
+    r += m;  // exact here: r is a multiple of 2^11
+  }
   auto u = static_cast<std::uint64_t>(r);
   if (t.bits < 64) u &= (1ull << t.bits) - 1;
   return u;

@@ -23,7 +23,8 @@ namespace tx::runtime {
 
 namespace {
 
-// Entry points every driver since CUDA 11 has under the name cuda.h maps to.
+// Looked up under the (versioned) names cuda.h maps them to; every driver
+// since CUDA 11 has all of them, so any one missing means the driver is unusable.
 #define TX_CU_REQUIRED(X)     \
   X(cuInit)                   \
   X(cuDriverGetVersion)       \

@@ -72,6 +72,19 @@ inline constexpr auto gelu_tanh = [](auto x) {
 inline constexpr auto silu = [](auto x) { return x / (1.0 + exp(-x)); };
 // softplus with PyTorch's default beta = 1, threshold = 20.
 inline constexpr auto softplus1 = [](auto x) { return select(x > 20.0, x, log1p(exp(x))); };
+// Python's % and // on floats, exact as PyTorch computes them: through fmod
+// rather than floor(a / b), whose rounding can cross an integer.
+inline constexpr auto remainder = [](auto a, auto b) {
+  auto r = fmod(a, b);
+  return select((r != 0.0) && ((r < 0.0) != (b < 0.0)), r + b, r);
+};
+inline constexpr auto floor_divide = [](auto a, auto b) {
+  auto m = fmod(a, b);
+  auto q = (a - m) / b;
+  auto d = select((m != 0.0) && ((b < 0.0) != (m < 0.0)), q - 1.0, q);
+  auto f = floor(d);
+  return select(d == 0.0, copysign(0.0, a / b), f + select(d - f > 0.5, 1.0, 0.0));
+};
 inline constexpr auto relu = [](auto x) { return select(x > 0.0, x, select(x == x, 0.0 * x, x)); };
 }  // namespace math
 
@@ -166,11 +179,9 @@ inline constexpr auto kBinaryOps = hana::make_tuple(
     entry(BinaryDef{"mul", Category::binary_arith, DTypes::numeric, Out::same}, [](auto a, auto b) { return a * b; }),
     entry(BinaryDef{"div", Category::binary_arith, DTypes::floats, Out::same}, [](auto a, auto b) { return a / b; }),
     // Python's %: the result takes the divisor's sign.
-    entry(BinaryDef{"remainder", Category::binary_arith, DTypes::floats, Out::same},
-          [](auto a, auto b) { return floormod(a, b); }),
+    entry(BinaryDef{"remainder", Category::binary_arith, DTypes::floats, Out::same}, math::remainder),
     entry(BinaryDef{"pow", Category::binary_arith, DTypes::floats, Out::same}, [](auto a, auto b) { return pow(a, b); }),
-    entry(BinaryDef{"floor_divide", Category::binary_arith, DTypes::floats, Out::same},
-          [](auto a, auto b) { return floor(a / b); }),
+    entry(BinaryDef{"floor_divide", Category::binary_arith, DTypes::floats, Out::same}, math::floor_divide),
     // torch.lerp(start, end, 0.5): halfway, the binary form of the seed's table.
     entry(BinaryDef{"lerp", Category::binary_arith, DTypes::floats, Out::same},
           [](auto a, auto b) { return a + 0.5 * (b - a); }),
