@@ -329,6 +329,54 @@ Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dt
 }
 }  // namespace
 
+void cast(const Tensor& x, Tensor& out, const Config& cfg) {
+  if (!x.defined() || !out.defined()) fail("tx.ops.cast", "", {}, "tensor is undefined");
+  if (x.shape() != out.shape())
+    fail("tx.ops.cast", "out", {}, "shape " + shape_str(out.shape()) + " differs from the input's " + shape_str(x.shape()));
+  if (!(x.device() == out.device())) fail("tx.ops.cast", "out", {}, "is on another device than the input");
+  DType from = x.dtype(), to = out.dtype();
+  Config c = resolve(cfg, from.bytes() > to.bytes() ? from : to);
+  std::int64_t n = x.numel();
+  detail::NarySpec s;
+  s.name = std::string("tx_cast_") + from.short_name() + "_to_" + to.short_name() + "_" +
+           strategy_name(*c.strategy) + "_t" + std::to_string(c.threads) + "_v" + std::to_string(c.num_per_thread);
+  s.shape = {n};
+  s.out_dtype = to;
+  s.param_dtypes = {from};
+  s.param_numel = {n};
+  bool ints = (from.is_integer() || from.is_bool()) && (to.is_integer() || to.is_bool());
+  DType compute = ints ? from : (from == f64 || to == f64) ? f64 : f32;
+  s.operands = {{0, compute, {1}, 0}};
+  s.strategy = *c.strategy;
+  s.threads = c.threads;
+  s.npt = c.num_per_thread;
+  s.value = [](const std::vector<Expr>& in, const Expr&) { return in[0]; };
+  std::string key = "cast|" + s.name + "|" + std::to_string(n) + "|" + x.device().str();
+  Kernel k;
+  bool found = false;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = kernel_cache().find({key});
+    if (it != kernel_cache().end()) {
+      k = it->second;
+      found = true;
+    }
+  }
+  if (!found) {
+    k = compile(detail::build_nary(s), {.device = x.device()});
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    kernel_cache().emplace(CacheKey{key}, k);
+  }
+  k(x, out);
+}
+
+Tensor cast(const Tensor& x, DType to, const Config& cfg) {
+  if (!x.defined()) fail("tx.ops.cast", "", {}, "tensor is undefined");
+  Tensor out = Tensor::empty(x.shape(), to, x.device());
+  cast(x, out, cfg);
+  return out;
+}
+
 Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<Device> device, const Config& c) {
   if (heads <= 0 || seq <= 0) fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
   std::int64_t n = 1;

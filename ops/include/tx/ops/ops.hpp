@@ -149,6 +149,11 @@ Tensor alibi(std::int64_t num_heads, std::int64_t seq_len, DType dtype = f32,
 Tensor sinusoidal(std::int64_t num_positions, std::int64_t dim, DType dtype = f32,
                   std::optional<Device> device = std::nullopt, const Config& c = {});
 
+// Converts to another dtype, rounding as the GPU stores it (e4m3fn saturates
+// to +-448, e5m2 keeps Inf and NaN, integers truncate and wrap).
+Tensor cast(const Tensor& x, DType to, const Config& c = {});
+void cast(const Tensor& x, Tensor& out, const Config& c = {});
+
 // ALiBi slopes for `num_heads` heads (double precision; the kernel's reference).
 std::vector<double> alibi_slopes(std::int64_t num_heads);
 

@@ -1,0 +1,294 @@
+// bench/elementwise: tx's elementwise ops against a device-to-device copy of
+// the same bytes (the ceiling) in the same run, and -- through the Python
+// script beside it -- PyTorch eager and torch.compile on the same cases.
+//
+//   bench_elementwise --cases            print the case list (JSON) for the Python side
+//   bench_elementwise --out tx.json      time every case, write JSON
+//   bench_elementwise --jit              JIT timings (cold / disk / memory, NVRTC alone)
+//
+// Timing: CUDA events around each launch, 5 warm-ups, median of 30; inputs
+// larger than L2 except in the small-size cases; bytes = read + write.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tx/ops/ops.hpp"
+#include "tx/ops/registry.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/runtime/disk_cache.hpp"
+#include "tx/runtime/nvrtc.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+using Shape = std::vector<std::int64_t>;
+
+namespace {
+
+struct Case {
+  std::string label;  // e.g. "gelu 2^28"
+  std::string op;     // library op, or "cast"
+  DType dtype;
+  std::vector<Shape> shapes;
+  ops::Params params;
+  DType cast_to = void_t;  // for "cast"
+  bool small = false;      // small-size regime (host overhead matters)
+};
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? "," : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  const Shape big{1 << 28}, square{16384, 16384};
+  for (DType t : {f32, f16, bf16}) {
+    for (const char* op : {"sqrt", "exp", "gelu", "silu", "relu"}) {
+      c.push_back({std::string(op) + " 2^28", op, t, {big}});
+      c.push_back({std::string(op) + " 16384x16384", op, t, {square}});
+    }
+    c.push_back({"add same-shape 2^28", "add", t, {big, big}});
+    c.push_back({"add (1024,20480)+(20480,)", "add", t, {{1024, 20480}, {20480}}});
+    c.push_back({"add (16,256,56,56)+(256,1,1)", "add", t, {{16, 256, 56, 56}, {256, 1, 1}}});
+    c.push_back({"masked_fill (1024,20480)", "masked_fill", t, {{1024, 20480}, {1024, 20480}}, {-1e4}});
+    c.push_back({"where (1024,20480)", "where", t, {{1024, 20480}, {1024, 20480}, {1024, 20480}}});
+    c.push_back({"clamp 2^28", "clamp", t, {big}, {-0.5, 0.5}});
+    c.push_back({"silu_and_mul (2048,2x28672)", "silu_and_mul", t, {{2048, 2 * 28672}}});
+    c.push_back({"gelu_tanh_and_mul (2048,2x28672)", "gelu_tanh_and_mul", t, {{2048, 2 * 28672}}});
+    c.push_back({"cast to f8e4m3 2^28", "cast", t, {big}, {}, f8e4m3});
+  }
+  c.push_back({"relu f8e4m3 2^28", "relu", f8e4m3, {big}});
+  for (DType t : {f32, f16}) {
+    c.push_back({"gelu 4096", "gelu", t, {{4096}}, {}, void_t, true});
+    c.push_back({"gelu 2^20", "gelu", t, {{1 << 20}}, {}, void_t, true});
+    c.push_back({"add 4096", "add", t, {{4096}, {4096}}, {}, void_t, true});
+    c.push_back({"add 2^20", "add", t, {{1 << 20}, {1 << 20}}, {}, void_t, true});
+  }
+  return c;
+}
+
+// Fills a tensor on the GPU with hashed pseudo-random values in [lo, hi)
+// (bool: about half true): a tx kernel, so inputs of 2^28 elements need no
+// host round trip.
+void fill_random(Tensor& t, double lo, double hi, std::uint32_t seed) {
+  std::int64_t n = t.numel();
+  DType dt = t.dtype();
+  const int threads = 256;
+  std::int64_t blocks = (n + threads - 1) / threads;
+  PrimFunc f = T::prim_func("bench_fill", [&](Handle Y_ptr) {
+    auto Y = T::match_buffer(Y_ptr, {n}, dt, std::nullopt, "y");
+    auto bx = T::cta_id({blocks}, "bx");
+    auto tid = T::thread_id({threads}, "tid");
+    Var i = T::let(bx * threads + tid, "i");
+    T::if_(i < n, [&] {
+      Expr h = cast(i, u32) * 2654435761u + seed;
+      Var hv = T::let(h, "h0");
+      Var h2 = T::let((hv ^ (hv >> 15)) * 2246822519u, "h1");
+      Var h3 = T::let(h2 ^ (h2 >> 13), "h2");
+      if (dt.is_bool()) {
+        Y(i) = (h3 & 1u) == 1u;
+      } else {
+        Expr u = cast(h3 >> 8, f32) * (1.0 / 16777216.0);
+        Y(i) = cast(u * (hi - lo) + lo, dt);
+      }
+    });
+  });
+  compile(f, {.device = Device::cuda()})(t);
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double time_ms(const std::function<void()>& f, int warm = 5, int reps = 30) {
+  for (int i = 0; i < warm; ++i) f();
+  runtime::EventTimer t;
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    f();
+    t.stop();
+    ms.push_back(t.elapsed_ms());
+  }
+  return median(ms);
+}
+
+struct Result {
+  Case c;
+  std::size_t bytes = 0;
+  double tx_ms = 0, copy_ms = 0, host_us = 0;
+  std::string config;
+};
+
+Result run_case(const Case& c) {
+  Result r;
+  r.c = c;
+  std::vector<Tensor> in;
+  std::uint32_t seed = 12345;
+  for (std::size_t k = 0; k < c.shapes.size(); ++k) {
+    bool mask = (c.op == "where" && k == 0) || (c.op == "masked_fill" && k == 1);
+    DType dt = mask ? boolean : c.dtype;
+    Tensor t = Tensor::empty(c.shapes[k], dt, Device::cuda());
+    fill_random(t, c.op == "sqrt" ? 0.01 : -3.0, 3.0, seed++);
+    in.push_back(t);
+    r.bytes += t.nbytes();
+  }
+  std::function<void()> launch;
+  Tensor out;
+  if (c.op == "cast") {
+    out = Tensor::empty(c.shapes[0], c.cast_to, Device::cuda());
+    launch = [&] { ops::cast(in[0], out); };
+    r.config = "register_copy";
+  } else {
+    std::vector<Shape> shapes;
+    for (auto& t : in) shapes.push_back(t.shape());
+    auto op = std::make_shared<ops::Elementwise>(c.op, shapes, c.dtype, c.params, ops::Config{}, Device::cuda());
+    out = Tensor::empty(op->out_shape(), op->out_dtype(), Device::cuda());
+    launch = [op, &in, &out] { (*op)(in, out); };
+    ops::Config k = op->config();
+    r.config = std::string(ops::strategy_name(*k.strategy)) + " t" + std::to_string(k.threads) + " v" +
+               std::to_string(k.num_per_thread);
+  }
+  r.bytes += out.nbytes();
+  r.tx_ms = time_ms(launch);
+
+  // The ceiling: a device-to-device copy moving the same bytes (read + write).
+  std::size_t half = r.bytes / 2;
+  runtime::DevicePtr a = runtime::device_alloc(half), b = runtime::device_alloc(half);
+  runtime::memset_device(a, 1, half);
+  r.copy_ms = time_ms([&] { runtime::copy_device_to_device(b, a, half); });
+  runtime::device_free(a);
+  runtime::device_free(b);
+
+  // Host cost of one call: enqueue many back to back, wall clock per call.
+  runtime::synchronize("bench");
+  const int calls = c.small ? 2000 : 50;
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) launch();
+  auto t1 = std::chrono::steady_clock::now();
+  runtime::synchronize("bench");
+  r.host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / calls;
+  return r;
+}
+
+void write_cases_json(std::ostream& os) {
+  os << "[\n";
+  auto cs = cases();
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    const Case& c = cs[i];
+    os << "  {\"label\": \"" << c.label << "\", \"op\": \"" << c.op << "\", \"dtype\": \"" << c.dtype.name()
+       << "\", \"shapes\": [";
+    for (std::size_t k = 0; k < c.shapes.size(); ++k) os << (k ? ", " : "") << shape_str(c.shapes[k]);
+    os << "], \"params\": [";
+    for (std::size_t k = 0; k < c.params.size(); ++k) os << (k ? ", " : "") << c.params[k];
+    os << "], \"cast_to\": \"" << (c.cast_to.is_void() ? "" : c.cast_to.name()) << "\", \"small\": "
+       << (c.small ? "true" : "false") << "}" << (i + 1 < cs.size() ? "," : "") << "\n";
+  }
+  os << "]\n";
+}
+
+// JIT timings of one op: cold (no cache anywhere), from the disk cache (a
+// fresh process would see this: the in-memory caches are bypassed by a new
+// shape), from memory, and NVRTC alone on the same source.
+void jit_timings(std::ostream& os) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  runtime::current_device();
+  runtime::nvrtc_version();
+  // Cold: a shape no cache has seen.
+  std::int64_t n = 1000003 + (std::chrono::steady_clock::now().time_since_epoch().count() % 1000);
+  auto t0 = clock::now();
+  ops::Elementwise cold("gelu", {{n}}, f16, {}, {}, Device::cuda());
+  cold.kernel().prepare_gpu();
+  auto t1 = clock::now();
+  // NVRTC alone on the same source.
+  auto t2 = clock::now();
+  runtime::nvrtc_compile(cold.kernel().cuda_source(), "probe.cu", runtime::current_device().arch(),
+                         runtime::NvrtcTarget::cubin);
+  auto t3 = clock::now();
+  // Memory: the same op again in this process.
+  auto t4 = clock::now();
+  ops::Elementwise again("gelu", {{n}}, f16, {}, {}, Device::cuda());
+  again.kernel().prepare_gpu();
+  auto t5 = clock::now();
+  os << "{\"cold_ms\": " << ms(t0, t1) << ", \"nvrtc_alone_ms\": " << ms(t2, t3)
+     << ", \"memory_ms\": " << ms(t4, t5) << ", \"n\": " << n << "}\n";
+}
+
+// Disk hit: run in a second process with the same TX_CACHE_DIR.
+void jit_disk(std::ostream& os, std::int64_t n) {
+  using clock = std::chrono::steady_clock;
+  runtime::current_device();
+  runtime::nvrtc_version();
+  auto t0 = clock::now();
+  ops::Elementwise e("gelu", {{n}}, f16, {}, {}, Device::cuda());
+  auto t1 = clock::now();
+  std::string origin = e.kernel().prepare_gpu();
+  auto t2 = clock::now();
+  os << "{\"lower_ms\": " << std::chrono::duration<double, std::milli>(t1 - t0).count()
+     << ", \"disk_ms\": " << std::chrono::duration<double, std::milli>(t2 - t0).count() << ", \"origin\": \""
+     << origin << "\"}\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path = "tx_elementwise.json";
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--cases") {
+        write_cases_json(std::cout);
+        return 0;
+      }
+      if (a == "--jit") {
+        jit_timings(std::cout);
+        return 0;
+      }
+      if (a == "--jit-disk" && i + 1 < argc) {
+        jit_disk(std::cout, std::atoll(argv[++i]));
+        return 0;
+      }
+      if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+    }
+    std::string why;
+    if (!runtime::cuda_available(&why)) {
+      std::printf("SKIPPED: bench_elementwise needs a GPU: %s\n", why.c_str());
+      return 77;
+    }
+    const auto& dev = runtime::current_device();
+    std::ofstream js(out_path);
+    js << "{\"gpu\": \"" << dev.name << "\", \"results\": [\n";
+    std::printf("%-36s %-9s %10s %10s %8s %9s  %s\n", "case", "dtype", "copy GB/s", "tx GB/s", "tx/copy",
+                "host us", "config");
+    auto cs = cases();
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      Result r = run_case(cs[i]);
+      double tx_gbs = static_cast<double>(r.bytes) / (r.tx_ms * 1e6);
+      double copy_gbs = static_cast<double>(r.bytes) / (r.copy_ms * 1e6);
+      std::printf("%-36s %-9s %10.0f %10.0f %8.3f %9.2f  %s\n", r.c.label.c_str(), r.c.dtype.short_name().c_str(),
+                  copy_gbs, tx_gbs, tx_gbs / copy_gbs, r.host_us, r.config.c_str());
+      std::fflush(stdout);
+      js << "  {\"label\": \"" << r.c.label << "\", \"dtype\": \"" << r.c.dtype.name() << "\", \"bytes\": " << r.bytes
+         << ", \"tx_ms\": " << r.tx_ms << ", \"copy_ms\": " << r.copy_ms << ", \"host_us\": " << r.host_us
+         << ", \"config\": \"" << r.config << "\"}" << (i + 1 < cs.size() ? "," : "") << "\n";
+    }
+    js << "]}\n";
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
