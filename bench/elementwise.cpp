@@ -37,7 +37,7 @@ struct Case {
   std::string op;     // library op, or "cast"
   DType dtype;
   std::vector<Shape> shapes;
-  ops::Params params;
+  ops::Params params{};
   DType cast_to = void_t;  // for "cast"
   bool small = false;      // small-size regime (host overhead matters)
 };

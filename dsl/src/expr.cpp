@@ -101,7 +101,8 @@ std::uint64_t encode_minifloat(double v, DType t) {
   std::uint64_t exp_all = (1ull << f.exp_bits) - 1;
   std::uint64_t nan_bits = f.has_inf ? (exp_all << f.man_bits) | (1ull << (f.man_bits - 1))
                                      : (exp_all << f.man_bits) | ((1ull << f.man_bits) - 1);
-  if (std::isnan(v)) return sign | nan_bits;
+  // fp8 NaNs are canonical (0x7F, as the GPU's conversion gives); others keep the sign.
+  if (std::isnan(v)) return t.is_fp8() ? nan_bits : sign | nan_bits;
   double a = std::fabs(v);
   double r = std::isinf(a) ? a : round_minifloat(a, f);
   if (r > f.max_finite) {

@@ -13,9 +13,11 @@ namespace tx::lowering {
 
 namespace {
 
-// f16/bf16 through the hardware conversions (RNE); fp8 in software so the
-// host fallback can round bit-for-bit the same way (e4m3fn saturates to
-// +-448, e5m2 keeps Inf and NaN).
+// f16/bf16 through the hardware conversions (RNE). e4m3fn through the
+// hardware satfinite conversion on sm_89+ (saturates to +-448, NaN -> 0x7F)
+// with a bit-identical software path below it; e5m2 in software because it
+// must keep Inf (the hardware only has satfinite). The host fallback rounds
+// the same way, bit for bit.
 const char* kPrelude = R"(typedef unsigned short tx_f16;
 typedef unsigned short tx_bf16;
 typedef unsigned char tx_f8e4m3;
@@ -39,7 +41,7 @@ static __device__ __forceinline__ float tx_f8e5m2_to_f32(tx_f8e5m2 v) {
 static __device__ __forceinline__ tx_f8e5m2 tx_f32_to_f8e5m2(float x) {
   unsigned s = (__float_as_uint(x) >> 24) & 0x80u;
   float a = fabsf(x);
-  if (a != a) return (tx_f8e5m2)(s | 0x7Fu);
+  if (a != a) return (tx_f8e5m2)0x7Fu;
   if (a >= 61440.0f) return (tx_f8e5m2)(s | 0x7Cu);
   if (a < 6.103515625e-05f) return (tx_f8e5m2)(s | (unsigned)rintf(a * 65536.0f));
   unsigned u = __float_as_uint(a);
@@ -47,6 +49,11 @@ static __device__ __forceinline__ tx_f8e5m2 tx_f32_to_f8e5m2(float x) {
   return (tx_f8e5m2)(s | ((((u >> 23) - 112u) << 2) | ((u >> 21) & 3u)));
 }
 static __device__ __forceinline__ float tx_f8e4m3_to_f32(tx_f8e4m3 v) {
+#if __CUDA_ARCH__ >= 890
+  unsigned h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)v));
+  return tx_f16_to_f32((tx_f16)(h2 & 0xFFFFu));
+#endif
   unsigned s = ((unsigned)v & 0x80u) << 24, e = ((unsigned)v >> 3) & 0xFu, m = (unsigned)v & 7u;
   float r;
   if (e == 15u && m == 7u) r = __uint_as_float(0x7FC00000u);
@@ -55,9 +62,14 @@ static __device__ __forceinline__ float tx_f8e4m3_to_f32(tx_f8e4m3 v) {
   return __uint_as_float(__float_as_uint(r) | s);
 }
 static __device__ __forceinline__ tx_f8e4m3 tx_f32_to_f8e4m3(float x) {
+#if __CUDA_ARCH__ >= 890
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+  return (tx_f8e4m3)(r & 0xFFu);
+#endif
   unsigned s = (__float_as_uint(x) >> 24) & 0x80u;
   float a = fabsf(x);
-  if (a != a) return (tx_f8e4m3)(s | 0x7Fu);
+  if (a != a) return (tx_f8e4m3)0x7Fu;
   if (a >= 448.0f) return (tx_f8e4m3)(s | 0x7Eu);
   if (a < 0.015625f) return (tx_f8e4m3)(s | (unsigned)rintf(a * 512.0f));
   unsigned u = __float_as_uint(a);
@@ -75,6 +87,21 @@ template <class T> static __device__ __forceinline__ T tx_max(T a, T b) { return
 template <class T> static __device__ __forceinline__ T tx_min(T a, T b) { return a < b ? a : b; }
 template <class U, class T> static __device__ __forceinline__ U tx_bitcast(T x) {
   union { T a; U b; } u; u.a = x; return u.b;
+}
+// erfc with fractional error < 1.2e-7 everywhere (a Chebyshev fit), for approx_math.
+static __device__ __forceinline__ float tx_erfc_fast(float x) {
+  float z = fabsf(x);
+  float t = __frcp_rn(1.0f + 0.5f * z);
+  float p = -0.82215223f + t * 0.17087277f;
+  p = 1.48851587f + t * p;
+  p = -1.13520398f + t * p;
+  p = 0.27886807f + t * p;
+  p = -0.18628806f + t * p;
+  p = 0.09678418f + t * p;
+  p = 0.37409196f + t * p;
+  p = 1.00002368f + t * p;
+  float r = t * __expf(-z * z - 1.26551223f + t * p);
+  return x >= 0.0f ? r : 2.0f - r;
 }
 template <class T> static __device__ __forceinline__ T tx_floordiv(T a, T b) {
   T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -181,7 +208,7 @@ const std::unordered_set<std::string>& reserved() {
 
 class CudaEmitter : public IRVisitor {
  public:
-  explicit CudaEmitter(const LoweredKernel& k) : k_(k) {
+  CudaEmitter(const LoweredKernel& k, bool approx) : k_(k), approx_(approx) {
     for (const SharedAllocation& a : k.shared) shared_offset_[a.buffer->data.get()] = a.offset;
   }
 
@@ -301,6 +328,12 @@ class CudaEmitter : public IRVisitor {
         else
           eo_ << "tx_floormod(" << e(n->a) << ", " << e(n->b) << ")";
         return;
+      case BinOp::Div:
+        if (approx_ && t == f32) {
+          eo_ << "__fdividef(" << e(n->a) << ", " << e(n->b) << ")";
+          return;
+        }
+        break;
       case BinOp::Mod:
         if (t.is_float()) {
           eo_ << (t == f64 ? "fmod(" : "fmodf(") << e(n->a) << ", " << e(n->b) << ")";
@@ -362,7 +395,25 @@ class CudaEmitter : public IRVisitor {
           eo_ << (t.bits == 64 ? "llabs(" : "abs(") << args() << ")";
         return;
       case Intrinsic::round: eo_ << (is_f32 ? "rintf(" : "rint(") << args() << ")"; return;
-      default: eo_ << intrinsic_name(n->op) << (is_f32 ? "f(" : "(") << args() << ")"; return;
+      default:
+        if (approx_ && is_f32) {
+          const char* fast = nullptr;
+          switch (n->op) {
+            case Intrinsic::exp: fast = "__expf("; break;
+            case Intrinsic::log: fast = "__logf("; break;
+            case Intrinsic::sin: fast = "__sinf("; break;
+            case Intrinsic::cos: fast = "__cosf("; break;
+            case Intrinsic::pow: fast = "__powf("; break;
+            case Intrinsic::erfc: fast = "tx_erfc_fast("; break;
+            default: break;
+          }
+          if (fast) {
+            eo_ << fast << args() << ")";
+            return;
+          }
+        }
+        eo_ << intrinsic_name(n->op) << (is_f32 ? "f(" : "(") << args() << ")";
+        return;
     }
   }
   void visit_node(const LoadNode* n) override {
@@ -451,6 +502,7 @@ class CudaEmitter : public IRVisitor {
   using IRVisitor::visit_node;
 
   const LoweredKernel& k_;
+  bool approx_ = false;
   std::ostringstream out_, eo_;
   int indent_ = 0;
   std::unordered_map<const void*, std::string> names_;
@@ -469,7 +521,7 @@ std::string sanitize_identifier(const std::string& name) {
 }
 
 std::string codegen_cuda(const LoweredKernel& k, const CudaOptions& opt) {
-  CudaEmitter em(k);
+  CudaEmitter em(k, opt.approx_math);
   std::string name = opt.kernel_name.empty() ? sanitize_identifier(k.lowered->name)
                                              : sanitize_identifier(opt.kernel_name);
   return em.emit(name);

@@ -1,6 +1,7 @@
 // The ops API: validate, broadcast and coalesce, pick a configuration, build
 // the kernel with the one template of nary_kernel.cpp (cached per op, dtype,
 // shapes, parameters and config), launch.
+#include <array>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -173,7 +174,9 @@ Kernel get_kernel(const OpInfo& op, DType dtype, const std::vector<std::vector<s
     auto it = kernel_cache().find(key);
     if (it != kernel_cache().end()) return it->second;
   }
-  Kernel k = compile(detail::build_nary(p.spec), {.device = device});
+  // Results rounded to 16 bits or fewer tolerate the hardware math approximations.
+  bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float();
+  Kernel k = compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
   std::lock_guard<std::mutex> lock(cache_mutex());
   kernel_cache().emplace(key, k);
   return k;
@@ -227,20 +230,23 @@ Tensor Elementwise::operator()(const std::vector<Tensor>& inputs) const {
 }
 
 void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) const {
-  std::string qn = "tx.ops." + op_;
+  // Messages are built only on failure: this is the hot path of a launch.
   if (inputs.size() != in_shapes_.size())
-    fail(qn, "", {}, "takes " + std::to_string(in_shapes_.size()) + " tensors, got " + std::to_string(inputs.size()));
+    fail("tx.ops." + op_, "", {},
+         "takes " + std::to_string(in_shapes_.size()) + " tensors, got " + std::to_string(inputs.size()));
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].shape() != in_shapes_[i])
-      fail(qn, "input " + std::to_string(i), {},
+      fail("tx.ops." + op_, "input " + std::to_string(i), {},
            "shape " + shape_str(inputs[i].shape()) + " but the op was built for " + shape_str(in_shapes_[i]));
   if (!out.defined() || out.shape() != out_shape_ || out.dtype() != out_dtype_)
-    fail(qn, "out", {},
+    fail("tx.ops." + op_, "out", {},
          "needs a " + out_dtype_.name() + " tensor of shape " + shape_str(out_shape_) +
              (out.defined() ? ", got " + out.dtype().name() + " " + shape_str(out.shape()) : ""));
-  std::vector<Tensor> args = inputs;
-  args.push_back(out);
-  kernel_.launch(args);
+  std::array<const Tensor*, 8> args{};
+  std::size_t n = 0;
+  for (const Tensor& t : inputs) args[n++] = &t;
+  args[n++] = &out;
+  kernel_.launch(args.data(), n);
 }
 
 // ------------------------------------------------------------------- run

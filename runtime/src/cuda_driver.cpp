@@ -306,17 +306,21 @@ void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, voi
             const std::string& kernel_name) {
   const Driver& d = make_current();
   if (!function) fail("cuda", kernel_name, {}, "launch: no CUfunction (module not loaded?)");
-  const std::string config = "grid " + dim_str(grid) + ", block " + dim_str(block) + ", " +
-                             std::to_string(shared_bytes) + " bytes of dynamic shared memory";
+  // The configuration text is built only for an error message: launches are hot.
+  auto config = [&] {
+    return "grid " + dim_str(grid) + ", block " + dim_str(block) + ", " + std::to_string(shared_bytes) +
+           " bytes of dynamic shared memory";
+  };
   auto f = static_cast<CUfunction>(function);
   // Beyond 48 KiB of dynamic shared memory the kernel must opt in.
-  if (shared_bytes > 48 * 1024)
-    check(d.p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                 static_cast<int>(shared_bytes)),
-          "cuFuncSetAttribute", kernel_name, config);
-  check(d.p_cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                           static_cast<unsigned>(shared_bytes), nullptr, args, nullptr),
-        "cuLaunchKernel", kernel_name, config);
+  if (shared_bytes > 48 * 1024) {
+    CUresult r = d.p_cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        static_cast<int>(shared_bytes));
+    if (r != CUDA_SUCCESS) check(r, "cuFuncSetAttribute", kernel_name, config());
+  }
+  CUresult r = d.p_cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                                  static_cast<unsigned>(shared_bytes), nullptr, args, nullptr);
+  if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel", kernel_name, config());
 }
 
 void synchronize(const std::string& what) {

@@ -3,6 +3,8 @@
 // process's memory cache, the disk cache, NVRTC.
 #include "tx/runtime/kernel.hpp"
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -25,6 +27,7 @@ struct Kernel::State {
   mutable std::mutex mu;
   mutable std::shared_ptr<runtime::Module> module;
   mutable void* function = nullptr;
+  mutable std::atomic<bool> ready{false};  // GPU binary loaded and limits checked
   mutable std::shared_ptr<runtime::HostKernel> host;
 };
 
@@ -60,7 +63,7 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   lo.debug = opt.debug_ir;
   st->info = lowering::lower(f, lo);
   st->kernel_name = lowering::sanitize_identifier(f->name);
-  st->cuda = lowering::codegen_cuda(st->info, {st->kernel_name});
+  st->cuda = lowering::codegen_cuda(st->info, {st->kernel_name, opt.approx_math});
   st->device = opt.device ? *opt.device : default_device();
   st->arch = opt.arch;
   Kernel k;
@@ -119,53 +122,93 @@ std::string Kernel::prepare_gpu() const {
 }
 
 void Kernel::launch(const std::vector<Tensor>& args) const {
+  // Pointers on the stack: a launch allocates nothing on the fast path.
+  std::array<const Tensor*, 32> small{};
+  std::vector<const Tensor*> big;
+  const Tensor** p = small.data();
+  if (args.size() > small.size()) {
+    big.resize(args.size());
+    p = big.data();
+  }
+  for (std::size_t i = 0; i < args.size(); ++i) p[i] = &args[i];
+  launch(p, args.size());
+}
+
+namespace {
+bool sync_after_launch() {
+  static const bool sync = [] {
+    const char* v = std::getenv("TX_SYNC");
+    return v && *v && std::string(v) != "0";
+  }();
+  return sync;
+}
+}  // namespace
+
+void Kernel::launch(const Tensor* const* args, std::size_t n) const {
   if (!state_) fail("launch", "", {}, "launch of an empty Kernel (use tx::compile)");
   const State& s = *state_;
   const auto& params = s.info.params;
-  const std::string op = "launch " + s.kernel_name;
   SourceLoc loc = s.info.source->loc;
-  if (args.size() != params.size())
-    fail(op, "", loc,
-         "takes " + std::to_string(params.size()) + " tensors, got " + std::to_string(args.size()));
-  std::vector<void*> ptrs(args.size());
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const Tensor& t = args[i];
-    const auto& p = params[i];
-    std::string who = p.name + " (argument " + std::to_string(i) + ")";
-    if (!t.defined()) fail(op, who, loc, "tensor is undefined");
-    if (t.dtype() != p.dtype)
-      fail(op, who, loc, "dtype " + t.dtype().name() + " but the kernel declares " + p.dtype.name());
-    if (t.shape() != p.shape && t.numel() != p.elems)
-      fail(op, who, loc,
-           "shape " + shape_str(t.shape()) + " but the kernel declares " + shape_str(p.shape));
-    if (t.numel() < p.elems)
-      fail(op, who, loc, "tensor holds " + std::to_string(t.numel()) + " elements, the layout needs " +
-                             std::to_string(p.elems));
+  auto bad = [&](std::size_t i, const std::string& reason) {
+    fail("launch " + s.kernel_name,
+         i < params.size() ? params[i].name + " (argument " + std::to_string(i) + ")" : "", loc, reason);
+  };
+  if (n != params.size())
+    bad(params.size(), "takes " + std::to_string(params.size()) + " tensors, got " + std::to_string(n));
+  std::array<void*, 32> small{};
+  std::vector<void*> big;
+  void** ptrs = small.data();
+  if (n > small.size()) {
+    big.resize(n);
+    ptrs = big.data();
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const Tensor& t = *args[i];
+    const auto& pi = params[i];
+    if (!t.defined()) bad(i, "tensor is undefined");
+    if (t.dtype() != pi.dtype) bad(i, "dtype " + t.dtype().name() + " but the kernel declares " + pi.dtype.name());
+    if (t.shape() != pi.shape && t.numel() != pi.elems)
+      bad(i, "shape " + shape_str(t.shape()) + " but the kernel declares " + shape_str(pi.shape));
+    if (t.numel() < pi.elems)
+      bad(i, "tensor holds " + std::to_string(t.numel()) + " elements, the layout needs " + std::to_string(pi.elems));
     if (!(t.device() == s.device))
-      fail(op, who, loc,
-           "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
-               " (move it with .to(kernel.device()))");
+      bad(i, "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
+                 " (move it with .to(kernel.device()))");
     auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
-    if (addr % static_cast<std::uintptr_t>(p.align_bytes) != 0)
-      fail(op, who, loc,
-           "tensor data is not " + std::to_string(p.align_bytes) +
-               "-byte aligned; the kernel makes vector accesses of that width on it");
+    if (addr % static_cast<std::uintptr_t>(pi.align_bytes) != 0)
+      bad(i, "tensor data is not " + std::to_string(pi.align_bytes) +
+                 "-byte aligned; the kernel makes vector accesses of that width on it");
     ptrs[i] = t.data_ptr();
   }
 
   if (s.device.is_cuda()) {
-    prepare_gpu();
-    const runtime::DeviceInfo& dev = runtime::current_device();
-    if (s.info.launch.block > dev.max_threads_per_block)
-      fail(op, "", loc, "block of " + std::to_string(s.info.launch.block) + " threads exceeds the device's " +
-                            std::to_string(dev.max_threads_per_block));
-    if (s.info.shared_bytes > dev.max_shared_per_block_optin)
-      fail(op, "", loc,
-           "needs " + std::to_string(s.info.shared_bytes) + " bytes of shared memory; " + dev.name +
-               " allows " + std::to_string(dev.max_shared_per_block_optin) + " per CTA");
-    std::vector<runtime::DevicePtr> dptrs(ptrs.size());
-    std::vector<void*> kargs(ptrs.size());
-    for (std::size_t i = 0; i < ptrs.size(); ++i) {
+    if (!s.ready.load(std::memory_order_acquire)) {
+      prepare_gpu();
+      const runtime::DeviceInfo& dev = runtime::current_device();
+      std::string op = "launch " + s.kernel_name;
+      if (s.info.launch.block > dev.max_threads_per_block)
+        fail(op, "", loc,
+             "block of " + std::to_string(s.info.launch.block) + " threads exceeds the device's " +
+                 std::to_string(dev.max_threads_per_block));
+      if (s.info.shared_bytes > dev.max_shared_per_block_optin)
+        fail(op, "", loc,
+             "needs " + std::to_string(s.info.shared_bytes) + " bytes of shared memory; " + dev.name +
+                 " allows " + std::to_string(dev.max_shared_per_block_optin) + " per CTA");
+      s.ready.store(true, std::memory_order_release);
+    }
+    std::array<runtime::DevicePtr, 32> dsmall{};
+    std::array<void*, 32> ksmall{};
+    std::vector<runtime::DevicePtr> dbig;
+    std::vector<void*> kbig;
+    runtime::DevicePtr* dptrs = dsmall.data();
+    void** kargs = ksmall.data();
+    if (n > dsmall.size()) {
+      dbig.resize(n);
+      kbig.resize(n);
+      dptrs = dbig.data();
+      kargs = kbig.data();
+    }
+    for (std::size_t i = 0; i < n; ++i) {
       dptrs[i] = static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(ptrs[i]));
       kargs[i] = &dptrs[i];
     }
@@ -173,9 +216,8 @@ void Kernel::launch(const std::vector<Tensor>& args) const {
     runtime::launch(s.function,
                     {static_cast<unsigned>(g[0]), static_cast<unsigned>(g[1]), static_cast<unsigned>(g[2])},
                     {static_cast<unsigned>(s.info.launch.block), 1, 1},
-                    static_cast<std::size_t>(s.info.shared_bytes), kargs.data(), s.kernel_name);
-    const char* sync = std::getenv("TX_SYNC");
-    if (sync && *sync && std::string(sync) != "0") runtime::synchronize(s.kernel_name);
+                    static_cast<std::size_t>(s.info.shared_bytes), kargs, s.kernel_name);
+    if (sync_after_launch()) runtime::synchronize(s.kernel_name);
     return;
   }
 
@@ -183,11 +225,12 @@ void Kernel::launch(const std::vector<Tensor>& args) const {
     std::lock_guard<std::mutex> lock(s.mu);
     if (!s.host) {
       std::string why;
-      if (!runtime::host_jit_available(&why)) fail(op, "", loc, "cannot run on the host: " + why);
+      if (!runtime::host_jit_available(&why))
+        fail("launch " + s.kernel_name, "", loc, "cannot run on the host: " + why);
       s.host = runtime::host_compile(s.info);
     }
   }
-  s.host->run(ptrs.data());
+  s.host->run(ptrs);
 }
 
 void synchronize() {

@@ -235,6 +235,7 @@ TX_ET_MATH1(cos, cos, std::cos(static_cast<double>(a)))
 TX_ET_MATH1(tan, tan, std::tan(static_cast<double>(a)))
 TX_ET_MATH1(tanh, tanh, std::tanh(static_cast<double>(a)))
 TX_ET_MATH1(erf, erf, std::erf(static_cast<double>(a)))
+TX_ET_MATH1(erfc, erfc, std::erfc(static_cast<double>(a)))
 TX_ET_MATH1(abs, fabs, (a < 0 ? -a : a))
 TX_ET_MATH1(floor, floor, std::floor(static_cast<double>(a)))
 TX_ET_MATH1(ceil, ceil, std::ceil(static_cast<double>(a)))
@@ -266,10 +267,14 @@ template <class A, class B>
 auto min(const A& a, const B& b) {
   return BinaryET<BinOp::Min, et_store_t<A>, et_store_t<B>>(a, b);
 }
+// min/max propagate NaN (as torch.minimum / maximum and the GPU code).
 template <Literal A, Literal B>
 auto min(A a, B b) {
   using C = std::common_type_t<A, B>;
-  return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(a) : static_cast<C>(b);
+  C x = static_cast<C>(a), y = static_cast<C>(b);
+  if constexpr (std::is_floating_point_v<C>)
+    if (x != x || y != y) return x + y;
+  return x < y ? x : y;
 }
 template <class A, class B>
   requires MixedOperands<A, B>
@@ -279,7 +284,10 @@ auto max(const A& a, const B& b) {
 template <Literal A, Literal B>
 auto max(A a, B b) {
   using C = std::common_type_t<A, B>;
-  return static_cast<C>(a) > static_cast<C>(b) ? static_cast<C>(a) : static_cast<C>(b);
+  C x = static_cast<C>(a), y = static_cast<C>(b);
+  if constexpr (std::is_floating_point_v<C>)
+    if (x != x || y != y) return x + y;
+  return x > y ? x : y;
 }
 
 template <class A, class B>

@@ -65,9 +65,12 @@ inline constexpr double kSqrt1_2 = 0.70710678118654752440;
 inline constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
 inline constexpr auto sigmoid = [](auto x) { return 1.0 / (1.0 + exp(-x)); };
-inline constexpr auto gelu = [](auto x) { return 0.5 * x * (1.0 + erf(x * kSqrt1_2)); };
+// gelu(x) = x/2 (1 + erf(x/sqrt2)), written with erfc: 1 + erf(t) cancels
+// for negative t, erfc(-t) does not (f32 keeps its relative accuracy).
+inline constexpr auto gelu = [](auto x) { return 0.5 * x * erfc(x * -kSqrt1_2); };
+// The tanh form, x/2 (1 + tanh(y)) = x * sigmoid(2y): same value, no cancellation.
 inline constexpr auto gelu_tanh = [](auto x) {
-  return 0.5 * x * (1.0 + tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+  return x / (1.0 + exp(-2.0 * kSqrt2OverPi * (x + 0.044715 * x * x * x)));
 };
 inline constexpr auto silu = [](auto x) { return x / (1.0 + exp(-x)); };
 // softplus with PyTorch's default beta = 1, threshold = 20.

@@ -30,6 +30,9 @@ struct CompileOptions {
   // GPU arch for NVRTC; default: the device's ("sm_90a" on H100/H200).
   std::string arch{};
   bool debug_ir = false;  // print the IR after every lowering pass
+  // GPU math through hardware approximations (see lowering::CudaOptions);
+  // for kernels whose outputs have 16 bits or fewer.
+  bool approx_math = false;
 };
 
 class Kernel {
@@ -50,9 +53,11 @@ class Kernel {
 
   // Runs the kernel on its device; tensors in parameter order.
   void launch(const std::vector<Tensor>& args) const;
+  void launch(const Tensor* const* args, std::size_t n) const;
   template <class... Ts>
   void operator()(const Ts&... tensors) const {
-    launch(std::vector<Tensor>{tensors...});
+    const Tensor* args[] = {&tensors...};
+    launch(args, sizeof...(Ts));
   }
 
   // Builds (or fetches from cache) the GPU binary now; returns where it came
