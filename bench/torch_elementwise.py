@@ -105,6 +105,7 @@ def main():
             r["compile_error"] = str(e)[:200]
         print(json.dumps(r), flush=True)
         out.append(r)
+        json.dump({"torch": torch.__version__, "results": out}, open(sys.argv[2], "w"), indent=1)
         del args
         torch.cuda.empty_cache()
     json.dump({"torch": torch.__version__, "results": out}, open(sys.argv[2], "w"), indent=1)

@@ -17,8 +17,9 @@ namespace tx::lowering {
 
 struct CudaOptions {
   std::string kernel_name;  // default: the PrimFunc's name, sanitized
-  // f32 math through the hardware approximations (__expf, __fdividef, a
-  // 1.2e-7-accurate erfc, ...). Only for kernels whose results are rounded
+  // f32 exp, log, division and erfc through the hardware approximations
+  // (__expf, __logf, __fdividef, a 1.2e-7-accurate erfc); sin, cos and pow
+  // stay exact (their fast forms break on large or special arguments). Only for kernels whose results are rounded
   // to 16 bits or fewer, where the approximation error (~1e-6 relative) is
   // far below the output's rounding (~5e-4 for f16).
   bool approx_math = false;

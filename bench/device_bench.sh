@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One device call: build the library and the benchmark (no tests), run tx,
+# JIT timings, then PyTorch, then the report. Everything lands in $OUT.
+set -uo pipefail
+OUT=${OUT:-bench-out}
+mkdir -p "$OUT"
+export TX_CACHE_DIR=/tmp/tx-bench-cache
+cmake -S . -B build-bench -G Ninja -DTX_HOST_JIT=OFF -DTX_BUILD_TESTS=OFF -DTX_BUILD_SAMPLES=OFF > "$OUT/build.log" 2>&1 &&
+  cmake --build build-bench --target bench_elementwise -j 16 >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+B=build-bench/bench/bench_elementwise
+$B --cases > /tmp/cases.json
+$B --out "$OUT/tx.json" > /tmp/tx_table.txt
+$B --jit > "$OUT/jit.json"
+$B --jit-disk "$(python3 -c "import json;print(json.load(open('$OUT/jit.json'))['n'])")" > "$OUT/jit_disk.json"
+export TORCHINDUCTOR_COMPILE_THREADS=16
+PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_elementwise.py /tmp/cases.json "$OUT/torch.json" > /tmp/torch_log.txt 2>&1
+echo "torch rc=$?"
+tail -3 /tmp/torch_log.txt
+python3 bench/report.py "$OUT/tx.json" "$OUT/torch.json" "$OUT/jit.json" "$OUT/jit_disk.json" "$OUT/elementwise"
