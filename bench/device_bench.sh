@@ -5,9 +5,12 @@ set -uo pipefail
 OUT=${OUT:-bench-out}
 mkdir -p "$OUT"
 export TX_CACHE_DIR=/tmp/tx-bench-cache
-cmake -S . -B build-bench -G Ninja -DTX_HOST_JIT=OFF -DTX_BUILD_TESTS=OFF -DTX_BUILD_SAMPLES=OFF > "$OUT/build.log" 2>&1 &&
-  cmake --build build-bench --target bench_elementwise -j 16 >> "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-B=build-bench/bench/bench_elementwise
+BD=${BUILD_DIR:-build-bench}
+if [ ! -x "$BD/bench/bench_elementwise" ]; then
+  cmake -S . -B "$BD" -G Ninja -DTX_HOST_JIT=OFF -DTX_BUILD_TESTS=OFF -DTX_BUILD_SAMPLES=OFF > "$OUT/bench_build.log" 2>&1 &&
+    cmake --build "$BD" --target bench_elementwise -j 16 >> "$OUT/bench_build.log" 2>&1 || { tail -30 "$OUT/bench_build.log"; exit 1; }
+fi
+B=$BD/bench/bench_elementwise
 $B --cases > /tmp/cases.json
 $B --out "$OUT/tx.json" > /tmp/tx_table.txt
 $B --jit > "$OUT/jit.json"
