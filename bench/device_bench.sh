@@ -14,6 +14,7 @@ B=$BD/bench/bench_elementwise
 $B --cases > /tmp/cases.json
 $B --out "$OUT/tx.json" > /tmp/tx_table.txt
 $B --jit > "$OUT/jit.json"
+$B --launch-floor | tee "$OUT/launch_floor.json"
 $B --jit-disk "$(python3 -c "import json;print(json.load(open('$OUT/jit.json'))['n'])")" > "$OUT/jit_disk.json"
 export TORCHINDUCTOR_COMPILE_THREADS=16
 PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-420} python3 bench/torch_elementwise.py /tmp/cases.json "$OUT/torch.json" > /tmp/torch_log.txt 2>&1

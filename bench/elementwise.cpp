@@ -227,6 +227,42 @@ void jit_timings(std::ostream& os) {
      << ", \"memory_ms\": " << ms(t4, t5) << ", \"n\": " << n << "}\n";
 }
 
+// The floor under tx's host overhead: the same empty-ish launch straight
+// through the driver (cuLaunchKernel via tx::runtime::launch), no tx checks.
+void launch_floor(std::ostream& os) {
+  using clock = std::chrono::steady_clock;
+  const char* src = "extern \"C\" __global__ void tiny(float* y) { y[threadIdx.x] += 1.0f; }";
+  auto out = runtime::nvrtc_compile(src, "tiny.cu", runtime::current_device().arch(), runtime::NvrtcTarget::cubin);
+  auto mod = runtime::Module::load(out.cubin, "tiny");
+  void* f = mod->function("tiny");
+  runtime::DevicePtr y = runtime::device_alloc(4096);
+  void* args[] = {&y};
+  const int calls = 5000;
+  for (int i = 0; i < 100; ++i) runtime::launch(f, {1, 1, 1}, {256, 1, 1}, 0, args, "tiny");
+  runtime::synchronize("floor");
+  auto t0 = clock::now();
+  for (int i = 0; i < calls; ++i) runtime::launch(f, {1, 1, 1}, {256, 1, 1}, 0, args, "tiny");
+  auto t1 = clock::now();
+  runtime::synchronize("floor");
+  // The same through tx: a Kernel and its argument checks.
+  Tensor t = Tensor::empty({1024}, f32, Device::cuda());
+  PrimFunc pf = T::prim_func("tiny_tx", [&](Handle Y_ptr) {
+    auto Y = T::match_buffer(Y_ptr, {1024}, f32, std::nullopt, "y");
+    auto tid = T::thread_id({256}, "tid");
+    Y(tid) = Y(tid) + 1.0f;
+  });
+  Kernel k = compile(pf, {.device = Device::cuda()});
+  for (int i = 0; i < 100; ++i) k(t);
+  runtime::synchronize("floor");
+  auto t2 = clock::now();
+  for (int i = 0; i < calls; ++i) k(t);
+  auto t3 = clock::now();
+  runtime::synchronize("floor");
+  runtime::device_free(y);
+  os << "{\"driver_us\": " << std::chrono::duration<double, std::micro>(t1 - t0).count() / calls
+     << ", \"tx_kernel_us\": " << std::chrono::duration<double, std::micro>(t3 - t2).count() / calls << "}\n";
+}
+
 // Disk hit: run in a second process with the same TX_CACHE_DIR.
 void jit_disk(std::ostream& os, std::int64_t n) {
   using clock = std::chrono::steady_clock;
@@ -255,6 +291,10 @@ int main(int argc, char** argv) {
       }
       if (a == "--jit") {
         jit_timings(std::cout);
+        return 0;
+      }
+      if (a == "--launch-floor") {
+        launch_floor(std::cout);
         return 0;
       }
       if (a == "--jit-disk" && i + 1 < argc) {

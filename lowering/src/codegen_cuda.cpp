@@ -79,8 +79,20 @@ static __device__ __forceinline__ tx_f8e4m3 tx_f32_to_f8e4m3(float x) {
   return (tx_f8e4m3)(s | (e << 3) | m);
 }
 // maximum/minimum propagate NaN (as torch.maximum), unlike fmaxf.
-static __device__ __forceinline__ float tx_max(float a, float b) { return (a != a || b != b) ? a + b : fmaxf(a, b); }
-static __device__ __forceinline__ float tx_min(float a, float b) { return (a != a || b != b) ? a + b : fminf(a, b); }
+static __device__ __forceinline__ float tx_max(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+  return (a != a || b != b) ? a + b : fmaxf(a, b);
+#endif
+}
+static __device__ __forceinline__ float tx_min(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+  float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+#else
+  return (a != a || b != b) ? a + b : fminf(a, b);
+#endif
+}
 static __device__ __forceinline__ double tx_max(double a, double b) { return (a != a || b != b) ? a + b : fmax(a, b); }
 static __device__ __forceinline__ double tx_min(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
 template <class T> static __device__ __forceinline__ T tx_max(T a, T b) { return a > b ? a : b; }
@@ -94,6 +106,7 @@ template <class U, class T> static __device__ __forceinline__ U tx_bitcast(T x) 
 // relative: 1/60 of an f16 ulp) with the hardware exp.
 static __device__ __forceinline__ float tx_erfc(float x) {
   float z = fabsf(x);
+  z = z > 10.0f ? 10.0f : z;  // erfc(10) underflows f32; keeps inf out of z*z (NaN passes)
   float t = __fdividef(1.0f, 1.0f + 0.5f * z);
   float p = -0.82215223f + t * 0.17087277f;
   p = 1.48851587f + t * p;
@@ -111,7 +124,8 @@ static __device__ __forceinline__ float tx_erfc(float x) {
   return x >= 0.0f ? r : 2.0f - r;
 }
 static __device__ __forceinline__ float tx_erfc_fast(float x) {
-  float z = fabsf(x);
+  float z;  // min(|x|, 10) in one instruction that lets NaN through
+  asm("min.NaN.f32 %0, %1, 0f41200000;" : "=f"(z) : "f"(fabsf(x)));
   float t = __fdividef(1.0f, 1.0f + 0.5f * z);
   float p = -0.710691319f + t * 0.229265266f;
   p = 0.476289510f + t * p;

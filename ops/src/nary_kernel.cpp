@@ -55,7 +55,15 @@ PrimFunc build_nary(const NarySpec& s) {
       Expr raw = in[static_cast<std::size_t>(o.param)](operand_offset(s, o, idx));
       return raw.dtype() == o.compute ? raw : Expr(cast(raw, o.compute));
     };
-    auto result = [&](const std::vector<Expr>& ins, const Expr& idx) -> Expr {
+    // Each input is converted once and bound to a variable: an op that uses
+    // its input several times (gelu: x * erfc(x / -sqrt2)) must not convert it
+    // several times.
+    auto result = [&](const std::vector<Expr>& raw, const Expr& idx) -> Expr {
+      std::vector<Expr> ins;
+      for (std::size_t k = 0; k < raw.size(); ++k) {
+        bool simple = raw[k].as<VarNode>() || raw[k].as<IntImmNode>() || raw[k].as<FloatImmNode>();
+        ins.push_back(simple ? raw[k] : Expr(T::let(raw[k], "v" + std::to_string(k))));
+      }
       Expr r = s.value(ins, idx);
       return r.dtype() == s.out_dtype ? r : Expr(cast(r, s.out_dtype));
     };

@@ -88,7 +88,8 @@ inline constexpr auto floor_divide = [](auto a, auto b) {
   auto f = floor(d);
   return select(d == 0.0, copysign(0.0, a / b), f + select(d - f > 0.5, 1.0, 0.0));
 };
-inline constexpr auto relu = [](auto x) { return select(x > 0.0, x, select(x == x, 0.0 * x, x)); };
+// max propagates NaN (tx's max, as torch.relu).
+inline constexpr auto relu = [](auto x) { return max(x, 0.0); };
 }  // namespace math
 
 // Bitwise ops apply to integers and DSL values only; a float reference

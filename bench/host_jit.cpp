@@ -1,0 +1,193 @@
+// bench/host_jit: the host fallback's two costs.
+//
+//  1. Compile: lowered IR -> callable (host passes, LLVM IR, O2, machine
+//     code) for every seed program, cold (the in-memory cache bypassed with
+//     TX_HOST_CACHE=0; median of 5) and cached (median of 200), plus the
+//     one-time start of the LLJIT.
+//  2. Run: 2^24-element f32 elementwise kernels over a grid of CTAs
+//     (T::cta_id), written per thread (each thread a strided column) and
+//     per tile (register tiles through Tx::cta::copy / Tx::cta::<op>),
+//     against a plain C++ loop compiled into this program (-O2 in the
+//     default RelWithDebInfo build); on one worker thread and on all.
+//
+//   bench_host_jit            # prints the tables
+//
+// Times are wall-clock medians; results are checked against the plain loop.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tx/tx.hpp"
+
+// The seed programs, without their main().
+#define TX_SAMPLE_NO_MAIN
+#include "../samples/cta_sqrt_smem.cpp"
+#include "../samples/thread_sum_local.cpp"
+#include "../samples/warp_copy_reg.cpp"
+#include "../samples/warp_sqrt_reg.cpp"
+#include "../samples/warp_sum_shuffle.cpp"
+
+using namespace tx;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+double median_ms(int reps, const std::function<void()>& f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = clock_type::now();
+    f();
+    t.push_back(ms_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+constexpr std::int64_t kN = std::int64_t{1} << 24;
+constexpr int kThreads = 256, kPerThread = 8, kPerCta = kThreads * kPerThread;
+
+// Each thread handles elements tid, tid + 256, ...: neighbouring threads
+// touch neighbouring addresses (the GPU's coalesced pattern).
+PrimFunc per_thread(const std::string& name, const std::function<Expr(Expr)>& op) {
+  return T::prim_func(name, [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {kN}, f32);
+    auto B = T::match_buffer(B_ptr, {kN}, f32);
+    auto cta = T::cta_id({kN / kPerCta});
+    auto tid = T::thread_id({kThreads});
+    for (Var j : T::serial(kPerThread)) {
+      Var i = T::let(cta * kPerCta + j * kThreads + tid);
+      B(i) = op(A(i));
+    }
+  });
+}
+
+// Register tiles: each thread holds 8 consecutive elements (two 128-bit
+// copies), the tile op runs on registers.
+PrimFunc per_tile(const std::string& name,
+                  const std::function<void(TileOperand, TileOperand)>& op) {
+  return T::prim_func(name, [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {kN / kPerThread, kPerThread}, f32);
+    auto B = T::match_buffer(B_ptr, {kN / kPerThread, kPerThread}, f32);
+    auto cta = T::cta_id({kN / kPerCta});
+    T::thread_id({kThreads});
+    auto R = T::alloc_buffer({kThreads, kPerThread}, f32, scope::local,
+                             TileLayout(S({kThreads, kPerThread}, {1 * axes::tx, 1})));
+    auto rows = region(span(cta * kThreads, kThreads), {0, kPerThread});
+    Tx::cta::copy(R, A[rows]);
+    op(R, R);
+    Tx::cta::copy(B[rows], R);
+  });
+}
+
+__attribute__((noinline)) void plain_sqrt(const float* a, float* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) b[i] = std::sqrt(a[i]);
+}
+__attribute__((noinline)) void plain_silu(const float* a, float* b, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) b[i] = a[i] / (1.0f + std::exp(-a[i]));
+}
+
+void set_threads(const char* n) {
+  if (n)
+    setenv("TX_HOST_THREADS", n, 1);
+  else
+    unsetenv("TX_HOST_THREADS");
+}
+
+}  // namespace
+
+int main() {
+  std::string why;
+  auto t0 = clock_type::now();
+  if (!runtime::host_jit_available(&why)) {
+    std::printf("SKIPPED: no host JIT: %s\n", why.c_str());
+    return 77;
+  }
+  double start_ms = ms_since(t0);
+  unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  std::printf("host JIT: LLVM ORC LLJIT, %u hardware threads; JIT start (first use) %.1f ms\n\n",
+              hw, start_ms);
+
+  // ------------------------------------------------------------ compile
+  std::printf("%-20s %12s %12s\n", "kernel", "cold [ms]", "cached [ms]");
+  struct Sample {
+    const char* name;
+    PrimFunc f;
+  };
+  for (const Sample& s :
+       {Sample{"warp_sqrt_reg", warp_sqrt()}, Sample{"cta_sqrt_smem", cta_sqrt()},
+        Sample{"warp_copy_reg", warp_copy_reg()}, Sample{"thread_sum_local", thread_sum()},
+        Sample{"warp_sum_shuffle", warp_sum_shuffle()}}) {
+    Kernel k = compile(s.f, {.device = Device::host()});
+    setenv("TX_HOST_CACHE", "0", 1);
+    double cold = median_ms(5, [&] { runtime::host_compile(k.info()); });
+    unsetenv("TX_HOST_CACHE");
+    runtime::host_compile(k.info());
+    double cached = median_ms(200, [&] { runtime::host_compile(k.info()); });
+    std::printf("%-20s %12.2f %12.3f\n", s.name, cold, cached);
+  }
+
+  // ---------------------------------------------------------------- run
+  std::vector<double> a(static_cast<std::size_t>(kN));
+  for (std::int64_t i = 0; i < kN; ++i)
+    a[static_cast<std::size_t>(i)] = 0.25 + static_cast<double>((i * 7919) % 100003) / 1000.0;
+  std::vector<float> af(a.begin(), a.end()), bf(a.size());
+
+  struct RunCase {
+    const char* name;
+    PrimFunc f;
+    void (*plain)(const float*, float*, std::int64_t);
+  };
+  auto silu = [](Expr x) { return x / (1.0f + exp(-x)); };
+  auto root = [](Expr x) { return sqrt(x); };
+  std::printf("\n2^24 f32 elements, %lld CTAs x %lld threads x %lld elements\n",
+              static_cast<long long>(kN / kPerCta), static_cast<long long>(kThreads),
+              static_cast<long long>(kPerThread));
+  std::printf("%-22s %10s %12s %12s %12s %10s\n", "kernel", "compile", "tx 1 thread", "tx all",
+              "plain loop", "1 thr/plain");
+  for (const RunCase& c :
+       {RunCase{"sqrt per thread", per_thread("sqrt_thread", root), plain_sqrt},
+        RunCase{"silu per thread", per_thread("silu_thread", silu), plain_silu},
+        RunCase{"sqrt per tile",
+                per_tile("sqrt_tile", [](TileOperand d, TileOperand s) { Tx::cta::sqrt(d, s); }),
+                plain_sqrt},
+        RunCase{"silu per tile",
+                per_tile("silu_tile", [](TileOperand d, TileOperand s) { Tx::cta::silu(d, s); }),
+                plain_silu}}) {
+    Kernel k = compile(c.f, {.device = Device::host()});
+    auto tc = clock_type::now();
+    runtime::host_compile(k.info());
+    double compile_ms = ms_since(tc);
+    bool tile = std::string(c.name).find("tile") != std::string::npos;
+    std::vector<std::int64_t> shape = tile ? std::vector<std::int64_t>{kN / kPerThread, kPerThread}
+                                           : std::vector<std::int64_t>{kN};
+    Tensor A = Tensor::from_doubles(a, shape, f32, Device::host());
+    Tensor B = Tensor::empty(shape, f32, Device::host());
+    set_threads("1");
+    k(A, B);
+    double one = median_ms(5, [&] { k(A, B); });
+    set_threads(nullptr);
+    double all = median_ms(5, [&] { k(A, B); });
+    c.plain(af.data(), bf.data(), kN);
+    double base = median_ms(5, [&] { c.plain(af.data(), bf.data(), kN); });
+    // Check against the plain loop (libm and LLVM may differ in the last bit).
+    auto got = B.to_doubles();
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst,
+                       std::fabs(got[i] - bf[i]) / (1e-30 + std::fabs(static_cast<double>(bf[i]))));
+    std::printf("%-22s %8.1fms %10.2fms %10.2fms %10.2fms %9.2fx%s\n", c.name, compile_ms, one, all,
+                base, one / base, worst > 1e-6 ? "  MISMATCH" : "");
+  }
+  return 0;
+}
