@@ -106,7 +106,6 @@ template <class U, class T> static __device__ __forceinline__ U tx_bitcast(T x) 
 // relative: 1/60 of an f16 ulp) with the hardware exp.
 static __device__ __forceinline__ float tx_erfc(float x) {
   float z = fabsf(x);
-  z = z > 10.0f ? 10.0f : z;  // erfc(10) underflows f32; keeps inf out of z*z (NaN passes)
   float t = __fdividef(1.0f, 1.0f + 0.5f * z);
   float p = -0.82215223f + t * 0.17087277f;
   p = 1.48851587f + t * p;
@@ -121,17 +120,18 @@ static __device__ __forceinline__ float tx_erfc(float x) {
   float zz = z * z, lo = fmaf(z, z, -zz);
   float r = t * expf(-zz) * expf(-1.26551223f + t * p);
   r = fmaf(-r, lo, r);
+  r = z >= 10.0f ? 0.0f : r;  // past 10 erfc underflows (and inf would give 0 * NaN); NaN passes
   return x >= 0.0f ? r : 2.0f - r;
 }
 static __device__ __forceinline__ float tx_erfc_fast(float x) {
-  float z;  // min(|x|, 10) in one instruction that lets NaN through
-  asm("min.NaN.f32 %0, %1, 0f41200000;" : "=f"(z) : "f"(fabsf(x)));
+  float z = fabsf(x);
   float t = __fdividef(1.0f, 1.0f + 0.5f * z);
   float p = -0.710691319f + t * 0.229265266f;
   p = 0.476289510f + t * p;
   p = 0.253438495f + t * p;
   p = 1.01827113f + t * p;
   float r = t * __expf(-z * z - 1.26656536f + t * p);
+  r = z >= 10.0f ? 0.0f : r;
   return x >= 0.0f ? r : 2.0f - r;
 }
 template <class T> static __device__ __forceinline__ T tx_floordiv(T a, T b) {

@@ -174,8 +174,11 @@ Kernel get_kernel(const OpInfo& op, DType dtype, const std::vector<std::vector<s
     auto it = kernel_cache().find(key);
     if (it != kernel_cache().end()) return it->second;
   }
-  // Results rounded to 16 bits or fewer tolerate the hardware math approximations.
-  bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float();
+  // Results rounded to 16 bits or fewer tolerate the hardware math
+  // approximations -- except where a quotient is floored: an approximate
+  // division can cross an integer.
+  bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float() &&
+                op.name != "floor_divide" && op.name != "remainder";
   Kernel k = compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
   std::lock_guard<std::mutex> lock(cache_mutex());
   kernel_cache().emplace(key, k);
