@@ -102,7 +102,18 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
     return p;
   }
 
-  Coalesced c = coalesce_broadcast(shapes);
+  // prelu's weight (C,) belongs to dimension 1 of x (as torch.nn.functional.prelu),
+  // not to the last one NumPy broadcasting would give it.
+  std::vector<std::vector<std::int64_t>> bshapes = shapes;
+  if (op.name == "prelu" && shapes[0].size() >= 2 && shapes[1].size() == 1 && shapes[1][0] != 1) {
+    if (shapes[1][0] != shapes[0][1])
+      fail("tx.ops.prelu", "weight", {},
+           "has " + std::to_string(shapes[1][0]) + " channels but x has " + std::to_string(shapes[0][1]) +
+               " in dimension 1");
+    bshapes[1] = std::vector<std::int64_t>(shapes[0].size() - 1, 1);
+    bshapes[1][0] = shapes[1][0];
+  }
+  Coalesced c = coalesce_broadcast(bshapes);
   p.out_shape = c.out_shape;
   s.shape = c.shape;
   for (std::size_t i = 0; i < shapes.size(); ++i) {

@@ -1,0 +1,114 @@
+// Runs every op of the library on the GPU for each dtype it supports and
+// writes inputs and outputs as raw bytes, so that ops_vs_torch.py can run
+// PyTorch on exactly the same inputs and report the largest difference per
+// op and dtype.
+//
+//   bench_ops_vs_torch DIR      then      python3 bench/ops_vs_torch.py DIR
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <sys/stat.h>
+
+#include "tx/ops/ops.hpp"
+#include "tx/ops/registry.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+std::vector<double> values(const ops::OpInfo& op, DType t, std::size_t n, int which, std::mt19937_64& g) {
+  std::vector<double> v(n);
+  if (t.is_bool()) {
+    for (auto& x : v) x = static_cast<double>(g() % 2);
+    return v;
+  }
+  if (t.is_integer()) {
+    std::int64_t lo = t.is_uint() ? 0 : -100, hi = 100;
+    for (auto& x : v) x = static_cast<double>(lo + static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(hi - lo)));
+    return v;
+  }
+  double lo = -4, hi = 4;
+  if (op.name == "pow" && which == 0) lo = 0.1;
+  if ((op.name == "div" || op.name == "remainder" || op.name == "floor_divide") && which == 1) lo = 0.25;
+  std::uniform_real_distribution<double> d(lo, hi);
+  for (auto& x : v) do x = quantize(d(g), t); while (x == 0.0);
+  static const double specials[] = {NAN, INFINITY, -INFINITY, -0.0};
+  for (std::size_t i = 0; i < n; i += 101) v[i] = quantize(specials[(i / 101) % 4], t);
+  return v;
+}
+
+void write(const std::string& path, const Tensor& t) {
+  auto b = t.to_bytes();
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  std::string dir = argv[1];
+  mkdir(dir.c_str(), 0755);
+  std::string why;
+  if (!runtime::cuda_available(&why)) {
+    std::printf("SKIPPED: needs a GPU: %s\n", why.c_str());
+    return 77;
+  }
+  std::mt19937_64 g(20261121);
+  std::ofstream index(dir + "/index.txt");
+  const std::vector<DType> floats{f32, f16, bf16, f8e4m3, f8e5m2};
+  const std::vector<DType> ints{i32, u8};
+  int count = 0;
+  for (const ops::OpInfo& op : ops::all_ops()) {
+    if (op.inputs == 0) continue;  // alibi / sinusoidal: checked against their formulas in the tests
+    std::vector<DType> dts;
+    for (DType t : floats)
+      if (optable::accepts(op.dtypes, t)) dts.push_back(t);
+    for (DType t : ints)
+      if (optable::accepts(op.dtypes, t)) dts.push_back(t);
+    for (DType t : dts) {
+      std::vector<std::vector<std::int64_t>> shapes;
+      if (op.tmpl == optable::Template::gated)
+        shapes = {{64, 2 * 96}};
+      else if (op.name == "prelu")
+        shapes = {{8, 16, 32}, {16}};
+      else
+        for (int k = 0; k < op.inputs; ++k) shapes.push_back({64, 96});
+      ops::Params p;
+      if (op.name == "leaky_relu") p = {0.2};
+      if (op.name == "elu") p = {1.3};
+      if (op.name == "hardtanh" || op.name == "clamp") p = {-1.5, 2.25};
+      if (op.name == "softplus") p = {1.5, 10.0};
+      if (op.name == "masked_fill") p = {3.5};
+      if (op.name == "nan_to_num") p = {0.5, 100.0, -200.0};
+      std::vector<Tensor> in;
+      std::string id = op.name + "." + t.short_name();
+      index << id << " " << op.name << " " << t.name();
+      for (std::size_t k = 0; k < shapes.size(); ++k) {
+        bool mask = (op.name == "where" && k == 0) || (op.name == "masked_fill" && k == 1);
+        DType dk = mask ? boolean : t;
+        std::int64_t n = 1;
+        for (auto e : shapes[k]) n *= e;
+        in.push_back(Tensor::from_doubles(values(op, dk, static_cast<std::size_t>(n), static_cast<int>(k), g),
+                                          shapes[k], dk, Device::cuda()));
+        write(dir + "/" + id + ".in" + std::to_string(k), in.back());
+        index << " " << dk.name() << ":";
+        for (std::size_t d = 0; d < shapes[k].size(); ++d) index << (d ? "x" : "") << shapes[k][d];
+      }
+      index << " params:";
+      for (std::size_t i = 0; i < p.size(); ++i) index << (i ? "," : "") << p[i];
+      Tensor out = ops::run(op.name, in, p);
+      write(dir + "/" + id + ".out", out);
+      index << " out:" << out.dtype().name() << "\n";
+      ++count;
+    }
+  }
+  std::printf("wrote %d (op, dtype) cases to %s\n", count, dir.c_str());
+  return 0;
+}
