@@ -96,8 +96,9 @@ std::vector<OpInfo> build() {
       [](V x, P p) { return to_expr(min(max(x[0], p[0]), p[1])); },
       [](D x, P p, DType) { return std::isnan(x[0]) ? x[0] : std::min(std::max(x[0], p[0]), p[1]); });
   add("masked_fill", Category::special_elementwise, DTypes::all, 2, 1,
-      [](V x, P p) { return to_expr(select(x[1], p[0], x[0])); },
-      [](D x, P p, DType) { return x[1] != 0 ? p[0] : x[0]; });
+      // The fill value in the tensor's dtype first (3.5 into int32 is 3, as torch).
+      [](V x, P p) { return to_expr(select(x[1], cast(p[0], x[0].dtype()), x[0])); },
+      [](D x, P p, DType t) { return x[1] != 0 ? cast(p[0], t) : x[0]; });
   add("nan_to_num", Category::special_elementwise, DTypes::floats, 1, 3,
       [](V x, P p) {
         return to_expr(select(isnan(x[0]), p[0],

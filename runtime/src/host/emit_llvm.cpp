@@ -1,0 +1,982 @@
+// emit_llvm: the host form as LLVM IR, node for node with the semantics that
+// codegen_cuda gives the same node on the GPU (it is the reference):
+//
+//  - values: bool is i1 (i8 in memory); f16/bf16 travel as their i16 bits
+//    and fp8 as i8 bits, as tx_f16 & co. do in the CUDA prelude; they are
+//    converted to and from f32 in integer arithmetic that rounds like the GPU
+//    (RNE; e4m3fn saturates to +-448; e5m2 overflows to Inf; NaN becomes the
+//    canonical 0x7FFF for f16/bf16 and 0x7F for fp8; a NaN widened from
+//    f16/fp8 is the GPU's canonical 0x7FFFFFFF) and that LLVM can vectorize;
+//  - signed 32/64-bit arithmetic is nsw (overflow is undefined in CUDA C
+//    too), which lets LLVM widen thread-loop indices and vectorize;
+//  - float -> int conversions saturate and send NaN to 0, as cvt.rzi does;
+//  - min/max on floats propagate NaN (llvm.minimum/maximum, like tx_min/max),
+//    as the canonical NaN for f32; other float arithmetic keeps x86's NaN
+//    payloads, which can differ from the GPU's canonical NaN in bits only;
+//  - select, && and || only evaluate the arm that is taken when an arm
+//    loads, as C's ?: / && / || do (the load may be what the guard guards);
+//  - integers narrower than int are computed in int and narrowed, as C's
+//    promotions do; integer division never traps (see int_binary);
+//  - CopyBytes is a raw byte copy; the math intrinsics are LLVM intrinsics or
+//    libm calls resolved from the process.
+#include "emit_llvm.hpp"
+
+#include <llvm/IR/BasicBlock.h>
+#include <llvm/IR/Constants.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Metadata.h>
+#include <llvm/IR/Module.h>
+
+#include <optional>
+#include <unordered_map>
+
+#include "tx/expr.hpp"
+
+namespace tx::runtime::host {
+
+namespace {
+
+using llvm::Value;
+
+[[noreturn]] void internal(const std::string& what, SourceLoc loc) {
+  fail("host_jit", "", loc, "internal: " + what);
+}
+
+// Could evaluating e read memory that a guard protects? (Integer division
+// cannot trap here: see int_binary.)
+bool may_trap(const Expr& e) {
+  struct Finder : IRVisitor {
+    bool found = false;
+    using IRVisitor::visit_node;
+    void visit_node(const LoadNode*) override { found = true; }
+  } f;
+  f.visit(e);
+  return f.found;
+}
+
+// Scratch placement: the kernel's shared buffers at their lowering offsets
+// (so buffers that lowering overlaps stay overlapped), then every other
+// per-CTA buffer of the host form, 64-byte aligned.
+struct ScratchLayout {
+  std::unordered_map<const VarNode*, std::int64_t> offset;
+  std::int64_t bytes = 0;
+};
+
+ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body) {
+  ScratchLayout L;
+  for (const lowering::SharedAllocation& a : k.shared) L.offset[a.buffer->data.get()] = a.offset;
+  std::int64_t end = (k.shared_bytes + 63) / 64 * 64;
+  for_each_stmt(body, [&](const Stmt& s) {
+    auto* a = s.as<AllocateNode>();
+    if (!a || a->buffer->scope != MemScope::shared) return;
+    const VarNode* d = a->buffer->data.get();
+    if (L.offset.count(d)) return;
+    L.offset[d] = end;
+    end += (a->buffer->storage_elems() * a->buffer->dtype.bytes() + 63) / 64 * 64;
+  });
+  L.bytes = end;
+  return L;
+}
+
+class Emitter {
+ public:
+  Emitter(llvm::LLVMContext& c, llvm::Module& m, const lowering::LoweredKernel& k, Var thread)
+      : C(c), M(m), B(c), k_(k), thread_(std::move(thread)) {}
+
+  std::int64_t emit_function(const Stmt& body, const std::string& name) {
+    ScratchLayout L = layout_scratch(k_, body);
+    llvm::Type* ptr = llvm::PointerType::getUnqual(C);
+    llvm::Type* i64 = B.getInt64Ty();
+    auto* fty = llvm::FunctionType::get(B.getVoidTy(), {ptr, i64, i64, ptr}, false);
+    F = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, M);
+    F->addFnAttr(llvm::Attribute::NoUnwind);
+    F->addFnAttr(llvm::Attribute::MustProgress);
+    F->addParamAttr(3, llvm::Attribute::NoAlias);
+    llvm::Value* args = F->getArg(0);
+    llvm::Value* first = F->getArg(1);
+    llvm::Value* last = F->getArg(2);
+    llvm::Value* scratch = F->getArg(3);
+    args->setName("args");
+    first->setName("first_block");
+    last->setName("end_block");
+    scratch->setName("scratch");
+
+    entry_ = llvm::BasicBlock::Create(C, "entry", F);
+    B.SetInsertPoint(entry_);
+    const auto& params = k_.lowered->params;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].buffer) continue;
+      Value* slot = B.CreateConstInBoundsGEP1_64(ptr, args, i);
+      auto* p = B.CreateAlignedLoad(ptr, slot, llvm::Align(8), params[i].buffer->name);
+      bases_[params[i].buffer->data.get()] = p;
+    }
+    for (auto& [data, off] : L.offset)
+      bases_[data] = B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), scratch,
+                                                  static_cast<std::uint64_t>(off), data->name);
+
+    // for (block = first; block < end; ++block): one CTA after another.
+    llvm::BasicBlock* header = llvm::BasicBlock::Create(C, "cta.header", F);
+    llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(C, "cta.body", F);
+    llvm::BasicBlock* exit = llvm::BasicBlock::Create(C, "cta.exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    llvm::PHINode* lin = B.CreatePHI(i64, 2, "cta");
+    lin->addIncoming(first, entry_);
+    B.CreateCondBr(B.CreateICmpSLT(lin, last), bodyb, exit);
+    B.SetInsertPoint(bodyb);
+    const auto& g = k_.launch.grid;
+    Value* gx = B.getInt64(static_cast<std::uint64_t>(g[0]));
+    Value* gy = B.getInt64(static_cast<std::uint64_t>(g[1]));
+    Value* yz = B.CreateUDiv(lin, gx);
+    block_idx_[0] = B.CreateTrunc(B.CreateURem(lin, gx), B.getInt32Ty(), "blockIdx.x");
+    block_idx_[1] = B.CreateTrunc(B.CreateURem(yz, gy), B.getInt32Ty(), "blockIdx.y");
+    block_idx_[2] = B.CreateTrunc(B.CreateUDiv(yz, gy), B.getInt32Ty(), "blockIdx.z");
+    emit(body);
+    Value* next = B.CreateAdd(lin, B.getInt64(1), "cta.next", false, true);
+    lin->addIncoming(next, B.GetInsertBlock());
+    B.CreateBr(header);
+    B.SetInsertPoint(exit);
+    B.CreateRetVoid();
+    return L.bytes;
+  }
+
+ private:
+  // ------------------------------------------------------------- types
+  llvm::Type* value_type(DType t) {
+    switch (t.code) {
+      case TypeCode::Bool:
+        return B.getInt1Ty();
+      case TypeCode::Int:
+      case TypeCode::UInt:
+        return B.getIntNTy(t.bits);
+      case TypeCode::Float:
+        return t.bits == 64 ? B.getDoubleTy() : t.bits == 32 ? B.getFloatTy() : B.getInt16Ty();
+      case TypeCode::BFloat:
+        return B.getInt16Ty();
+      case TypeCode::Float8E4M3:
+      case TypeCode::Float8E5M2:
+        return B.getInt8Ty();
+      default:
+        internal("no host type for " + t.name(), {});
+    }
+  }
+  llvm::Type* mem_type(DType t) { return t.is_bool() ? B.getInt8Ty() : value_type(t); }
+  Value* to_mem(Value* v, DType t) { return t.is_bool() ? B.CreateZExt(v, B.getInt8Ty()) : v; }
+  Value* from_mem(Value* v, DType t) { return t.is_bool() ? B.CreateICmpNE(v, B.getInt8(0)) : v; }
+
+  // -------------------------------------------------- float conversions
+  // The f32 NaN that NVIDIA GPUs produce (cvt from f16/fp8, arithmetic).
+  static constexpr std::uint32_t kCanonicalNaN = 0x7FFFFFFF;
+  Value* k32(std::uint32_t v) { return B.getInt32(v); }
+  Value* f32c(float v) { return llvm::ConstantFP::get(B.getFloatTy(), v); }
+  Value* bits(Value* f) { return B.CreateBitCast(f, B.getInt32Ty()); }
+  Value* as_float(Value* u) { return B.CreateBitCast(u, B.getFloatTy()); }
+  Value* fabs(Value* f) { return B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, f); }
+  Value* rint_to_u32(Value* f) {
+    Value* r = B.CreateUnaryIntrinsic(llvm::Intrinsic::rint, f);
+    return B.CreateIntrinsic(llvm::Intrinsic::fptoui_sat, {B.getInt32Ty(), B.getFloatTy()}, {r});
+  }
+
+  // cvt.rn.f16.f32
+  Value* f32_to_f16(Value* x) {
+    Value* u = bits(x);
+    Value* sign = B.CreateAnd(B.CreateLShr(u, 16), k32(0x8000));
+    Value* a = B.CreateAnd(u, k32(0x7FFFFFFF));
+    Value* rounded =
+        B.CreateAdd(a, B.CreateAdd(k32(0xFFF), B.CreateAnd(B.CreateLShr(a, 13), k32(1))));
+    Value* normal = B.CreateSub(B.CreateLShr(rounded, 13), k32(112u << 10));
+    Value* sub = rint_to_u32(B.CreateFMul(as_float(a), f32c(16777216.0f)));  // units of 2^-24
+    Value* r = B.CreateSelect(B.CreateICmpULT(a, k32(0x38800000)), sub, normal);
+    r = B.CreateSelect(B.CreateICmpUGE(a, k32(0x477FF000)), k32(0x7C00), r);  // rounds to Inf
+    r = B.CreateOr(r, sign);
+    r = B.CreateSelect(B.CreateICmpUGT(a, k32(0x7F800000)), k32(0x7FFF), r);
+    return B.CreateTrunc(r, B.getInt16Ty());
+  }
+  Value* f16_to_f32(Value* h16) {
+    Value* h = B.CreateZExt(h16, B.getInt32Ty());
+    Value* sign = B.CreateShl(B.CreateAnd(h, k32(0x8000)), 16);
+    Value* e = B.CreateAnd(B.CreateLShr(h, 10), k32(0x1F));
+    Value* m = B.CreateAnd(h, k32(0x3FF));
+    Value* normal = B.CreateOr(B.CreateShl(B.CreateAdd(e, k32(112)), 23), B.CreateShl(m, 13));
+    Value* special = B.CreateOr(k32(0x7F800000), B.CreateShl(m, 13));
+    Value* sub =
+        bits(B.CreateFMul(B.CreateUIToFP(m, B.getFloatTy()), f32c(5.9604644775390625e-8f)));
+    Value* r = B.CreateSelect(B.CreateICmpEQ(e, k32(0x1F)), special, normal);
+    r = B.CreateOr(B.CreateSelect(B.CreateICmpEQ(e, k32(0)), sub, r), sign);
+    Value* nan = B.CreateAnd(B.CreateICmpEQ(e, k32(0x1F)), B.CreateICmpNE(m, k32(0)));
+    return as_float(B.CreateSelect(nan, k32(kCanonicalNaN), r));
+  }
+  // cvt.rn.bf16.f32
+  Value* f32_to_bf16(Value* x) {
+    Value* u = bits(x);
+    Value* r = B.CreateLShr(
+        B.CreateAdd(u, B.CreateAdd(k32(0x7FFF), B.CreateAnd(B.CreateLShr(u, 16), k32(1)))), 16);
+    Value* nan = B.CreateICmpUGT(B.CreateAnd(u, k32(0x7FFFFFFF)), k32(0x7F800000));
+    r = B.CreateSelect(nan, k32(0x7FFF), r);
+    return B.CreateTrunc(r, B.getInt16Ty());
+  }
+  Value* bf16_to_f32(Value* h) {
+    return as_float(B.CreateShl(B.CreateZExt(h, B.getInt32Ty()), 16));
+  }
+  // tx_f32_to_f8e5m2 of the CUDA prelude.
+  Value* f32_to_e5m2(Value* x) {
+    Value* s = B.CreateAnd(B.CreateLShr(bits(x), 24), k32(0x80));
+    Value* a = fabs(x);
+    Value* ua = bits(a);
+    Value* u =
+        B.CreateAdd(ua, B.CreateAdd(k32(0xFFFFF), B.CreateAnd(B.CreateLShr(ua, 21), k32(1))));
+    Value* normal = B.CreateOr(B.CreateShl(B.CreateSub(B.CreateLShr(u, 23), k32(112)), 2),
+                               B.CreateAnd(B.CreateLShr(u, 21), k32(3)));
+    Value* sub = rint_to_u32(B.CreateFMul(a, f32c(65536.0f)));
+    Value* r = B.CreateSelect(B.CreateFCmpOLT(a, f32c(6.103515625e-05f)), sub, normal);
+    r = B.CreateSelect(B.CreateFCmpOGE(a, f32c(61440.0f)), k32(0x7C), r);
+    r = B.CreateSelect(B.CreateFCmpUNO(a, a), k32(0x7F), B.CreateOr(s, r));  // canonical NaN
+    return B.CreateTrunc(r, B.getInt8Ty());
+  }
+  Value* e5m2_to_f32(Value* v) {
+    return f16_to_f32(B.CreateShl(B.CreateZExt(v, B.getInt16Ty()), 8));
+  }
+  // tx_f32_to_f8e4m3 of the CUDA prelude.
+  Value* f32_to_e4m3(Value* x) {
+    Value* s = B.CreateAnd(B.CreateLShr(bits(x), 24), k32(0x80));
+    Value* a = fabs(x);
+    Value* ua = bits(a);
+    Value* u =
+        B.CreateAdd(ua, B.CreateAdd(k32(0x7FFFF), B.CreateAnd(B.CreateLShr(ua, 20), k32(1))));
+    Value* e = B.CreateSub(B.CreateLShr(u, 23), k32(120));
+    Value* m = B.CreateAnd(B.CreateLShr(u, 20), k32(7));
+    Value* over = B.CreateOr(B.CreateICmpUGT(e, k32(15)),
+                             B.CreateAnd(B.CreateICmpEQ(e, k32(15)), B.CreateICmpEQ(m, k32(7))));
+    Value* normal = B.CreateSelect(over, k32(0x7E), B.CreateOr(B.CreateShl(e, 3), m));
+    Value* sub = rint_to_u32(B.CreateFMul(a, f32c(512.0f)));
+    Value* r = B.CreateSelect(B.CreateFCmpOLT(a, f32c(0.015625f)), sub, normal);
+    r = B.CreateSelect(B.CreateFCmpOGE(a, f32c(448.0f)), k32(0x7E), r);
+    r = B.CreateSelect(B.CreateFCmpUNO(a, a), k32(0x7F), B.CreateOr(s, r));  // canonical NaN
+    return B.CreateTrunc(r, B.getInt8Ty());
+  }
+  Value* e4m3_to_f32(Value* v8) {
+    Value* v = B.CreateZExt(v8, B.getInt32Ty());
+    Value* s = B.CreateShl(B.CreateAnd(v, k32(0x80)), 24);
+    Value* e = B.CreateAnd(B.CreateLShr(v, 3), k32(0xF));
+    Value* m = B.CreateAnd(v, k32(7));
+    Value* normal = B.CreateOr(B.CreateShl(B.CreateAdd(e, k32(120)), 23), B.CreateShl(m, 20));
+    Value* sub = bits(B.CreateFMul(B.CreateUIToFP(m, B.getFloatTy()), f32c(0.001953125f)));
+    Value* r = B.CreateSelect(B.CreateICmpEQ(e, k32(0)), sub, normal);
+    Value* nan = B.CreateAnd(B.CreateICmpEQ(e, k32(15)), B.CreateICmpEQ(m, k32(7)));
+    return as_float(B.CreateSelect(nan, k32(kCanonicalNaN), B.CreateOr(r, s)));
+  }
+
+  Value* decode(Value* v, DType t) {
+    switch (t.code) {
+      case TypeCode::Float:
+        return f16_to_f32(v);
+      case TypeCode::BFloat:
+        return bf16_to_f32(v);
+      case TypeCode::Float8E4M3:
+        return e4m3_to_f32(v);
+      case TypeCode::Float8E5M2:
+        return e5m2_to_f32(v);
+      default:
+        internal("decode of " + t.name(), {});
+    }
+  }
+  Value* encode(Value* f, DType t) {
+    switch (t.code) {
+      case TypeCode::Float:
+        return f32_to_f16(f);
+      case TypeCode::BFloat:
+        return f32_to_bf16(f);
+      case TypeCode::Float8E4M3:
+        return f32_to_e4m3(f);
+      case TypeCode::Float8E5M2:
+        return f32_to_e5m2(f);
+      default:
+        internal("encode to " + t.name(), {});
+    }
+  }
+
+  // C conversion semantics of codegen_cuda's casts.
+  Value* cast(Value* v, DType from, DType to) {
+    if (from == to) return v;
+    if (from.is_low_precision_float()) {
+      v = decode(v, from);
+      from = f32;
+      if (from == to) return v;
+    }
+    if (to.is_low_precision_float()) return encode(cast(v, from, f32), to);
+    llvm::Type* T = value_type(to);
+    if (to.is_bool()) {
+      if (from.is_float()) return B.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      return B.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    }
+    if (from.is_bool()) return to.is_float() ? B.CreateUIToFP(v, T) : B.CreateZExt(v, T);
+    if (from.is_float() && to.is_float()) return B.CreateFPCast(v, T);
+    if (to.is_float()) return from.is_int() ? B.CreateSIToFP(v, T) : B.CreateUIToFP(v, T);
+    if (from.is_float()) {
+      // cvt.rzi saturates and sends NaN to 0; narrow targets wrap from 32 bits.
+      if (to.bits < 32) {
+        Value* w =
+            B.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {B.getInt32Ty(), v->getType()}, {v});
+        return B.CreateTrunc(w, T);
+      }
+      auto id = to.is_int() ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
+      return B.CreateIntrinsic(id, {T, v->getType()}, {v});
+    }
+    return B.CreateIntCast(v, T, from.is_int());
+  }
+
+  // ----------------------------------------------------------- exprs
+  Value* emit(const Expr& e) {
+    switch (e.kind()) {
+      case ExprKind::IntImm: {
+        auto* n = e.as<IntImmNode>();
+        if (n->dtype.is_bool()) return B.getInt1(n->value != 0);
+        return llvm::ConstantInt::get(value_type(n->dtype), static_cast<std::uint64_t>(n->value),
+                                      n->dtype.is_int());
+      }
+      case ExprKind::FloatImm: {
+        auto* n = e.as<FloatImmNode>();
+        if (n->dtype.is_low_precision_float())
+          return llvm::ConstantInt::get(value_type(n->dtype), encode_bits(n->value, n->dtype));
+        if (n->dtype == f32)
+          return llvm::ConstantFP::get(B.getFloatTy(),
+                                       static_cast<double>(static_cast<float>(n->value)));
+        return llvm::ConstantFP::get(B.getDoubleTy(), n->value);
+      }
+      case ExprKind::Var: {
+        auto* n = e.as<VarNode>();
+        auto it = vars_.find(n);
+        if (it == vars_.end()) internal("variable " + n->name + " used outside its scope", n->loc);
+        return it->second;
+      }
+      case ExprKind::Cast: {
+        auto* n = e.as<CastNode>();
+        if (promotes(n->value.dtype())) return cast(emit_c(n->value), i32, n->dtype);
+        return cast(emit(n->value), n->value.dtype(), n->dtype);
+      }
+      case ExprKind::Binary:
+        return emit_binary(e.as<BinaryNode>());
+      case ExprKind::Unary:
+        return emit_unary(e);
+      case ExprKind::Select: {
+        auto* n = e.as<SelectNode>();
+        if (may_trap(n->t) || may_trap(n->f)) return lazy(n->cond, n->t, n->f);
+        Value* c = emit(n->cond);
+        Value* t = emit(n->t);
+        Value* f = emit(n->f);
+        return B.CreateSelect(c, t, f);
+      }
+      case ExprKind::Call:
+        return emit_call(e.as<CallNode>());
+      case ExprKind::Load: {
+        auto* n = e.as<LoadNode>();
+        DType t = n->buffer->dtype;
+        Value* p = address(n->buffer, n->indices[0], n->loc);
+        return from_mem(B.CreateAlignedLoad(mem_type(t), p, llvm::Align(t.bytes())), t);
+      }
+    }
+    internal("unknown expression", e->loc);
+  }
+
+  // c ? t : f evaluating only the arm taken.
+  Value* lazy(const Expr& c, const Expr& t, const Expr& f) {
+    Value* cv = emit(c);
+    auto* tb = llvm::BasicBlock::Create(C, "sel.t", F);
+    auto* fb = llvm::BasicBlock::Create(C, "sel.f", F);
+    auto* join = llvm::BasicBlock::Create(C, "sel.join", F);
+    B.CreateCondBr(cv, tb, fb);
+    B.SetInsertPoint(tb);
+    Value* tv = emit(t);
+    llvm::BasicBlock* tend = B.GetInsertBlock();
+    B.CreateBr(join);
+    B.SetInsertPoint(fb);
+    Value* fv = emit(f);
+    llvm::BasicBlock* fend = B.GetInsertBlock();
+    B.CreateBr(join);
+    B.SetInsertPoint(join);
+    llvm::PHINode* phi = B.CreatePHI(tv->getType(), 2);
+    phi->addIncoming(tv, tend);
+    phi->addIncoming(fv, fend);
+    return phi;
+  }
+
+  // f16/bf16/fp8 arithmetic is legalized to f32 by lowering; should any be
+  // left, it is computed in f32 and rounded back, as that pass would have.
+  Value* emit_binary(const BinaryNode* n) {
+    DType t = n->a.dtype();
+    if (t.is_low_precision_float()) {
+      Expr r = make_binary(n->op, make_cast(f32, n->a), make_cast(f32, n->b), n->loc);
+      return emit(binop_is_comparison(n->op) ? r : make_cast(n->dtype, r, n->loc));
+    }
+    if (n->op == BinOp::And || n->op == BinOp::Or) {
+      bool is_and = n->op == BinOp::And;
+      if (may_trap(n->b))
+        return is_and ? lazy(n->a, n->b, make_bool(false)) : lazy(n->a, make_bool(true), n->b);
+      Value* a = emit(n->a);
+      Value* b = emit(n->b);
+      return is_and ? B.CreateLogicalAnd(a, b) : B.CreateLogicalOr(a, b);
+    }
+    if (promotes(t)) {
+      if (binop_is_comparison(n->op)) return compare(n->op, emit_c(n->a), emit_c(n->b), true);
+      return narrow(c_binary(n), t);
+    }
+    Value* a = emit(n->a);
+    Value* b = emit(n->b);
+    if (t.is_float()) return float_binary(n, a, b);
+    if (binop_is_comparison(n->op)) return compare(n->op, a, b, t.is_int());
+    return int_binary(n, a, b, t.is_int(), t.is_int());
+  }
+
+  // C promotes bool, char and short operands to int: their arithmetic is
+  // done in int, and only converting the result to such a type (a store, a
+  // let, a cast) narrows it again. So (int)(a8 + b8) does not wrap, and
+  // ~b of a bool is -1 or -2, which is true as a bool. emit_c gives the value
+  // of an expression as C has it: i32 for these types.
+  static bool promotes(DType t) { return t.is_bool() || (t.is_integer() && t.bits < 32); }
+  Value* promote(Value* v, DType t) { return B.CreateIntCast(v, B.getInt32Ty(), t.is_int()); }
+  Value* narrow(Value* v32, DType t) {
+    return t.is_bool() ? B.CreateICmpNE(v32, k32(0)) : B.CreateTrunc(v32, value_type(t));
+  }
+  Value* c_binary(const BinaryNode* n) {
+    return int_binary(n, emit_c(n->a), emit_c(n->b), true, false);
+  }
+  Value* emit_c(const Expr& e) {
+    if (!promotes(e.dtype())) return emit(e);
+    if (auto* b = e.as<BinaryNode>(); b && !binop_is_comparison(b->op) && !binop_is_logical(b->op))
+      return c_binary(b);
+    if (auto* u = e.as<UnaryNode>(); u && u->op != UnOp::Not) {
+      Value* a = emit_c(u->a);
+      return u->op == UnOp::Neg ? B.CreateSub(k32(0), a) : B.CreateNot(a);
+    }
+    return promote(emit(e), e.dtype());
+  }
+
+  Value* compare(BinOp op, Value* a, Value* b, bool sg) {
+    using P = llvm::CmpInst::Predicate;
+    switch (op) {
+      case BinOp::EQ:
+        return B.CreateICmp(P::ICMP_EQ, a, b);
+      case BinOp::NE:
+        return B.CreateICmp(P::ICMP_NE, a, b);
+      case BinOp::LT:
+        return B.CreateICmp(sg ? P::ICMP_SLT : P::ICMP_ULT, a, b);
+      case BinOp::LE:
+        return B.CreateICmp(sg ? P::ICMP_SLE : P::ICMP_ULE, a, b);
+      case BinOp::GT:
+        return B.CreateICmp(sg ? P::ICMP_SGT : P::ICMP_UGT, a, b);
+      case BinOp::GE:
+        return B.CreateICmp(sg ? P::ICMP_SGE : P::ICMP_UGE, a, b);
+      default:
+        internal(std::string("comparison ") + binop_name(op), {});
+    }
+  }
+
+  // tx_min/tx_max return a + b when either is NaN, which on the GPU is the
+  // canonical f32 NaN (x86 would keep an operand's payload instead).
+  Value* canonical_nan(Value* a, Value* b, Value* r) {
+    if (!r->getType()->isFloatTy()) return r;
+    return B.CreateSelect(B.CreateFCmpUNO(a, b), as_float(k32(kCanonicalNaN)), r);
+  }
+
+  Value* float_binary(const BinaryNode* n, Value* a, Value* b) {
+    auto floor = [&](Value* x) { return B.CreateUnaryIntrinsic(llvm::Intrinsic::floor, x); };
+    switch (n->op) {
+      case BinOp::Add:
+        return B.CreateFAdd(a, b);
+      case BinOp::Sub:
+        return B.CreateFSub(a, b);
+      case BinOp::Mul:
+        return B.CreateFMul(a, b);
+      case BinOp::Div:
+        return B.CreateFDiv(a, b);
+      case BinOp::Mod:
+        return B.CreateFRem(a, b);  // fmodf
+      case BinOp::FloorDiv:
+        return floor(B.CreateFDiv(a, b));
+      case BinOp::FloorMod:
+        return B.CreateFSub(a, B.CreateFMul(floor(B.CreateFDiv(a, b)), b));
+      case BinOp::Min:
+        return canonical_nan(a, b, B.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, a, b));
+      case BinOp::Max:
+        return canonical_nan(a, b, B.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, a, b));
+      case BinOp::EQ:
+        return B.CreateFCmpOEQ(a, b);
+      case BinOp::NE:
+        return B.CreateFCmpUNE(a, b);
+      case BinOp::LT:
+        return B.CreateFCmpOLT(a, b);
+      case BinOp::LE:
+        return B.CreateFCmpOLE(a, b);
+      case BinOp::GT:
+        return B.CreateFCmpOGT(a, b);
+      case BinOp::GE:
+        return B.CreateFCmpOGE(a, b);
+      default:
+        internal(std::string("float operator ") + binop_name(n->op), n->loc);
+    }
+  }
+
+  // Integer arithmetic. Division by zero, and INT_MIN / -1, are undefined in
+  // CUDA C and do not trap on the GPU; x86 would kill the process, so those
+  // divide by 1 instead. Shift counts of the width or more saturate as PTX's
+  // shl/shr do.
+  Value* int_binary(const BinaryNode* n, Value* a, Value* b, bool sg, bool nsw) {
+    llvm::Type* T = a->getType();
+    unsigned w = T->getIntegerBitWidth();
+    Value* zero = llvm::ConstantInt::get(T, 0);
+    Value* one = llvm::ConstantInt::get(T, 1);
+    auto safe_divisor = [&]() {
+      Value* bad = B.CreateICmpEQ(b, zero);
+      if (sg)
+        bad = B.CreateOr(
+            bad, B.CreateAnd(B.CreateICmpEQ(
+                                 a, llvm::ConstantInt::get(T, llvm::APInt::getSignedMinValue(w))),
+                             B.CreateICmpEQ(b, llvm::ConstantInt::getSigned(T, -1))));
+      return B.CreateSelect(bad, one, b);
+    };
+    auto too_far = [&]() { return B.CreateICmpUGE(b, llvm::ConstantInt::get(T, w)); };
+    switch (n->op) {
+      case BinOp::Add:
+        return B.CreateAdd(a, b, "", false, nsw);
+      case BinOp::Sub:
+        return B.CreateSub(a, b, "", false, nsw);
+      case BinOp::Mul:
+        return B.CreateMul(a, b, "", false, nsw);
+      case BinOp::Div:
+        return sg ? B.CreateSDiv(a, safe_divisor()) : B.CreateUDiv(a, safe_divisor());
+      case BinOp::Mod:
+        return sg ? B.CreateSRem(a, safe_divisor()) : B.CreateURem(a, safe_divisor());
+      case BinOp::FloorDiv: {
+        Value* d = safe_divisor();
+        if (!sg) return B.CreateUDiv(a, d);
+        Value* q = B.CreateSDiv(a, d);
+        Value* r = B.CreateSRem(a, d);
+        Value* adjust =
+            B.CreateAnd(B.CreateICmpNE(r, zero),
+                        B.CreateICmpNE(B.CreateICmpSLT(a, zero), B.CreateICmpSLT(d, zero)));
+        return B.CreateSub(q, B.CreateZExt(adjust, T));
+      }
+      case BinOp::FloorMod: {
+        Value* d = safe_divisor();
+        if (!sg) return B.CreateURem(a, d);
+        Value* r = B.CreateSRem(a, d);
+        Value* adjust =
+            B.CreateAnd(B.CreateICmpNE(r, zero),
+                        B.CreateICmpNE(B.CreateICmpSLT(r, zero), B.CreateICmpSLT(d, zero)));
+        return B.CreateSelect(adjust, B.CreateAdd(r, d), r);
+      }
+      case BinOp::Min:
+        return B.CreateBinaryIntrinsic(sg ? llvm::Intrinsic::smin : llvm::Intrinsic::umin, a, b);
+      case BinOp::Max:
+        return B.CreateBinaryIntrinsic(sg ? llvm::Intrinsic::smax : llvm::Intrinsic::umax, a, b);
+      case BinOp::BitAnd:
+        return B.CreateAnd(a, b);
+      case BinOp::BitOr:
+        return B.CreateOr(a, b);
+      case BinOp::BitXor:
+        return B.CreateXor(a, b);
+      case BinOp::Shl:
+        return B.CreateSelect(too_far(), zero, B.CreateShl(a, b));
+      case BinOp::Shr:
+        if (!sg) return B.CreateSelect(too_far(), zero, B.CreateLShr(a, b));
+        return B.CreateAShr(a, B.CreateSelect(too_far(), llvm::ConstantInt::get(T, w - 1), b));
+      default:
+        internal(std::string("integer operator ") + binop_name(n->op), n->loc);
+    }
+  }
+
+  Value* emit_unary(const Expr& e) {
+    auto* n = e.as<UnaryNode>();
+    DType t = n->dtype;
+    if (t.is_low_precision_float())
+      return emit(make_cast(t, make_unary(n->op, make_cast(f32, n->a), n->loc), n->loc));
+    if (promotes(t) && n->op != UnOp::Not) return narrow(emit_c(e), t);
+    Value* a = emit(n->a);
+    switch (n->op) {
+      case UnOp::Neg:
+        if (t.is_float()) return B.CreateFNeg(a);
+        return B.CreateSub(llvm::ConstantInt::get(a->getType(), 0), a, "", false, t.is_int());
+      case UnOp::Not:
+      case UnOp::BitNot:
+        return B.CreateNot(a);
+    }
+    internal("unary operator", n->loc);
+  }
+
+  // A libm function known to touch no memory we can see (errno aside).
+  Value* libm(const char* name32, const char* name64, Value* x) {
+    bool is32 = x->getType()->isFloatTy();
+    llvm::FunctionCallee fn =
+        M.getOrInsertFunction(is32 ? name32 : name64, x->getType(), x->getType());
+    if (auto* f = llvm::dyn_cast<llvm::Function>(fn.getCallee())) {
+      f->setDoesNotThrow();
+      f->setDoesNotAccessMemory();
+      f->setWillReturn();
+    }
+    return B.CreateCall(fn, {x});
+  }
+
+  Value* emit_call(const CallNode* n) {
+    DType t = n->args.empty() ? i32 : n->args[0].dtype();
+    switch (n->op) {
+      case Intrinsic::thread_idx:
+      case Intrinsic::shfl_xor:
+        internal(std::string(intrinsic_name(n->op)) + " left in the host form", n->loc);
+      case Intrinsic::block_idx: {
+        auto d = as_const_int(n->args[0]).value_or(0);
+        if (d < 0 || d > 2) internal("block_idx dimension", n->loc);
+        return block_idx_[d];
+      }
+      case Intrinsic::reinterpret: {
+        Value* v = emit(n->args[0]);
+        llvm::Type* T = value_type(n->dtype);
+        if (t.is_bool()) v = B.CreateZExt(v, B.getInt8Ty());
+        if (n->dtype.is_bool())
+          return B.CreateICmpNE(B.CreateBitCast(v, B.getInt8Ty()), B.getInt8(0));
+        return v->getType() == T ? v : B.CreateBitCast(v, T);
+      }
+      default:
+        break;
+    }
+    if (t.is_low_precision_float()) {
+      std::vector<Expr> args;
+      for (const Expr& a : n->args) args.push_back(make_cast(f32, a, n->loc));
+      Expr wide = make_call(n->op, std::move(args), n->loc);
+      return emit(n->dtype.is_low_precision_float() ? make_cast(n->dtype, wide, n->loc) : wide);
+    }
+    std::vector<Value*> a;
+    for (const Expr& x : n->args) a.push_back(emit(x));
+    Value* x = a[0];
+    auto un = [&](llvm::Intrinsic::ID id) { return B.CreateUnaryIntrinsic(id, x); };
+    switch (n->op) {
+      case Intrinsic::sqrt:
+        return un(llvm::Intrinsic::sqrt);
+      case Intrinsic::rsqrt:
+        return B.CreateFDiv(llvm::ConstantFP::get(x->getType(), 1.0), un(llvm::Intrinsic::sqrt));
+      case Intrinsic::exp:
+        return un(llvm::Intrinsic::exp);
+      case Intrinsic::exp2:
+        return un(llvm::Intrinsic::exp2);
+      case Intrinsic::log:
+        return un(llvm::Intrinsic::log);
+      case Intrinsic::log2:
+        return un(llvm::Intrinsic::log2);
+      case Intrinsic::sin:
+        return un(llvm::Intrinsic::sin);
+      case Intrinsic::cos:
+        return un(llvm::Intrinsic::cos);
+      case Intrinsic::floor:
+        return un(llvm::Intrinsic::floor);
+      case Intrinsic::ceil:
+        return un(llvm::Intrinsic::ceil);
+      case Intrinsic::trunc:
+        return un(llvm::Intrinsic::trunc);
+      case Intrinsic::round:
+        return un(llvm::Intrinsic::rint);  // rintf: half to even
+      case Intrinsic::log1p:
+        return libm("log1pf", "log1p", x);
+      case Intrinsic::expm1:
+        return libm("expm1f", "expm1", x);
+      case Intrinsic::tan:
+        return libm("tanf", "tan", x);
+      case Intrinsic::tanh:
+        return libm("tanhf", "tanh", x);
+      case Intrinsic::erf:
+        return libm("erff", "erf", x);
+      case Intrinsic::erfc:
+        return libm("erfcf", "erfc", x);
+      case Intrinsic::fabs:
+        if (t.is_float()) return un(llvm::Intrinsic::fabs);
+        if (t.is_uint()) return x;
+        return B.CreateBinaryIntrinsic(llvm::Intrinsic::abs, x, B.getFalse());
+      case Intrinsic::isnan:
+        return B.CreateFCmpUNO(x, x);
+      case Intrinsic::isinf:
+        return B.CreateFCmpOEQ(un(llvm::Intrinsic::fabs),
+                               llvm::ConstantFP::getInfinity(x->getType()));
+      case Intrinsic::isfinite:
+        return B.CreateFCmpONE(un(llvm::Intrinsic::fabs),
+                               llvm::ConstantFP::getInfinity(x->getType()));
+      case Intrinsic::pow:
+        return B.CreateBinaryIntrinsic(llvm::Intrinsic::pow, x, a[1]);
+      case Intrinsic::fmod:
+        return B.CreateFRem(x, a[1]);
+      case Intrinsic::copysign:
+        return B.CreateBinaryIntrinsic(llvm::Intrinsic::copysign, x, a[1]);
+      case Intrinsic::fma:
+        return B.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, a[1], a[2]});
+      default:
+        break;
+    }
+    internal(std::string("intrinsic ") + intrinsic_name(n->op), n->loc);
+  }
+
+  // ----------------------------------------------------------- memory
+  Value* base(const Buffer& b, SourceLoc loc) {
+    auto it = bases_.find(b->data.get());
+    if (it == bases_.end()) internal("buffer " + b->name + " has no storage", loc);
+    return it->second;
+  }
+  Value* index64(const Expr& i) {
+    Value* v = emit(i);
+    DType t = i.dtype();
+    return B.CreateIntCast(v, B.getInt64Ty(), t.is_int());
+  }
+  Value* address(const Buffer& b, const Expr& index, SourceLoc loc) {
+    return B.CreateInBoundsGEP(mem_type(b->dtype), base(b, loc), {index64(index)});
+  }
+
+  // ----------------------------------------------------------- stmts
+  void emit(const Stmt& s) {
+    if (!s) return;
+    switch (s.kind()) {
+      case StmtKind::Seq:
+        for (const Stmt& x : s.as<SeqNode>()->seq) emit(x);
+        return;
+      case StmtKind::Store: {
+        auto* n = s.as<StoreNode>();
+        DType t = n->buffer->dtype;
+        Value* v = to_mem(emit(n->value), t);
+        Value* p = address(n->buffer, n->indices[0], n->loc);
+        B.CreateAlignedStore(v, p, llvm::Align(t.bytes()));
+        return;
+      }
+      case StmtKind::Evaluate:
+        emit(s.as<EvaluateNode>()->value);
+        return;
+      case StmtKind::For:
+        emit_for(s.as<ForNode>());
+        return;
+      case StmtKind::IfThenElse: {
+        auto* n = s.as<IfThenElseNode>();
+        Value* c = emit(n->cond);
+        auto* tb = llvm::BasicBlock::Create(C, "if.then", F);
+        auto* eb = n->else_case ? llvm::BasicBlock::Create(C, "if.else", F) : nullptr;
+        auto* join = llvm::BasicBlock::Create(C, "if.end", F);
+        B.CreateCondBr(c, tb, eb ? eb : join);
+        B.SetInsertPoint(tb);
+        emit(n->then_case);
+        B.CreateBr(join);
+        if (eb) {
+          B.SetInsertPoint(eb);
+          emit(n->else_case);
+          B.CreateBr(join);
+        }
+        B.SetInsertPoint(join);
+        return;
+      }
+      case StmtKind::LetStmt: {
+        auto* n = s.as<LetStmtNode>();
+        Value* v = emit(n->value);
+        if (!llvm::isa<llvm::Constant>(v) && !v->hasName()) v->setName(n->var.name());
+        scoped(n->var.get(), v, [&] { emit(n->body); });
+        return;
+      }
+      case StmtKind::Allocate: {
+        auto* n = s.as<AllocateNode>();
+        const Buffer& b = n->buffer;
+        if (b->scope == MemScope::local && !bases_.count(b->data.get())) {
+          llvm::IRBuilder<> eb(entry_, entry_->getFirstInsertionPt());
+          auto* arr = llvm::ArrayType::get(mem_type(b->dtype),
+                                           static_cast<std::uint64_t>(b->storage_elems()));
+          llvm::AllocaInst* a = eb.CreateAlloca(arr, nullptr, b->name);
+          a->setAlignment(llvm::Align(16));
+          bases_[b->data.get()] = a;
+        }
+        emit(n->body);
+        return;
+      }
+      case StmtKind::CopyBytes: {
+        auto* n = s.as<CopyBytesNode>();
+        Value* d = address(n->dst, n->dst_offset, n->loc);
+        Value* src = address(n->src, n->src_offset, n->loc);
+        if (n->dst->data.get() == n->src->data.get()) {
+          // One storage: the vector load happens before the store.
+          llvm::Type* T = B.getIntNTy(static_cast<unsigned>(n->bytes * 8));
+          B.CreateAlignedStore(B.CreateAlignedLoad(T, src, llvm::Align(1)), d, llvm::Align(1));
+        } else {
+          B.CreateMemCpy(d, llvm::MaybeAlign(1), src, llvm::MaybeAlign(1),
+                         static_cast<std::uint64_t>(n->bytes));
+        }
+        return;
+      }
+      case StmtKind::Origin:
+        emit(s.as<OriginNode>()->body);
+        return;
+      case StmtKind::Barrier:
+      case StmtKind::TileCall:
+      case StmtKind::ScopeIdBind:
+        internal("GPU-only statement left in the host form", s->loc);
+    }
+  }
+
+  void emit_for(const ForNode* n) {
+    DType vt = n->var.dtype();
+    llvm::Type* T = value_type(vt);
+    bool sg = vt.is_int();
+    Value* lo = cast(emit(n->min), n->min.dtype(), vt);
+    Value* ext = cast(emit(n->extent), n->extent.dtype(), vt);
+    Value* hi = B.CreateAdd(lo, ext, "", false, sg);
+    llvm::BasicBlock* pre = B.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(C, n->var.name() + ".header", F);
+    auto* body = llvm::BasicBlock::Create(C, n->var.name() + ".body", F);
+    auto* exit = llvm::BasicBlock::Create(C, n->var.name() + ".exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    llvm::PHINode* iv = B.CreatePHI(T, 2, n->var.name());
+    iv->addIncoming(lo, pre);
+    B.CreateCondBr(sg ? B.CreateICmpSLT(iv, hi) : B.CreateICmpULT(iv, hi), body, exit);
+    B.SetInsertPoint(body);
+    scoped(n->var.get(), iv, [&] { emit(n->body); });
+    Value* next = B.CreateAdd(iv, llvm::ConstantInt::get(T, 1), "", false, sg);
+    iv->addIncoming(next, B.GetInsertBlock());
+    llvm::BranchInst* back = B.CreateBr(header);
+    // T.unroll is a GPU register-allocation hint; LLVM's own unroller judges
+    // better on the host. A thread loop is vectorized across threads only
+    // when neighbouring threads touch neighbouring (or the same) addresses.
+    // Where each thread walks a row of its own, vector lanes would be
+    // strided gathers that cost more (and compile far longer) than
+    // vectorizing each thread's own contiguous work, which the SLP and
+    // inner-loop vectorizers then do.
+    if (n->var.get() == thread_.get() && threads_strided(n->body)) {
+      llvm::Metadata* off =
+          llvm::MDNode::get(C, {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
+                                llvm::ConstantAsMetadata::get(B.getFalse())});
+      llvm::Metadata* once =
+          llvm::MDNode::get(C, {llvm::MDString::get(C, "llvm.loop.interleave.count"),
+                                llvm::ConstantAsMetadata::get(B.getInt32(1))});
+      llvm::MDNode* md = llvm::MDNode::getDistinct(C, {nullptr, off, once});
+      md->replaceOperandWith(0, md);
+      back->setMetadata(llvm::LLVMContext::MD_loop, md);
+    }
+    B.SetInsertPoint(exit);
+  }
+
+  // Does some access of memory shared between threads (not a thread's
+  // private registers) move by more than one element from thread to thread,
+  // or not affinely at all?
+  bool threads_strided(const Stmt& body) const {
+    struct Walk : IRVisitor {
+      const VarNode* thread;
+      std::unordered_map<const VarNode*, std::optional<std::int64_t>> lets;
+      bool strided = false;
+
+      // k in index = k * thread + (terms without thread); nullopt: not affine.
+      std::optional<std::int64_t> stride(const Expr& e) {
+        if (auto* v = e.as<VarNode>()) {
+          if (v == thread) return 1;
+          auto it = lets.find(v);
+          return it == lets.end() ? std::optional<std::int64_t>(0) : it->second;
+        }
+        if (auto* c = e.as<CastNode>(); c && c->dtype.is_integer() && c->value.dtype().is_integer())
+          return stride(c->value);
+        if (auto* b = e.as<BinaryNode>()) {
+          auto x = stride(b->a), y = stride(b->b);
+          if (!x || !y) return std::nullopt;
+          switch (b->op) {
+            case BinOp::Add:
+              return *x + *y;
+            case BinOp::Sub:
+              return *x - *y;
+            case BinOp::Mul: {
+              auto ca = as_const_int(b->a), cb = as_const_int(b->b);
+              if (cb) return *x * *cb;
+              if (ca) return *y * *ca;
+              break;
+            }
+            default:
+              break;
+          }
+          return *x == 0 && *y == 0 ? std::optional<std::int64_t>(0) : std::nullopt;
+        }
+        return uses_thread(e) ? std::nullopt : std::optional<std::int64_t>(0);
+      }
+      bool uses_thread(const Expr& e) {
+        bool found = false;
+        struct F : IRVisitor {
+          Walk* w;
+          bool* found;
+          using IRVisitor::visit_node;
+          void visit_node(const VarNode* v) override {
+            auto it = w->lets.find(v);
+            *found |= v == w->thread ||
+                      (it != w->lets.end() && it->second != std::optional<std::int64_t>(0));
+          }
+        } f;
+        f.w = this;
+        f.found = &found;
+        f.visit(e);
+        return found;
+      }
+      // An access of `elems` consecutive elements at index, by every thread.
+      void access(const Buffer& b, const Expr& index, std::int64_t elems) {
+        if (b->scope == MemScope::local) return;
+        auto k = stride(index);
+        strided |= !k || (elems > 1 ? *k != 0 : (*k > 1 || *k < -1));
+      }
+      using IRVisitor::visit_node;
+      void visit_node(const LetStmtNode* n) override {
+        visit(n->value);
+        lets[n->var.get()] = stride(n->value);
+        visit(n->body);
+      }
+      void visit_node(const LoadNode* n) override {
+        access(n->buffer, n->indices[0], 1);
+        IRVisitor::visit_node(n);
+      }
+      void visit_node(const StoreNode* n) override {
+        access(n->buffer, n->indices[0], 1);
+        IRVisitor::visit_node(n);
+      }
+      void visit_node(const CopyBytesNode* n) override {
+        access(n->dst, n->dst_offset, n->bytes / n->dst->dtype.bytes());
+        access(n->src, n->src_offset, n->bytes / n->src->dtype.bytes());
+        IRVisitor::visit_node(n);
+      }
+    } w;
+    w.thread = thread_.get();
+    w.visit(body);
+    return w.strided;
+  }
+
+  template <class F>
+  void scoped(const VarNode* v, Value* value, F&& body) {
+    auto it = vars_.find(v);
+    bool had = it != vars_.end();
+    Value* saved = had ? it->second : nullptr;
+    vars_[v] = value;
+    body();
+    if (had)
+      vars_[v] = saved;
+    else
+      vars_.erase(v);
+  }
+
+  llvm::LLVMContext& C;
+  llvm::Module& M;
+  llvm::IRBuilder<> B;
+  const lowering::LoweredKernel& k_;
+  Var thread_;
+  llvm::Function* F = nullptr;
+  llvm::BasicBlock* entry_ = nullptr;
+  std::unordered_map<const VarNode*, Value*> vars_;
+  std::unordered_map<const VarNode*, Value*> bases_;
+  Value* block_idx_[3] = {nullptr, nullptr, nullptr};
+};
+
+}  // namespace
+
+EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
+                        const Stmt& host_body, const Var& thread,
+                        const std::string& function_name) {
+  EmittedModule out;
+  out.module = std::make_unique<llvm::Module>(function_name, ctx);
+  Emitter em(ctx, *out.module, k, thread);
+  out.scratch_bytes = em.emit_function(host_body, function_name);
+  return out;
+}
+
+}  // namespace tx::runtime::host

@@ -1,0 +1,37 @@
+// Host form -> LLVM IR. One function per kernel:
+//
+//   void <name>(void* const* args, int64 first_block, int64 end_block, void* scratch)
+//
+// runs the CTAs first_block .. end_block-1 (linear ids, x fastest) one after
+// the other. `scratch` is per-CTA storage of scratch_bytes (the kernel's
+// shared memory at its lowering offsets, then the host form's lane and
+// per-thread arrays); a caller running CTAs in parallel gives each worker its
+// own. `thread` is the host form's thread var (its loops get vectorization
+// hints).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tx/lowering/lower.hpp"
+
+namespace llvm {
+class LLVMContext;
+class Module;
+}  // namespace llvm
+
+namespace tx::runtime::host {
+
+struct EmittedModule {
+  std::unique_ptr<llvm::Module> module;
+  std::int64_t scratch_bytes = 0;
+};
+
+using HostEntry = void (*)(void* const* args, std::int64_t first_block, std::int64_t end_block,
+                           void* scratch);
+
+EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
+                        const Stmt& host_body, const Var& thread, const std::string& function_name);
+
+}  // namespace tx::runtime::host

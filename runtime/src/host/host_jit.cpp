@@ -1,0 +1,309 @@
+// The host fallback: tx::runtime::host_compile / host_jit_available.
+//
+//   lowered IR -> isolate_shuffles -> sink_local_allocations -> split_regions
+//              -> emit_llvm -> LLVM O2 (vectorizes the thread loops)
+//              -> ORC LLJIT -> a function that runs a range of CTAs
+//
+// One LLJIT serves the process (a function-local static, never destroyed so
+// that no kernel outlives it at exit). Compiles are serialized by one mutex
+// and cached in memory by the structural hash of the lowered function and its
+// launch, so compiling the same kernel twice JITs once. A launch runs the CTAs
+// in order, or splits the grid into contiguous ranges over a few std::threads
+// when there is enough work; CTAs never share state, so the split changes no
+// result.
+//
+// Environment: TX_DEBUG_IR=1 prints the host form after each host pass;
+// TX_HOST_DUMP_LLVM=1 prints the optimized LLVM IR; TX_HOST_JIT_TIMING=1
+// prints where compile time goes; TX_HOST_CACHE=0 bypasses the compile cache;
+// TX_HOST_THREADS=n caps the worker threads of a launch (1: sequential).
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <new>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "emit_llvm.hpp"
+#include "host_passes.hpp"
+#include "tx/lowering/codegen_cuda.hpp"
+#include "tx/printer.hpp"
+#include "tx/runtime/kernel.hpp"
+
+namespace tx::runtime {
+
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+struct Jit {
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  // The optimization pipeline's cost models (vector widths) come from here.
+  std::unique_ptr<llvm::TargetMachine> tm;
+  // glibc's vector math (libmvec) is loaded: vectorized loops may call its
+  // expf/logf/sinf/... (within 4 ulp, like the GPU's) instead of scalarizing.
+  bool libmvec = false;
+  std::string error;  // why there is no JIT
+  std::mutex mu;      // one compile at a time; guards everything below
+  std::uint64_t next_id = 0;
+
+  struct Entry {
+    PrimFunc lowered;
+    lowering::LaunchConfig launch;
+    std::vector<std::pair<std::int64_t, std::int64_t>> shared;  // (offset, bytes)
+    std::shared_ptr<HostKernel> kernel;
+  };
+  std::unordered_map<std::uint64_t, std::vector<Entry>> cache;
+};
+
+std::string llvm_message(llvm::Error e) { return llvm::toString(std::move(e)); }
+
+Jit& jit() {
+  static Jit* j = [] {
+    auto* s = new Jit();
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+    auto jtmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!jtmb) {
+      s->error = "LLVM cannot target this host: " + llvm_message(jtmb.takeError());
+      return s;
+    }
+    jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
+    auto tm = jtmb->createTargetMachine();
+    if (!tm) {
+      s->error = "LLVM target machine: " + llvm_message(tm.takeError());
+      return s;
+    }
+    s->tm = std::move(*tm);
+    auto j = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
+    if (!j) {
+      s->error = "LLVM ORC LLJIT: " + llvm_message(j.takeError());
+      return s;
+    }
+    // libm (expf, tanhf, fmodf, ...) and memcpy come from this process.
+    auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
+        (*j)->getDataLayout().getGlobalPrefix());
+    if (!gen) {
+      s->error = "LLVM ORC process symbols: " + llvm_message(gen.takeError());
+      return s;
+    }
+    (*j)->getMainJITDylib().addGenerator(std::move(*gen));
+    s->libmvec = s->tm->getTargetTriple().isX86() &&
+                 !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
+    s->jit = std::move(*j);
+    return s;
+  }();
+  return *j;
+}
+
+void optimize(llvm::Module& m, llvm::TargetMachine* tm, bool libmvec) {
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::Triple triple(m.getTargetTriple());
+  llvm::TargetLibraryInfoImpl tlii(triple);
+  if (libmvec)
+    tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, triple);
+  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions pto;
+  pto.LoopVectorization = true;
+  pto.SLPVectorization = true;
+  llvm::PassBuilder pb(tm, pto);
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+  mpm.run(m, mam);
+}
+
+class JitKernel : public HostKernel {
+ public:
+  JitKernel(host::HostEntry fn, const lowering::LaunchConfig& launch, std::int64_t scratch_bytes)
+      : fn_(fn), block_(launch.block), scratch_bytes_(scratch_bytes) {
+    blocks_ = launch.grid[0] * launch.grid[1] * launch.grid[2];
+  }
+
+  void run(void* const* args) const override {
+    int workers = choose_workers();
+    if (workers <= 1) {
+      Scratch s(scratch_bytes_);
+      fn_(args, 0, blocks_, s.p);
+      return;
+    }
+    // Contiguous, fixed ranges: which CTA runs where never depends on timing.
+    std::vector<std::thread> pool;
+    std::int64_t per = (blocks_ + workers - 1) / workers;
+    for (int w = 1; w < workers; ++w) {
+      std::int64_t b = w * per, e = std::min(blocks_, b + per);
+      if (b >= e) break;
+      auto range = [this, args, b, e] {
+        Scratch s(scratch_bytes_);
+        fn_(args, b, e, s.p);
+      };
+      try {
+        pool.emplace_back(range);
+      } catch (const std::system_error&) {
+        range();  // no thread to be had: this one runs the range
+      }
+    }
+    {
+      Scratch s(scratch_bytes_);
+      fn_(args, 0, std::min(blocks_, per), s.p);
+    }
+    for (std::thread& t : pool) t.join();
+  }
+
+ private:
+  struct Scratch {
+    void* p = nullptr;
+    explicit Scratch(std::int64_t bytes) {
+      if (bytes > 0) p = ::operator new(static_cast<std::size_t>(bytes), std::align_val_t(64));
+    }
+    ~Scratch() {
+      if (p) ::operator delete(p, std::align_val_t(64));
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+  };
+
+  int choose_workers() const {
+    // Below ~64K GPU threads of work, starting threads costs more than it saves.
+    if (blocks_ < 2 || blocks_ * block_ < (std::int64_t{1} << 16)) return 1;
+    int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    int cap = std::min(hw, 32);
+    if (const char* v = std::getenv("TX_HOST_THREADS"); v && *v) cap = std::max(1, std::atoi(v));
+    return static_cast<int>(std::min<std::int64_t>(cap, blocks_));
+  }
+
+  host::HostEntry fn_;
+  std::int64_t blocks_ = 1;
+  std::int64_t block_ = 1;
+  std::int64_t scratch_bytes_ = 0;
+};
+
+std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKernel& k) {
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  const std::string& name = k.source->name;
+  SourceLoc loc = k.source->loc;
+  bool debug = env_flag("TX_DEBUG_IR");
+  auto log = [&](const char* pass, const Stmt& s) {
+    if (debug)
+      std::cerr << "// host: after " << pass << "\n" << to_string(k.lowered.with_body(s, true));
+  };
+
+  host::HostContext cx;
+  cx.launch = k.launch;
+  Stmt s = k.lowered->body;
+  s = host::isolate_shuffles(s, cx);
+  log("isolate_shuffles", s);
+  s = host::sink_local_allocations(s);
+  log("sink_local_allocations", s);
+  s = host::split_regions(s, cx);
+  log("split_regions", s);
+  auto t1 = clock::now();
+
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  std::string fname =
+      "tx_host_" + lowering::sanitize_identifier(name) + "_" + std::to_string(j.next_id++);
+  host::EmittedModule em = host::emit_llvm(*ctx, k, s, cx.thread, fname);
+  llvm::Module& m = *em.module;
+  m.setDataLayout(j.jit->getDataLayout());
+  m.setTargetTriple(j.jit->getTargetTriple().str());
+  std::string verify;
+  llvm::raw_string_ostream vos(verify);
+  if (llvm::verifyModule(m, &vos)) {
+    std::string ir;
+    llvm::raw_string_ostream ios(ir);
+    m.print(ios, nullptr);
+    fail("host_jit", name, loc, "invalid LLVM IR: " + verify, ir);
+  }
+  auto t2 = clock::now();
+  optimize(m, j.tm.get(), j.libmvec);
+  if (env_flag("TX_HOST_DUMP_LLVM")) m.print(llvm::errs(), nullptr);
+  auto t3 = clock::now();
+  if (llvm::Error e =
+          j.jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(em.module), std::move(ctx))))
+    fail("host_jit", name, loc, llvm_message(std::move(e)));
+  auto sym = j.jit->lookup(fname);
+  if (!sym) fail("host_jit", name, loc, llvm_message(sym.takeError()));
+  auto t4 = clock::now();
+  if (env_flag("TX_HOST_JIT_TIMING")) {
+    auto ms = [](auto a, auto b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    std::fprintf(
+        stderr,
+        "tx host_jit %s: host passes %.2f ms, LLVM IR %.2f ms, O2 %.2f ms, codegen %.2f ms\n",
+        name.c_str(), ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t3, t4));
+  }
+  return std::make_shared<JitKernel>(sym->toPtr<host::HostEntry>(), k.launch, em.scratch_bytes);
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> shared_layout(const lowering::LoweredKernel& k) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> v;
+  for (const auto& a : k.shared) v.emplace_back(a.offset, a.bytes);
+  v.emplace_back(-1, k.shared_bytes);
+  return v;
+}
+
+}  // namespace
+
+bool host_jit_available(std::string* why) {
+  Jit& j = jit();
+  if (!j.jit && why) *why = j.error;
+  return j.jit != nullptr;
+}
+
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k) {
+  Jit& j = jit();
+  if (!j.jit) fail("host_jit", k.source->name, k.source->loc, j.error);
+  const lowering::LaunchConfig& L = k.launch;
+  std::uint64_t key = structural_hash(k.lowered);
+  for (std::int64_t v : {L.grid[0], L.grid[1], L.grid[2], std::int64_t{L.block}, k.shared_bytes})
+    key = (key ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
+  auto shared = shared_layout(k);
+  bool use_cache =
+      !(std::getenv("TX_HOST_CACHE") && std::string(std::getenv("TX_HOST_CACHE")) == "0");
+
+  std::lock_guard<std::mutex> lock(j.mu);
+  if (use_cache) {
+    auto it = j.cache.find(key);
+    if (it != j.cache.end())
+      for (const Jit::Entry& e : it->second)
+        if (e.launch.grid == L.grid && e.launch.block == L.block && e.shared == shared &&
+            structural_equal(e.lowered, k.lowered))
+          return e.kernel;
+  }
+  std::shared_ptr<HostKernel> kernel = compile_uncached(j, k);
+  if (use_cache) j.cache[key].push_back({k.lowered, L, std::move(shared), kernel});
+  return kernel;
+}
+
+}  // namespace tx::runtime
