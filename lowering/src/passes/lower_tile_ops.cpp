@@ -15,7 +15,7 @@ class TileLowerer : public ScopedMutator {
       : ScopedMutator(launch), log_(log) {}
   using ScopedMutator::mutate_node;
 
-  Stmt mutate_node(const Stmt& self, const TileCallNode* call) override {
+  Stmt mutate_node(const Stmt& self, const TileCallNode*) override {
     // Region starts simplified with the ranges in scope: shorter to print,
     // tighter to bound.
     struct StartSimplifier : IRMutator {
