@@ -285,6 +285,7 @@ void jit_disk(std::ostream& os, std::int64_t n) {
 
 int main(int argc, char** argv) {
   std::string out_path = "tx_elementwise.json";
+  std::string only;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
@@ -305,6 +306,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (a == "--out" && i + 1 < argc) out_path = argv[++i];
+      if (a == "--only" && i + 1 < argc) only = argv[++i];  // "label|dtype" substring filter
     }
     std::string why;
     if (!runtime::cuda_available(&why)) {
@@ -317,6 +319,12 @@ int main(int argc, char** argv) {
     std::printf("%-36s %-9s %10s %10s %8s %9s  %s\n", "case", "dtype", "copy GB/s", "tx GB/s", "tx/copy",
                 "host us", "config");
     auto cs = cases();
+    if (!only.empty()) {
+      std::vector<Case> keep;
+      for (auto& c : cs)
+        if ((c.label + "|" + c.dtype.name()).find(only) != std::string::npos) keep.push_back(c);
+      cs = keep;
+    }
     for (std::size_t i = 0; i < cs.size(); ++i) {
       Result r = run_case(cs[i]);
       double tx_gbs = static_cast<double>(r.bytes) / (r.tx_ms * 1e6);

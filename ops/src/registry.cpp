@@ -6,6 +6,24 @@
 #include <cmath>
 #include <limits>
 
+namespace tx::optable {
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::unary_math: return "unary_math";
+    case Category::binary_arith: return "binary_arith";
+    case Category::activation: return "activation";
+    case Category::fused_gated_activation: return "fused_gated_activation";
+    case Category::comparison: return "comparison";
+    case Category::bitwise: return "bitwise";
+    case Category::logical: return "logical";
+    case Category::special_elementwise: return "special_elementwise";
+    case Category::alibi: return "alibi";
+    case Category::sinusoidal: return "sinusoidal";
+  }
+  return "?";
+}
+}  // namespace tx::optable
+
 namespace tx::ops {
 
 namespace {
