@@ -297,6 +297,18 @@ int main(int argc, char** argv) {
         jit_timings(std::cout);
         return 0;
       }
+      if (a == "--tune") {
+        // Autotuning, opt-in: searches once, remembers the winner on disk, reuses it.
+        for (int pass = 0; pass < 2; ++pass) {
+          auto t0 = std::chrono::steady_clock::now();
+          ops::Elementwise e("gelu", {{1 << 24}}, f16, {}, {.tune = true}, Device::cuda());
+          auto t1 = std::chrono::steady_clock::now();
+          ops::Config c = e.config();
+          std::printf("tune pass %d: %s threads=%d npt=%d in %.0f ms\n", pass, ops::strategy_name(*c.strategy),
+                      c.threads, c.num_per_thread, std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        return 0;
+      }
       if (a == "--launch-floor") {
         launch_floor(std::cout);
         return 0;
