@@ -74,7 +74,7 @@ std::vector<float> random_floats(std::size_t n) {
 struct DeviceBuffer {
   rt::DevicePtr ptr = 0;
   explicit DeviceBuffer(std::size_t bytes) : ptr(rt::device_alloc(bytes)) {}
-  ~DeviceBuffer() { rt::device_free(ptr); }
+  ~DeviceBuffer() { rt::device_free(ptr, rt::context_generation()); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };

@@ -11,8 +11,10 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <mutex>
 
 #include "tx/error.hpp"
 
@@ -36,6 +38,7 @@ namespace {
   X(cuDeviceGetAttribute)     \
   X(cuDeviceTotalMem)         \
   X(cuDevicePrimaryCtxRetain) \
+  X(cuDevicePrimaryCtxReset)  \
   X(cuCtxSetCurrent)          \
   X(cuCtxGetCurrent)          \
   X(cuCtxSynchronize)         \
@@ -130,8 +133,8 @@ const Driver& need() {
   return d;
 }
 
-// After these the context is poisoned: every later call returns the same
-// error, so the process has to restart to use the GPU again.
+// After these the context is poisoned: every later call in it returns the
+// same error. tx marks it lost and resets the device at the next call.
 bool sticky(CUresult r) {
   switch (r) {
     case CUDA_ERROR_ILLEGAL_ADDRESS:
@@ -150,13 +153,18 @@ bool sticky(CUresult r) {
   }
 }
 
+std::atomic<std::uint64_t> g_generation{1};
+std::atomic<bool> g_lost{false};
+
 void check(CUresult r, const char* call, const std::string& what, const std::string& detail = {}) {
   if (r == CUDA_SUCCESS) return;
   std::string reason = std::string(call) + " failed: " + result_text(driver(), r);
-  if (sticky(r))
+  if (sticky(r)) {
+    g_lost.store(true, std::memory_order_release);
     reason +=
-        " (the CUDA context is no longer usable: every later GPU call in this process will "
-        "fail; restart it)";
+        " (the fault destroyed the CUDA context: tx resets the GPU at the next GPU call; device "
+        "tensors from before are lost and must be created again, kernels reload themselves)";
+  }
   fail("cuda", what, {}, reason, detail);
 }
 
@@ -178,16 +186,52 @@ int device_ordinal() {
   return ordinal;
 }
 
-CUcontext primary_context() {
-  static const CUcontext ctx = [] {
-    const Driver& d = need();
-    CUdevice dev = 0;
-    check(d.p_cuDeviceGet(&dev, device_ordinal()), "cuDeviceGet", "device");
-    CUcontext c = nullptr;
-    check(d.p_cuDevicePrimaryCtxRetain(&c, dev), "cuDevicePrimaryCtxRetain", "device");
-    return c;
+CUdevice cu_device() {
+  static const CUdevice dev = [] {
+    CUdevice d = 0;
+    check(need().p_cuDeviceGet(&d, device_ordinal()), "cuDeviceGet", "device");
+    return d;
   }();
-  return ctx;
+  return dev;
+}
+
+std::mutex g_context_mu;
+std::atomic<CUcontext> g_context{nullptr};
+
+CUcontext retain_primary() {
+  CUcontext c = nullptr;
+  check(need().p_cuDevicePrimaryCtxRetain(&c, cu_device()), "cuDevicePrimaryCtxRetain", "device");
+  return c;
+}
+
+// After a fault: reset the primary context (this frees everything it held)
+// and start a new generation. Other threads pick the context up in
+// make_current.
+void reset_lost_context() {
+  std::lock_guard<std::mutex> lock(g_context_mu);
+  if (!g_lost.load(std::memory_order_acquire)) return;  // another thread did it
+  const Driver& d = need();
+  check(d.p_cuDevicePrimaryCtxReset(cu_device()), "cuDevicePrimaryCtxReset", "device",
+        "resetting the GPU after a kernel fault");
+  // The reset keeps tx's retain; retaining again re-activates the context.
+  g_context.store(retain_primary(), std::memory_order_release);
+  g_generation.fetch_add(1, std::memory_order_acq_rel);
+  g_lost.store(false, std::memory_order_release);
+  warn("cuda: the GPU was reset after a kernel fault (context generation " +
+       std::to_string(g_generation.load()) + ")");
+}
+
+CUcontext primary_context() {
+  if (g_lost.load(std::memory_order_acquire)) reset_lost_context();
+  CUcontext c = g_context.load(std::memory_order_acquire);
+  if (c) return c;
+  std::lock_guard<std::mutex> lock(g_context_mu);
+  c = g_context.load(std::memory_order_acquire);
+  if (!c) {
+    c = retain_primary();
+    g_context.store(c, std::memory_order_release);
+  }
+  return c;
 }
 
 // Any thread may call into tx: make the primary context current on this
@@ -204,7 +248,8 @@ const Driver& make_current() {
 // For destructors: release resources if the driver works, never throw.
 bool make_current_noexcept() noexcept {
   try {
-    if (!driver().error.empty()) return false;
+    // A lost context took its resources with it; the reset comes later.
+    if (!driver().error.empty() || context_lost()) return false;
     make_current();
     return true;
   } catch (...) {
@@ -223,6 +268,11 @@ std::string dim_str(Dim3 d) {
 CUdeviceptr cu(DevicePtr p) { return static_cast<CUdeviceptr>(p); }
 
 }  // namespace
+
+std::uint64_t context_generation() noexcept {
+  return g_generation.load(std::memory_order_acquire);
+}
+bool context_lost() noexcept { return g_lost.load(std::memory_order_acquire); }
 
 bool cuda_available(std::string* why) {
   const Driver& d = driver();
@@ -287,15 +337,20 @@ std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::
   std::shared_ptr<Module> m(new Module());
   m->module_ = mod;
   m->name_ = name;
+  m->generation_ = context_generation();
   return m;
 }
 
 Module::~Module() {
-  if (module_ && make_current_noexcept()) driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
+  if (module_ && !stale() && make_current_noexcept())
+    driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
 }
 
 void* Module::function(const std::string& kernel_name) const {
   const Driver& d = make_current();
+  if (stale())
+    fail("cuda", kernel_name, {},
+         "module " + name_ + " was loaded before the GPU was reset after a fault; load it again");
   CUfunction f = nullptr;
   check(d.p_cuModuleGetFunction(&f, static_cast<CUmodule>(module_), kernel_name.c_str()),
         "cuModuleGetFunction", kernel_name, "module " + name_);
@@ -337,8 +392,9 @@ DevicePtr device_alloc(std::size_t bytes) {
   return static_cast<DevicePtr>(p);
 }
 
-void device_free(DevicePtr p) noexcept {
-  if (p && make_current_noexcept()) driver().p_cuMemFree(cu(p));
+void device_free(DevicePtr p, std::uint64_t generation) noexcept {
+  if (p && generation == context_generation() && make_current_noexcept())
+    driver().p_cuMemFree(cu(p));
 }
 
 void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes) {
@@ -379,10 +435,11 @@ EventTimer::EventTimer() {
   }
   start_ = a;
   stop_ = b;
+  generation_ = context_generation();
 }
 
 EventTimer::~EventTimer() {
-  if (!make_current_noexcept()) return;
+  if (generation_ != context_generation() || !make_current_noexcept()) return;
   driver().p_cuEventDestroy(static_cast<CUevent>(start_));
   driver().p_cuEventDestroy(static_cast<CUevent>(stop_));
 }

@@ -12,6 +12,7 @@
 
 #include "tx/lowering/codegen_cuda.hpp"
 #include "tx/printer.hpp"
+#include "tx/runtime/cubin_cache.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/runtime/disk_cache.hpp"
 #include "tx/runtime/nvrtc.hpp"
@@ -27,6 +28,7 @@ struct Kernel::State {
   mutable std::mutex mu;
   mutable std::shared_ptr<runtime::Module> module;
   mutable void* function = nullptr;
+  mutable std::uint64_t generation = 0;  // runtime::context_generation() of `module`
   mutable std::atomic<bool> ready{false};  // GPU binary loaded and limits checked
   mutable std::shared_ptr<runtime::HostKernel> host;
 };
@@ -47,11 +49,6 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
   std::string r = "(";
   for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + (s.size() == 1 ? ",)" : ")");
-}
-
-std::string nvrtc_version_string() {
-  auto [maj, min] = runtime::nvrtc_version();
-  return std::to_string(maj) + "." + std::to_string(min);
 }
 
 }  // namespace
@@ -89,35 +86,43 @@ std::string Kernel::ptx(const std::string& arch) const {
 std::string Kernel::prepare_gpu() const {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.function) return "memory";
+  if (s.function && !s.module->stale()) return "memory";
+  s.function = nullptr;
+  s.module.reset();
   const runtime::DeviceInfo& dev = runtime::current_device();
   std::string arch = s.arch.empty() ? dev.arch() : s.arch;
-  std::vector<std::string> options = runtime::nvrtc_default_options(arch);
-  std::string key = runtime::kernel_cache_key(s.cuda, options, arch, nvrtc_version_string());
+  std::string key = runtime::kernel_cache_key(s.cuda, runtime::nvrtc_default_options(arch), arch,
+                                              runtime::nvrtc_version_string());
   std::string origin = "memory";
   {
     ModuleCache& mc = module_cache();
     std::lock_guard<std::mutex> l2(mc.mu);
     auto it = mc.modules.find(key);
-    if (it != mc.modules.end()) s.module = it->second;
+    if (it != mc.modules.end() && it->second->stale()) mc.modules.erase(it);
+    else if (it != mc.modules.end()) s.module = it->second;
   }
   if (!s.module) {
-    runtime::DiskCache& disk = runtime::DiskCache::instance();
-    std::optional<std::vector<char>> cubin = disk.load(key);
-    origin = "disk";
-    if (!cubin) {
-      runtime::NvrtcOutput out = runtime::nvrtc_compile(s.cuda, s.kernel_name + ".cu", arch,
-                                                        runtime::NvrtcTarget::cubin);
-      cubin = std::move(out.cubin);
-      disk.store(key, *cubin);
+    runtime::CachedCubin bin = runtime::cubin_for(s.cuda, s.kernel_name, arch);
+    origin = bin.from_disk ? "disk" : "nvrtc";
+    try {
+      s.module = runtime::Module::load(bin.cubin, s.kernel_name);
+    } catch (const Error& e) {
+      // A cached binary the driver refuses (made for another GPU, or by a
+      // toolchain this driver cannot read) is never fatal: recompile it.
+      if (!bin.from_disk) throw;
+      warn("kernel cache: the cached binary of " + s.kernel_name +
+           " does not load on this GPU (" + e.reason() + "); recompiling");
+      bin = runtime::cubin_for(s.cuda, s.kernel_name, arch, runtime::DiskCache::instance(),
+                               /*skip_disk=*/true);
       origin = "nvrtc";
+      s.module = runtime::Module::load(bin.cubin, s.kernel_name);
     }
-    s.module = runtime::Module::load(*cubin, s.kernel_name);
     ModuleCache& mc = module_cache();
     std::lock_guard<std::mutex> l2(mc.mu);
     mc.modules[key] = s.module;
   }
   s.function = s.module->function(s.kernel_name);
+  s.generation = runtime::context_generation();
   return origin;
 }
 
@@ -174,6 +179,9 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
     if (!(t.device() == s.device))
       bad(i, "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
                  " (move it with .to(kernel.device()))");
+    if (t.lost())
+      bad(i, "tensor was on the GPU before tx reset it after a kernel fault: its memory is gone; "
+             "create it again");
     auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
     if (addr % static_cast<std::uintptr_t>(pi.align_bytes) != 0)
       bad(i, "tensor data is not " + std::to_string(pi.align_bytes) +
@@ -182,7 +190,7 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
   }
 
   if (s.device.is_cuda()) {
-    if (!s.ready.load(std::memory_order_acquire)) {
+    if (!s.ready.load(std::memory_order_acquire) || s.generation != runtime::context_generation()) {
       prepare_gpu();
       const runtime::DeviceInfo& dev = runtime::current_device();
       std::string op = "launch " + s.kernel_name;
