@@ -1,15 +1,20 @@
 # The two set-up commands of the README:
 #   make demo   install what is missing, build, run the main sample
 #   make test   the same set-up, then the whole test suite through ctest
+# and what CI adds (.ci/run):
+#   make sanitize   the CPU suite built and run with ASan + UBSan (preset asan-ubsan)
+#   make fuzz       the tile-program fuzzer (clang + libFuzzer) for FUZZ_SECONDS
+# Switches: TX_HOST_JIT=OFF (no LLVM), TX_NOTEBOOKS=0 (no clang-repl / Jupyter).
 BUILD ?= build
 JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 240
 CMAKE_FLAGS ?=
 ifdef TX_HOST_JIT
 CMAKE_FLAGS += -DTX_HOST_JIT=$(TX_HOST_JIT)
 endif
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 
-.PHONY: demo test setup configure build clean
+.PHONY: demo test setup configure build notebook-kernel sanitize fuzz clean
 
 setup:
 	@scripts/setup.sh
@@ -21,11 +26,27 @@ configure: setup
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The Jupyter kernel "C++20 (tx)" for this build. Without network (or with
+# TX_NOTEBOOKS=0) it is left out, and ctest shows the notebook test as skipped.
+notebook-kernel: build
+	@if [ "$${TX_NOTEBOOKS:-1}" != 0 ]; then \
+	  notebooks/install_kernel.sh --minimal --build $(BUILD) || \
+	  echo "make: the Jupyter kernel was not installed (see above); the notebook test will say skipped"; fi
+
+demo: notebook-kernel
 	$(BUILD)/samples/warp_sqrt_reg
 
-test: build
+test: notebook-kernel
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+sanitize: setup
+	cmake --preset asan-ubsan
+	cmake --build --preset asan-ubsan -j $(JOBS)
+	ctest --preset asan-ubsan -j $(JOBS)
+
+fuzz:
+	@TX_FUZZ=1 scripts/setup.sh
+	fuzz/run.sh $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD)

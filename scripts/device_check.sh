@@ -14,7 +14,7 @@ export TX_CACHE_DIR=${TX_CACHE_DIR:-/tmp/tx-cache}
 cat "$OUT/machine.txt"
 
 build() {
-  TX_HOST_JIT=OFF make build BUILD=build-device JOBS=16 > "$OUT/build.log" 2>&1
+  TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make build BUILD=build-device JOBS=16 > "$OUT/build.log" 2>&1
 }
 if ! build; then
   tail -50 "$OUT/build.log"

@@ -2,8 +2,10 @@
 # Installs what tx needs to build and test, and nothing that is already
 # there. Required: a C++20 compiler, CMake >= 3.25, Ninja, Boost (Hana),
 # doctest, the CUDA toolkit headers and NVRTC. Optional: LLVM >= 16 for the
-# host JIT (skipped with TX_HOST_JIT=OFF) and, with TX_NOTEBOOKS=1, clang-repl
-# and Jupyter for the notebooks.
+# host JIT (skipped with TX_HOST_JIT=OFF); clang-repl and python3-venv for
+# the notebooks (skipped with TX_NOTEBOOKS=0; the Jupyter packages come from
+# pip, in notebooks/install_kernel.sh); with TX_FUZZ=1, clang and its
+# libFuzzer runtime for the fuzzer.
 #
 # On a machine where everything required is present this script installs
 # nothing and needs no network (the GPU machines have none).
@@ -24,8 +26,17 @@ if [ "${TX_HOST_JIT:-AUTO}" != "OFF" ]; then
     optional+=(llvm-19-dev)
   fi
 fi
-if [ "${TX_NOTEBOOKS:-0}" = "1" ]; then
+if [ "${TX_NOTEBOOKS:-1}" != "0" ]; then
   command -v clang-repl-19 >/dev/null || optional+=(clang-tools-19)
+  # install_kernel.sh makes a virtual environment on externally managed Pythons.
+  if command -v python3 >/dev/null && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    optional+=(python3-venv)
+  fi
+fi
+if [ "${TX_FUZZ:-0}" = "1" ]; then
+  [ -x /usr/lib/llvm-19/bin/clang++ ] || optional+=(clang-19)
+  ls /usr/lib/llvm-19/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+    optional+=(libclang-rt-19-dev)
 fi
 
 apt_install() {
@@ -48,7 +59,7 @@ fi
 if [ ${#optional[@]} -gt 0 ]; then
   echo "setup: installing optional packages: ${optional[*]}"
   if ! timeout 900 bash -c "$(declare -f apt_install); apt_install ${optional[*]}"; then
-    echo "setup: could not install ${optional[*]}; continuing without them (no host JIT)" >&2
+    echo "setup: could not install ${optional[*]}; continuing without them (the tests that need them report themselves skipped)" >&2
   fi
 fi
 

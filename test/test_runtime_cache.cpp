@@ -2,8 +2,14 @@
 // every way an entry can be wrong (each must read as a miss, never throw).
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <grp.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
+#include <functional>
 
 #include <cstdlib>
 #include <cstring>
@@ -16,7 +22,9 @@
 
 #include "test_support.hpp"
 #include "tx/error.hpp"
+#include "tx/runtime/cubin_cache.hpp"
 #include "tx/runtime/disk_cache.hpp"
+#include "tx/runtime/nvrtc.hpp"
 
 namespace {
 
@@ -178,6 +186,75 @@ struct Stored {
     REQUIRE(cache.load(key) == payload);
   }
 };
+
+// The uid and gid of "nobody": an unprivileged user for tests run as root.
+constexpr uid_t kNobody = 65534;
+
+// Runs `body` in a forked child and returns what it reports: "" for success,
+// otherwise what went wrong (or how the child died). With `unprivileged`, a
+// child of root first becomes nobody, so that file permissions apply to it.
+// The child reports through a pipe and never returns into doctest.
+std::string in_child(const std::function<std::string()>& body, bool unprivileged = false) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string result;
+    try {
+      if (unprivileged && geteuid() == 0 &&
+          (setgroups(0, nullptr) != 0 || setgid(kNobody) != 0 || setuid(kNobody) != 0))
+        result = std::string("cannot become nobody: ") + std::strerror(errno);
+      else
+        result = body();
+    } catch (const std::exception& e) {
+      result = std::string("exception: ") + e.what();
+    } catch (...) {
+      result = "unknown exception";
+    }
+    std::size_t off = 0;
+    while (off < result.size()) {
+      ssize_t n = write(fds[1], result.data() + off, result.size() - off);
+      if (n <= 0) break;
+      off += static_cast<std::size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  if (WIFSIGNALED(status)) return out + " [child killed by signal " + std::to_string(WTERMSIG(status)) + "]";
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return out + " [child exited with " + std::to_string(WEXITSTATUS(status)) + "]";
+  return out;
+}
+
+// Collects the problems a child finds, as text.
+struct Problems {
+  std::string text;
+  void expect(bool ok, const std::string& what) {
+    if (!ok) text += (text.empty() ? "" : "; ") + what;
+  }
+};
+
+// A small CUDA kernel whose source no other test (or run) has compiled.
+std::string fresh_kernel_source() {
+  return "extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= " +
+         std::to_string(std::uniform_int_distribution<int>(1, 1 << 30)(tx::test::rng())) + ".5f; }\n";
+}
+
+bool nvrtc_ok() {
+  std::string why;
+  if (tx::runtime::nvrtc_available(&why)) return true;
+  MESSAGE("NVRTC cannot be loaded (" << why << "): the compile-through-the-cache checks are skipped");
+  return false;
+}
 
 }  // namespace
 
@@ -439,20 +516,182 @@ TEST_CASE("a cache folder that cannot be created or written makes store return f
   CHECK(w.any_mentions(tmp.path + "/file"));
   CHECK_FALSE(blocked.load(random_key()).has_value());
 
-  if (geteuid() == 0) {
-    MESSAGE("skipping the read-only folder check: running as root, which ignores permissions");
+}
+
+TEST_CASE("a read-only cache folder: entries still load, stores fail with a warning") {
+  // As nobody when run as root: root ignores permissions.
+  TempDir tmp;
+  chmod(tmp.path.c_str(), 0777);
+  const std::vector<char> payload = random_payload(random_size(1, 3000));
+  const std::string key = random_key(), other = random_key();
+  std::string problems = in_child(
+      [&] {
+        Problems p;
+        std::vector<std::string> seen;
+        static std::vector<std::string>* sink;
+        sink = &seen;
+        tx::set_warning_handler([](const std::string& m) { sink->push_back(m); });
+        const std::string ro = tmp.path + "/readonly";
+        DiskCache cache(ro);
+        p.expect(cache.store(key, payload), "the first store (writable folder) failed");
+        p.expect(chmod(ro.c_str(), 0500) == 0, "chmod 0500 failed");
+        p.expect(cache.load(key) == payload, "a valid entry in a read-only folder did not load");
+        bool stored = true;
+        stored = cache.store(other, random_payload(100));
+        p.expect(!stored, "store into a read-only folder returned true");
+        bool mentioned = false;
+        for (const auto& w : seen) mentioned = mentioned || w.find(ro) != std::string::npos;
+        p.expect(mentioned, "no warning names the read-only folder");
+        p.expect(list_dir(ro).size() == 1, "the read-only folder holds " +
+                                               std::to_string(list_dir(ro).size()) + " files, not 1");
+        p.expect(!cache.load(other).has_value(), "a failed store left a loadable entry");
+        // A damaged entry that cannot be removed is still only a miss.
+        chmod(ro.c_str(), 0700);
+        std::string bytes = read_file(cache.path_for(key));
+        bytes[bytes.size() - 1] ^= 0x20;
+        write_file(cache.path_for(key), bytes);
+        chmod(ro.c_str(), 0500);
+        p.expect(!cache.load(key).has_value(), "a damaged entry in a read-only folder loaded");
+        p.expect(exists(cache.path_for(key)), "the damaged entry vanished from a read-only folder");
+        chmod(ro.c_str(), 0700);
+        return p.text;
+      },
+      /*unprivileged=*/true);
+  CHECK(problems == "");
+}
+
+TEST_CASE("a full disk: the store fails cleanly, leaves nothing behind, and compiles still run") {
+  // RLIMIT_FSIZE makes every write past the limit fail (EFBIG), as a full
+  // disk makes them fail with ENOSPC: the same path through store().
+  TempDir tmp;
+  const bool compile = nvrtc_ok();
+  const std::string source = fresh_kernel_source();
+  const std::vector<char> small = random_payload(100);
+  const std::string small_key = random_key(), big_key = random_key();
+  std::string problems = in_child([&] {
+    Problems p;
+    static std::vector<std::string> seen;
+    tx::set_warning_handler([](const std::string& m) { seen.push_back(m); });
+    DiskCache cache(tmp.path);
+    p.expect(cache.store(small_key, small), "storing a small entry before the disk filled failed");
+    std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit lim {4096, 4096};
+    p.expect(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit failed");
+    p.expect(!cache.store(big_key, random_payload(100000)), "a store past the size limit returned true");
+    p.expect(!seen.empty() && seen.back().find("cannot write") != std::string::npos,
+             "no 'cannot write' warning");
+    p.expect(list_dir(tmp.path).size() == 1, "a partial or temporary file was left behind");
+    p.expect(!cache.load(big_key).has_value(), "the failed entry loads");
+    p.expect(cache.load(small_key) == small, "the earlier entry no longer loads");
+    if (compile) {
+      // The kernel still compiles; it just stays uncached.
+      tx::runtime::CachedCubin c = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
+      p.expect(!c.from_disk && c.cubin.size() > 64, "no cubin from NVRTC on a full disk");
+      p.expect(!cache.load(c.key).has_value() || c.cubin.size() < 4096, "a cubin entry was stored");
+    }
+    return p.text;
+  });
+  CHECK(problems == "");
+}
+
+TEST_CASE("an entry owned by another user is never loaded") {
+  if (geteuid() != 0) {
+    MESSAGE("not root: cannot make a file owned by another user (the check runs as root in CI)");
     return;
   }
-  const std::string ro = tmp.path + "/readonly";
-  REQUIRE(mkdir(ro.c_str(), 0500) == 0);
-  DiskCache cache(ro);
-  const std::string key = random_key();
-  warnings().clear();
-  CHECK_NOTHROW(stored = cache.store(key, random_payload(random_size(1, 100))));
-  CHECK_FALSE(stored);
-  CHECK(w.any_mentions(ro));
-  CHECK(list_dir(ro).empty());  // no temporary file left behind
-  CHECK_FALSE(cache.load(key).has_value());
+  Stored s;
+  WarningCapture w;
+  REQUIRE(chown(s.path.c_str(), kNobody, kNobody) == 0);
+  std::optional<std::vector<char>> got;
+  CHECK_NOTHROW(got = s.cache.load(s.key));
+  CHECK_FALSE(got.has_value());
+  CHECK(w.any_mentions("owned by uid " + std::to_string(kNobody)));
+  // Giving it back makes it load: the owner was the only difference.
+  REQUIRE(chown(s.path.c_str(), geteuid(), getegid()) == 0);
+  CHECK(s.cache.load(s.key) == s.payload);
+}
+
+TEST_CASE("two processes compiling the same kernel at once share one valid entry") {
+  if (!nvrtc_ok()) return;
+  TempDir tmp;
+  const std::string source = fresh_kernel_source();
+  constexpr int kProcs = 4;
+  // The children wait on `go` so that they compile at the same moment.
+  int go[2];
+  REQUIRE(pipe(go) == 0);
+  std::vector<int> results;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kProcs; ++i) {
+    int out[2];
+    REQUIRE(pipe(out) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      close(go[1]);
+      close(out[0]);
+      char c;
+      (void)!read(go[0], &c, 1);  // EOF when the parent closes its end
+      std::string r;
+      try {
+        DiskCache cache(tmp.path);
+        tx::runtime::CachedCubin bin = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
+        r = tx::runtime::sha256_hex(std::string_view(bin.cubin.data(), bin.cubin.size()));
+      } catch (const std::exception& e) {
+        r = std::string("exception: ") + e.what();
+      }
+      (void)!write(out[1], r.data(), r.size());
+      _exit(0);
+    }
+    close(out[1]);
+    results.push_back(out[0]);
+    pids.push_back(pid);
+  }
+  close(go[0]);
+  close(go[1]);
+  std::vector<std::string> digests;
+  for (int i = 0; i < kProcs; ++i) {
+    std::string r;
+    char buf[256];
+    ssize_t n;
+    while ((n = read(results[static_cast<std::size_t>(i)], buf, sizeof buf)) > 0)
+      r.append(buf, static_cast<std::size_t>(n));
+    close(results[static_cast<std::size_t>(i)]);
+    int status = 0;
+    REQUIRE(waitpid(pids[static_cast<std::size_t>(i)], &status, 0) == pids[static_cast<std::size_t>(i)]);
+    CHECK(WIFEXITED(status));
+    CHECK(r.size() == 64);
+    INFO(r);
+    digests.push_back(r);
+  }
+  for (const auto& d : digests) CHECK(d == digests[0]);
+  // One entry, no temporary files; this process now hits it.
+  CHECK(list_dir(tmp.path).size() == 1);
+  DiskCache cache(tmp.path);
+  tx::runtime::CachedCubin again = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
+  CHECK(again.from_disk);
+  CHECK(tx::runtime::sha256_hex(std::string_view(again.cubin.data(), again.cubin.size())) == digests[0]);
+}
+
+TEST_CASE("an entry made for another GPU arch is never served") {
+  if (!nvrtc_ok()) return;
+  TempDir tmp;
+  DiskCache cache(tmp.path);
+  const std::string source = fresh_kernel_source();
+  tx::runtime::CachedCubin sm89 = tx::runtime::cubin_for(source, "scale", "sm_89", cache);
+  tx::runtime::CachedCubin sm90 = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
+  CHECK_FALSE(sm89.from_disk);
+  CHECK_FALSE(sm90.from_disk);
+  CHECK(sm89.key != sm90.key);
+  CHECK(sm89.cubin != sm90.cubin);
+  CHECK(list_dir(tmp.path).size() == 2);
+  // The sm_89 entry copied over the sm_90a one: its header names another key.
+  write_file(cache.path_for(sm90.key), read_file(cache.path_for(sm89.key)));
+  tx::runtime::CachedCubin got = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
+  CHECK_FALSE(got.from_disk);
+  CHECK(got.cubin == sm90.cubin);
+  // ... and the recompiled binary replaced it.
+  CHECK(cache.load(sm90.key) == sm90.cubin);
+  CHECK(tx::runtime::cubin_for(source, "scale", "sm_90a", cache).from_disk);
 }
 
 TEST_CASE("a disabled cache stores and loads nothing") {

@@ -56,6 +56,10 @@ std::int64_t BufferNode::storage_elems() const {
   return scope == MemScope::local ? layout.storage().cosize() : layout.cosize();
 }
 
+std::int64_t BufferNode::memory_offset() const {
+  return scope == MemScope::local ? 0 : layout.offset(Axis::m);
+}
+
 Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shape, MemScope scope,
                    std::optional<TileLayout> layout, SourceLoc loc) {
   const std::string op = "T.alloc_buffer";

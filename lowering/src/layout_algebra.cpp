@@ -83,7 +83,7 @@ std::optional<RegionLayout> region_layout(const BufferRegion& r, const Env& env,
   out.extents = r.extents();
   out.replica = b->layout.replica();
   for (int a = 1; a < kNumAxes; ++a) out.thread_offset[a] = b->layout.offsets()[a];
-  Expr mem = c32(b->layout.offset(Axis::m));
+  Expr mem = c32(b->memory_offset());
   for (std::size_t d = 0; d < b->shape.size(); ++d) {
     const auto& its = (*grouped)[d];
     std::int64_t n = r.ranges[d].extent;

@@ -171,6 +171,9 @@ class BufferNode {
   // Elements one thread stores: the layout's storage cosize for local
   // buffers, the layout's cosize otherwise.
   std::int64_t storage_elems() const;
+  // Where element 0 sits in that storage: the layout's memory-axis offset,
+  // except for local buffers, whose per-thread storage drops offsets.
+  std::int64_t memory_offset() const;
 };
 
 class Buffer {

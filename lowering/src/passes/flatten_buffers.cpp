@@ -50,7 +50,7 @@ class Flattener : public IRMutator {
     std::string why;
     auto dims = group_by_dims(b->layout.shard(), b->shape, &why);
     if (!dims) fail(what, b->name, loc, why);
-    return simplify(add(c32(b->layout.offset(Axis::m)), offset_of_coords(*dims, idx)));
+    return simplify(add(c32(b->memory_offset()), offset_of_coords(*dims, idx)));
   }
 };
 

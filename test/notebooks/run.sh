@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The notebook test: executes samples/notebooks/*.ipynb and
+# test/notebooks/kernel_recovery.ipynb headless on the tx Jupyter kernel
+# (run_notebooks.py) against this build.
+#
+#   test/notebooks/run.sh BUILD_DIR [HOST_JIT_BUILT(ON|OFF)]
+#
+# The Python that runs them: $TX_JUPYTER_PYTHON, else the virtual environment
+# notebooks/install_kernel.sh makes on externally managed Pythons, else
+# python3 -- the first that has nbclient and ipykernel.
+# Exit: 0 pass, 1 fail, 77 skipped (no Jupyter, no clang-repl-19, no host JIT
+# and no GPU to run the kernels on, or a sanitizer build).
+set -euo pipefail
+build=$(cd "$1" && pwd)
+host_jit=${2:-OFF}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+src=$(cd "$here/../.." && pwd)
+
+if grep -q '^CMAKE_CXX_FLAGS:[A-Z]*=.*-fsanitize' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "SKIPPED: a sanitizer build: its libtx cannot be loaded into clang-repl"
+  exit 77
+fi
+if [ "$host_jit" != ON ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
+  echo "SKIPPED: tx was built without the host JIT and there is no GPU: the notebooks run kernels"
+  exit 77
+fi
+
+python=""
+for p in "${TX_JUPYTER_PYTHON:-}" "${TX_JUPYTER_VENV:-$HOME/.local/share/tx/jupyter-venv}/bin/python" python3; do
+  if [ -n "$p" ] && command -v "$p" >/dev/null 2>&1 &&
+    "$p" -c 'import nbclient, nbformat, ipykernel, jupyter_client' >/dev/null 2>&1; then
+    python=$p
+    break
+  fi
+done
+if [ -z "$python" ]; then
+  echo "SKIPPED: no Python with Jupyter (nbclient, ipykernel): run notebooks/install_kernel.sh"
+  exit 77
+fi
+
+export TX_CACHE_DIR="${TX_CACHE_DIR:-$build/test-cache}"
+exec "$python" "$here/run_notebooks.py" --tx-repl "$build/tx-repl" \
+  "$src"/samples/notebooks/*.ipynb "$here/kernel_recovery.ipynb"
