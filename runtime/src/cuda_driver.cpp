@@ -38,7 +38,6 @@ namespace {
   X(cuDeviceGetAttribute)     \
   X(cuDeviceTotalMem)         \
   X(cuDevicePrimaryCtxRetain) \
-  X(cuDevicePrimaryCtxReset)  \
   X(cuCtxSetCurrent)          \
   X(cuCtxGetCurrent)          \
   X(cuCtxSynchronize)         \
@@ -133,8 +132,8 @@ const Driver& need() {
   return d;
 }
 
-// After these the context is poisoned: every later call in it returns the
-// same error. tx marks it lost and resets the device at the next call.
+// After these the process's GPU state is poisoned: every later driver call
+// returns the same error (a reset primary context or a new context too).
 bool sticky(CUresult r) {
   switch (r) {
     case CUDA_ERROR_ILLEGAL_ADDRESS:
@@ -153,17 +152,22 @@ bool sticky(CUresult r) {
   }
 }
 
-std::atomic<std::uint64_t> g_generation{1};
 std::atomic<bool> g_lost{false};
+std::mutex g_lost_mu;
+std::string g_lost_reason;  // the first sticky error, under g_lost_mu
 
 void check(CUresult r, const char* call, const std::string& what, const std::string& detail = {}) {
   if (r == CUDA_SUCCESS) return;
   std::string reason = std::string(call) + " failed: " + result_text(driver(), r);
   if (sticky(r)) {
+    {
+      std::lock_guard<std::mutex> lock(g_lost_mu);
+      if (g_lost_reason.empty()) g_lost_reason = reason + " (in " + what + ")";
+    }
     g_lost.store(true, std::memory_order_release);
     reason +=
-        " (the fault destroyed the CUDA context: tx resets the GPU at the next GPU call; device "
-        "tensors from before are lost and must be created again, kernels reload themselves)";
+        " (a kernel fault: the GPU is unusable in this process from now on -- every later GPU "
+        "call fails, the driver allows no reset -- restart the process; host kernels still run)";
   }
   fail("cuda", what, {}, reason, detail);
 }
@@ -195,49 +199,26 @@ CUdevice cu_device() {
   return dev;
 }
 
-std::mutex g_context_mu;
-std::atomic<CUcontext> g_context{nullptr};
-
-CUcontext retain_primary() {
-  CUcontext c = nullptr;
-  check(need().p_cuDevicePrimaryCtxRetain(&c, cu_device()), "cuDevicePrimaryCtxRetain", "device");
-  return c;
-}
-
-// After a fault: reset the primary context (this frees everything it held)
-// and start a new generation. Other threads pick the context up in
-// make_current.
-void reset_lost_context() {
-  std::lock_guard<std::mutex> lock(g_context_mu);
-  if (!g_lost.load(std::memory_order_acquire)) return;  // another thread did it
-  const Driver& d = need();
-  check(d.p_cuDevicePrimaryCtxReset(cu_device()), "cuDevicePrimaryCtxReset", "device",
-        "resetting the GPU after a kernel fault");
-  // The reset keeps tx's retain; retaining again re-activates the context.
-  g_context.store(retain_primary(), std::memory_order_release);
-  g_generation.fetch_add(1, std::memory_order_acq_rel);
-  g_lost.store(false, std::memory_order_release);
-  warn("cuda: the GPU was reset after a kernel fault (context generation " +
-       std::to_string(g_generation.load()) + ")");
-}
-
 CUcontext primary_context() {
-  if (g_lost.load(std::memory_order_acquire)) reset_lost_context();
-  CUcontext c = g_context.load(std::memory_order_acquire);
-  if (c) return c;
-  std::lock_guard<std::mutex> lock(g_context_mu);
-  c = g_context.load(std::memory_order_acquire);
-  if (!c) {
-    c = retain_primary();
-    g_context.store(c, std::memory_order_release);
-  }
-  return c;
+  static const CUcontext ctx = [] {
+    CUcontext c = nullptr;
+    check(need().p_cuDevicePrimaryCtxRetain(&c, cu_device()), "cuDevicePrimaryCtxRetain", "device");
+    return c;
+  }();
+  return ctx;
 }
 
 // Any thread may call into tx: make the primary context current on this
 // one. cuCtxGetCurrent is a thread-local read, cheap enough to do per call.
 const Driver& make_current() {
   const Driver& d = need();
+  if (g_lost.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(g_lost_mu);
+    fail("cuda", "", {},
+         "the GPU is unusable in this process since an earlier kernel fault: " + g_lost_reason,
+         "a kernel fault is sticky for the whole process in the CUDA driver; restart the process "
+         "to use the GPU again (kernels compiled for Device::host() still run)");
+  }
   CUcontext ctx = primary_context();
   CUcontext cur = nullptr;
   if (d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx)
@@ -248,7 +229,7 @@ const Driver& make_current() {
 // For destructors: release resources if the driver works, never throw.
 bool make_current_noexcept() noexcept {
   try {
-    // A lost context took its resources with it; the reset comes later.
+    // After a fault the driver refuses everything, frees included.
     if (!driver().error.empty() || context_lost()) return false;
     make_current();
     return true;
@@ -269,9 +250,6 @@ CUdeviceptr cu(DevicePtr p) { return static_cast<CUdeviceptr>(p); }
 
 }  // namespace
 
-std::uint64_t context_generation() noexcept {
-  return g_generation.load(std::memory_order_acquire);
-}
 bool context_lost() noexcept { return g_lost.load(std::memory_order_acquire); }
 
 bool cuda_available(std::string* why) {
@@ -337,20 +315,16 @@ std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::
   std::shared_ptr<Module> m(new Module());
   m->module_ = mod;
   m->name_ = name;
-  m->generation_ = context_generation();
   return m;
 }
 
 Module::~Module() {
-  if (module_ && !stale() && make_current_noexcept())
+  if (module_ && make_current_noexcept())
     driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
 }
 
 void* Module::function(const std::string& kernel_name) const {
   const Driver& d = make_current();
-  if (stale())
-    fail("cuda", kernel_name, {},
-         "module " + name_ + " was loaded before the GPU was reset after a fault; load it again");
   CUfunction f = nullptr;
   check(d.p_cuModuleGetFunction(&f, static_cast<CUmodule>(module_), kernel_name.c_str()),
         "cuModuleGetFunction", kernel_name, "module " + name_);
@@ -392,8 +366,8 @@ DevicePtr device_alloc(std::size_t bytes) {
   return static_cast<DevicePtr>(p);
 }
 
-void device_free(DevicePtr p, std::uint64_t generation) noexcept {
-  if (p && generation == context_generation() && make_current_noexcept())
+void device_free(DevicePtr p) noexcept {
+  if (p && make_current_noexcept())
     driver().p_cuMemFree(cu(p));
 }
 
@@ -435,11 +409,10 @@ EventTimer::EventTimer() {
   }
   start_ = a;
   stop_ = b;
-  generation_ = context_generation();
 }
 
 EventTimer::~EventTimer() {
-  if (generation_ != context_generation() || !make_current_noexcept()) return;
+  if (!make_current_noexcept()) return;
   driver().p_cuEventDestroy(static_cast<CUevent>(start_));
   driver().p_cuEventDestroy(static_cast<CUevent>(stop_));
 }

@@ -28,7 +28,6 @@ struct Kernel::State {
   mutable std::mutex mu;
   mutable std::shared_ptr<runtime::Module> module;
   mutable void* function = nullptr;
-  mutable std::uint64_t generation = 0;  // runtime::context_generation() of `module`
   mutable std::atomic<bool> ready{false};  // GPU binary loaded and limits checked
   mutable std::shared_ptr<runtime::HostKernel> host;
 };
@@ -86,9 +85,7 @@ std::string Kernel::ptx(const std::string& arch) const {
 std::string Kernel::prepare_gpu() const {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
-  if (s.function && !s.module->stale()) return "memory";
-  s.function = nullptr;
-  s.module.reset();
+  if (s.function) return "memory";
   const runtime::DeviceInfo& dev = runtime::current_device();
   std::string arch = s.arch.empty() ? dev.arch() : s.arch;
   std::string key = runtime::kernel_cache_key(s.cuda, runtime::nvrtc_default_options(arch), arch,
@@ -98,8 +95,7 @@ std::string Kernel::prepare_gpu() const {
     ModuleCache& mc = module_cache();
     std::lock_guard<std::mutex> l2(mc.mu);
     auto it = mc.modules.find(key);
-    if (it != mc.modules.end() && it->second->stale()) mc.modules.erase(it);
-    else if (it != mc.modules.end()) s.module = it->second;
+    if (it != mc.modules.end()) s.module = it->second;
   }
   if (!s.module) {
     runtime::CachedCubin bin = runtime::cubin_for(s.cuda, s.kernel_name, arch);
@@ -122,7 +118,6 @@ std::string Kernel::prepare_gpu() const {
     mc.modules[key] = s.module;
   }
   s.function = s.module->function(s.kernel_name);
-  s.generation = runtime::context_generation();
   return origin;
 }
 
@@ -179,9 +174,6 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
     if (!(t.device() == s.device))
       bad(i, "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
                  " (move it with .to(kernel.device()))");
-    if (t.lost())
-      bad(i, "tensor was on the GPU before tx reset it after a kernel fault: its memory is gone; "
-             "create it again");
     auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
     if (addr % static_cast<std::uintptr_t>(pi.align_bytes) != 0)
       bad(i, "tensor data is not " + std::to_string(pi.align_bytes) +
@@ -190,7 +182,7 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
   }
 
   if (s.device.is_cuda()) {
-    if (!s.ready.load(std::memory_order_acquire) || s.generation != runtime::context_generation()) {
+    if (!s.ready.load(std::memory_order_acquire)) {
       prepare_gpu();
       const runtime::DeviceInfo& dev = runtime::current_device();
       std::string op = "launch " + s.kernel_name;

@@ -24,22 +24,13 @@ struct Tensor::Storage {
   std::size_t bytes = 0;
   void* host = nullptr;
   runtime::DevicePtr dev = 0;
-  std::uint64_t generation = 0;  // runtime::context_generation() when `dev` was allocated
 
   Storage() = default;
-  // The device address, unless a kernel fault took the memory away.
-  runtime::DevicePtr live(const char* op) const {
-    if (generation != runtime::context_generation())
-      fail(op, device.str(), {},
-           "the tensor was on the GPU before tx reset it after a kernel fault: its memory is "
-           "gone; create it again");
-    return dev;
-  }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
     std::free(host);
-    runtime::device_free(dev, generation);
+    runtime::device_free(dev);
   }
 };
 
@@ -98,7 +89,6 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
            "tx uses one GPU per process, cuda:" + std::to_string(ordinal) +
                " (select another with TX_CUDA_DEVICE)");
     st->dev = runtime::device_alloc(st->bytes);
-    st->generation = runtime::context_generation();
   } else {
     // aligned_alloc wants a multiple of the alignment, and a distinct
     // pointer even for an empty tensor.
@@ -156,11 +146,6 @@ std::int64_t Tensor::numel() const {
   return n;
 }
 
-bool Tensor::lost() const {
-  return storage_ && storage_->device.is_cuda() && storage_->generation != runtime::context_generation();
-}
-
-
 std::size_t Tensor::nbytes() const { return storage_ ? storage_->bytes : 0; }
 
 void* Tensor::data_ptr() const {
@@ -178,7 +163,7 @@ void Tensor::copy_from_bytes(const void* data, std::size_t nbytes) {
         std::to_string(nbytes) + " bytes given for a tensor of " + std::to_string(storage_->bytes));
   if (nbytes == 0) return;
   if (storage_->device.is_cuda())
-    runtime::copy_to_device(storage_->live("Tensor.copy_from_bytes"), data, nbytes);
+    runtime::copy_to_device(storage_->dev, data, nbytes);
   else
     std::memcpy(storage_->host, data, nbytes);
 }
@@ -187,7 +172,7 @@ std::vector<std::uint8_t> Tensor::to_bytes() const {
   std::vector<std::uint8_t> out(nbytes());
   if (out.empty()) return out;
   if (storage_->device.is_cuda())
-    runtime::copy_to_host(out.data(), storage_->live("Tensor.to_bytes"), out.size());
+    runtime::copy_to_host(out.data(), storage_->dev, out.size());
   else
     std::memcpy(out.data(), storage_->host, out.size());
   return out;
@@ -211,11 +196,11 @@ Tensor Tensor::to(Device d) const {
   if (d == device()) return *this;
   Tensor t = empty(shape_, dtype_, d);
   if (storage_->device.is_cuda() && d.is_cuda()) {
-    runtime::copy_device_to_device(t.storage_->dev, storage_->live("Tensor.to"), storage_->bytes);
+    runtime::copy_device_to_device(t.storage_->dev, storage_->dev, storage_->bytes);
   } else if (d.is_cuda()) {
     runtime::copy_to_device(t.storage_->dev, storage_->host, storage_->bytes);
   } else if (storage_->device.is_cuda()) {
-    runtime::copy_to_host(t.storage_->host, storage_->live("Tensor.to"), storage_->bytes);
+    runtime::copy_to_host(t.storage_->host, storage_->dev, storage_->bytes);
   } else if (storage_->bytes) {
     std::memcpy(t.storage_->host, storage_->host, storage_->bytes);
   }

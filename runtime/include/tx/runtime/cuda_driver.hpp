@@ -44,13 +44,11 @@ struct DeviceInfo {
 // the calling thread. Throws tx::Error when no GPU is usable.
 const DeviceInfo& current_device();
 
-// A kernel fault (an illegal address, a trap, ...) destroys the CUDA context.
-// tx then resets the device at the next GPU call and counts a new context
-// generation: device memory, modules and events of an earlier generation are
-// gone (tensors report it, kernels reload themselves). The first generation
-// is 1.
-std::uint64_t context_generation() noexcept;
-// True between a fault and the reset that the next GPU call makes.
+// True after a kernel fault (an illegal address, a trap, ...). Such an error
+// is sticky for the whole process: the driver refuses every later call, even
+// in a fresh or reset context (measured: driver 580 / CUDA 13 on H200; see
+// docs/reliability.md). tx then fails every GPU call at once with a tx::Error
+// that names the fault, frees nothing more, and host kernels still run.
 bool context_lost() noexcept;
 
 // A loaded cubin. Unloaded on destruction.
@@ -62,14 +60,11 @@ class Module {
   Module& operator=(const Module&) = delete;
   // The CUfunction of an extern "C" kernel, as an opaque pointer.
   void* function(const std::string& kernel_name) const;
-  // Loaded before the GPU was reset after a fault: its functions are gone.
-  bool stale() const noexcept { return generation_ != context_generation(); }
 
  private:
   Module() = default;
   void* module_ = nullptr;
   std::string name_;
-  std::uint64_t generation_ = 0;
 };
 
 struct Dim3 {
@@ -84,9 +79,7 @@ void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, voi
 void synchronize(const std::string& what);
 
 DevicePtr device_alloc(std::size_t bytes);
-// `generation`: the context_generation() at allocation. Memory of an earlier
-// generation went with its context and is not freed again.
-void device_free(DevicePtr p, std::uint64_t generation = context_generation()) noexcept;
+void device_free(DevicePtr p) noexcept;
 void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes);
 void copy_to_host(void* dst, DevicePtr src, std::size_t bytes);
 void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes);
@@ -106,7 +99,6 @@ class EventTimer {
  private:
   void* start_ = nullptr;
   void* stop_ = nullptr;
-  std::uint64_t generation_ = 0;
 };
 
 }  // namespace tx::runtime

@@ -63,9 +63,6 @@ class Tensor {
   }
 
   bool defined() const { return storage_ != nullptr; }
-  // A CUDA tensor whose memory went with a context that a kernel fault
-  // destroyed (see runtime::context_generation): using it is a tx::Error.
-  bool lost() const;
   const std::vector<std::int64_t>& shape() const { return shape_; }
   DType dtype() const { return dtype_; }
   Device device() const;
