@@ -606,6 +606,7 @@ TEST_CASE("an entry owned by another user is never loaded") {
   CHECK_NOTHROW(got = s.cache.load(s.key));
   CHECK_FALSE(got.has_value());
   CHECK(w.any_mentions("owned by uid " + std::to_string(kNobody)));
+  CHECK(exists(s.path));  // someone else's file: ignored, not deleted
   // Giving it back makes it load: the owner was the only difference.
   REQUIRE(chown(s.path.c_str(), geteuid(), getegid()) == 0);
   CHECK(s.cache.load(s.key) == s.payload);
