@@ -56,7 +56,7 @@ PrimFunc build_nary(const NarySpec& s) {
       return raw.dtype() == o.compute ? raw : Expr(cast(raw, o.compute));
     };
     // Each input is converted once and bound to a variable: an op that uses
-    // its input several times (gelu: x * erfc(x / -sqrt2)) must not convert it
+    // its input several times (gelu: x * normcdf(x)) must not convert it
     // several times.
     auto result = [&](const std::vector<Expr>& raw, const Expr& idx) -> Expr {
       std::vector<Expr> ins;

@@ -236,6 +236,9 @@ TX_ET_MATH1(tan, tan, std::tan(static_cast<double>(a)))
 TX_ET_MATH1(tanh, tanh, std::tanh(static_cast<double>(a)))
 TX_ET_MATH1(erf, erf, std::erf(static_cast<double>(a)))
 TX_ET_MATH1(erfc, erfc, std::erfc(static_cast<double>(a)))
+// The standard normal CDF, Phi(x) = erfc(-x / sqrt 2) / 2 (CUDA's normcdf):
+// no cancellation on either side of zero, unlike (1 + erf(x / sqrt 2)) / 2.
+TX_ET_MATH1(normcdf, normcdf, 0.5 * std::erfc(static_cast<double>(a) * -0.70710678118654752440))
 TX_ET_MATH1(abs, fabs, (a < 0 ? -a : a))
 TX_ET_MATH1(floor, floor, std::floor(static_cast<double>(a)))
 TX_ET_MATH1(ceil, ceil, std::ceil(static_cast<double>(a)))

@@ -696,6 +696,9 @@ class Emitter {
         // The GPU's erfc algorithm (codegen_cuda.cpp's tx_erfc), not libm's:
         // the two devices then agree within an ulp or two.
         return libm("tx_host_erfcf", "erfc", x);
+      case Intrinsic::normcdf:
+        // Likewise the GPU's normcdf (codegen_cuda.cpp's tx_normcdf).
+        return libm("tx_host_normcdff", "tx_host_normcdf", x);
       case Intrinsic::fabs:
         if (t.is_float()) return un(llvm::Intrinsic::fabs);
         if (t.is_uint()) return x;

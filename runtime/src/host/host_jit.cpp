@@ -331,3 +331,32 @@ extern "C" float tx_host_erfcf(float x) {
   r = z >= 10.0f ? 0.0f : r;
   return x >= 0.0f ? r : 2.0f - r;
 }
+
+// The f32 normcdf of the CUDA code generator (tx_normcdf in codegen_cuda.cpp),
+// step for step, with exp2 for the GPU's ex2.approx: the same fit in
+// u = |x| / sqrt2, x^2 / 2 kept exact and the exponent as a two-float sum.
+extern "C" float tx_host_normcdff(float x) {
+  const float L = 1.44269502f, L_lo = 1.925963e-8f;
+  float z = std::fabs(x);
+  float t = 1.0f / std::fma(z, 0.353553391f, 1.0f);
+  float p = std::fma(t, 0.17087277f, -0.82215223f);
+  p = std::fma(t, p, 1.48851587f);
+  p = std::fma(t, p, -1.13520398f);
+  p = std::fma(t, p, 0.27886807f);
+  p = std::fma(t, p, -0.18628806f);
+  p = std::fma(t, p, 0.09678418f);
+  p = std::fma(t, p, 0.37409196f);
+  p = std::fma(t, p, 1.00002368f);
+  p = std::fma(t, p, -1.95865941f);
+  float xx = x * x, xx_lo = std::fma(x, x, -xx);
+  float a = std::fma(xx, -0.5f, p);
+  float a_lo = std::fma(xx_lo, -0.5f, p - std::fma(xx, 0.5f, a));
+  float y = a * L;
+  float y_lo = std::fma(a, L, -y) + std::fma(a, L_lo, a_lo * L);
+  float r = t * std::exp2(y);
+  r = std::fma(r, y_lo * 0.693147181f, r);
+  r = z >= 14.2f ? 0.0f : r;
+  return x >= 0.0f ? 1.0f - r : r;
+}
+// f64: CUDA's normcdf is erfc(-x / sqrt2) / 2.
+extern "C" double tx_host_normcdf(double x) { return 0.5 * std::erfc(x * -0.70710678118654752440); }
