@@ -73,7 +73,7 @@ Config tuned_config(const OpInfo& op, DType dtype, const std::vector<std::vector
                     const Params& params, Device device, const Config& requested) {
   if (!device.is_cuda()) {
     warn("tx.ops." + op.name + ": autotuning times kernels on a GPU; using the defaults on " + device.str());
-    return resolved(requested, dtype);
+    return resolved(requested, dtype, op);
   }
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
@@ -99,7 +99,7 @@ Config tuned_config(const OpInfo& op, DType dtype, const std::vector<std::vector
         if (s == Strategy::direct && mult > 1) continue;
         candidates.push_back({s, threads, s == Strategy::direct ? 1 : vec * mult, false});
       }
-  Config best = resolved(requested, dtype);
+  Config best = resolved(requested, dtype, op);
   float best_ms = 1e30f;
   Tensor out;
   for (std::size_t i = 0; i < candidates.size(); ++i) {

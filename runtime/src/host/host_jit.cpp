@@ -333,7 +333,7 @@ extern "C" float tx_host_erfcf(float x) {
 }
 
 // The f32 normcdf of the CUDA code generator (tx_normcdf in codegen_cuda.cpp),
-// step for step, with exp2 for the GPU's ex2.approx: the same fit in
+// step for step, with exp2 for the GPU's ex2.approx.ftz: the same fit in
 // u = |x| / sqrt2, x^2 / 2 kept exact and the exponent as a two-float sum.
 extern "C" float tx_host_normcdff(float x) {
   const float L = 1.44269502f, L_lo = 1.925963e-8f;
@@ -353,7 +353,7 @@ extern "C" float tx_host_normcdff(float x) {
   float a_lo = std::fma(xx_lo, -0.5f, p - std::fma(xx, 0.5f, a));
   float y = a * L;
   float y_lo = std::fma(a, L, -y) + std::fma(a, L_lo, a_lo * L);
-  float r = t * std::exp2(y);
+  float r = y < -126.0f ? 0.0f : t * std::exp2(y);  // ex2.approx.ftz flushes below 2^-126
   r = std::fma(r, y_lo * 0.693147181f, r);
   r = z >= 14.2f ? 0.0f : r;
   return x >= 0.0f ? 1.0f - r : r;
