@@ -35,7 +35,7 @@ const char* strategy_name(Strategy s);
 struct Config {
   std::optional<Strategy> strategy{};  // default: the fastest measured for the op's template
   int threads = 0;                     // default 128 for one-input ops, else 256 (fastest measured)
-  int num_per_thread = 0;              // default: 16 bytes' worth of elements (x2 for f16 under register_copy)
+  int num_per_thread = 0;              // default: 16 bytes of elements (32 for fp8; casts: see cast())
   bool tune = false;                   // time candidates on the GPU and remember the winner
 };
 
