@@ -28,8 +28,9 @@ TEST_CASE("the seed 000 kernel prints like the seed's script") {
   CHECK(contains(s, "A = T.match_buffer(A_ptr, (32, 8), \"float32\")"));
   CHECK(contains(s, "tid = T.thread_id([32])"));
   CHECK(contains(s, "A_smem = T.alloc_buffer((32, 8), \"float32\", scope=\"shared\")"));
-  CHECK(contains(s, "R = T.alloc_buffer((32, 8), \"float32\", scope=\"local\", "
-                    "layout=TileLayout(S[(32, 8) : (1@laneid, 1)]))"));
+  CHECK(contains(s,
+                 "R = T.alloc_buffer((32, 8), \"float32\", scope=\"local\", "
+                 "layout=TileLayout(S[(32, 8) : (1@laneid, 1)]))"));
   CHECK(contains(s, "Tx.warp.copy(A_smem[0:32, 0:8], A[0:32, 0:8])"));
   CHECK(contains(s, "Tx.warp.sqrt(R[0:32, 0:8], R[0:32, 0:8])"));
   CHECK(contains(s, "T.cuda.cta_sync()"));
@@ -72,6 +73,22 @@ TEST_CASE("a formula written once is the kernel body and the reference") {
     B(tid) = silu(A(tid));
   });
   CHECK(contains(to_string(f), "B[tid] = A[tid] / (1.0 + T.exp(-A[tid]))"));
+}
+
+TEST_CASE("normcdf is the standard normal CDF on numbers and a math call in the IR") {
+  auto gelu = [](auto x) { return x * normcdf(x); };
+  for (double x : test::random_values(20, f64, -8, 8))
+    CHECK(gelu(x) == doctest::Approx(0.5 * x * (1 + std::erf(x / std::sqrt(2.0)))).epsilon(1e-12));
+  CHECK(normcdf(-10.0) == doctest::Approx(7.6198530241605e-24).epsilon(1e-12));  // no cancellation
+  PrimFunc f = T::prim_func("gelu", [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {64}, f32);
+    auto B = T::match_buffer(B_ptr, {64}, f32);
+    auto tid = T::thread_id({64});
+    B(tid) = gelu(A(tid));
+  });
+  CHECK(contains(to_string(f), "T.normcdf(A[tid])"));
+  CHECK(Expr(normcdf(Expr(make_int(3)))).dtype() ==
+        f32);  // an integer argument converts, as for exp
 }
 
 TEST_CASE("literals take the dtype of the value they meet") {

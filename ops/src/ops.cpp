@@ -1,6 +1,8 @@
 // The ops API: validate, broadcast and coalesce, pick a configuration, build
 // the kernel with the one template of nary_kernel.cpp (cached per op, dtype,
 // shapes, parameters and config), launch.
+#include "tx/ops/ops.hpp"
+
 #include <array>
 #include <cmath>
 #include <map>
@@ -10,16 +12,18 @@
 #include "nary_kernel.hpp"
 #include "ops_internal.hpp"
 #include "tx/ops/broadcast.hpp"
-#include "tx/ops/ops.hpp"
 #include "tx/ops/registry.hpp"
 
 namespace tx::ops {
 
 const char* strategy_name(Strategy s) {
   switch (s) {
-    case Strategy::direct: return "direct";
-    case Strategy::explicit_parallel: return "explicit_parallel";
-    case Strategy::register_copy: return "register_copy";
+    case Strategy::direct:
+      return "direct";
+    case Strategy::explicit_parallel:
+      return "explicit_parallel";
+    case Strategy::register_copy:
+      return "register_copy";
   }
   return "?";
 }
@@ -63,12 +67,16 @@ Config resolve(const Config& c, DType t, const OpInfo* op = nullptr) {
   // (conversions in and out of fp8 around f32 math) need more bytes in
   // flight per thread: +5% for e4m3 relu / add, measured on the H200.
   if (r.num_per_thread == 0)
-    r.num_per_thread = *r.strategy == Strategy::direct ? 1 : t.bytes() == 1 ? 32 : std::max(1, 16 / t.bytes());
+    r.num_per_thread = *r.strategy == Strategy::direct ? 1
+                       : t.bytes() == 1                ? 32
+                                                       : std::max(1, 16 / t.bytes());
   if (r.threads <= 0 || r.threads > 1024 || r.threads % 32 != 0)
-    fail("tx.ops", "threads", {}, "threads must be a multiple of 32 in [32, 1024], got " + std::to_string(r.threads));
-  if (r.num_per_thread <= 0 || (r.num_per_thread & (r.num_per_thread - 1)) != 0 || r.num_per_thread > 64)
-    fail("tx.ops", "num_per_thread", {}, "num_per_thread must be a power of two <= 64, got " +
-                                             std::to_string(r.num_per_thread));
+    fail("tx.ops", "threads", {},
+         "threads must be a multiple of 32 in [32, 1024], got " + std::to_string(r.threads));
+  if (r.num_per_thread <= 0 || (r.num_per_thread & (r.num_per_thread - 1)) != 0 ||
+      r.num_per_thread > 64)
+    fail("tx.ops", "num_per_thread", {},
+         "num_per_thread must be a power of two <= 64, got " + std::to_string(r.num_per_thread));
   return r;
 }
 
@@ -103,15 +111,19 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
   if (op.tmpl == optable::Template::gated) {
     const auto& x = shapes[0];
     if (x.empty() || x.back() % 2 != 0)
-      fail("tx.ops." + op.name, "x", {}, "input " + shape_str(x) + " needs an even last dimension (gate | value)");
+      fail("tx.ops." + op.name, "x", {},
+           "input " + shape_str(x) + " needs an even last dimension (gate | value)");
     std::int64_t half = x.back() / 2, rows = 1;
     for (std::size_t d = 0; d + 1 < x.size(); ++d) rows *= x[d];
     p.out_shape = x;
     p.out_shape.back() = half;
     s.shape = rows == 1 ? std::vector<std::int64_t>{half} : std::vector<std::int64_t>{rows, half};
-    std::vector<std::int64_t> st = rows == 1 ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{2 * half, 1};
+    std::vector<std::int64_t> st =
+        rows == 1 ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{2 * half, 1};
     s.operands = {{0, cd, st, 0}, {0, cd, st, half}};
-    s.value = [&op, params](const std::vector<Expr>& in, const Expr&) { return op.expr(in, params); };
+    s.value = [&op, params](const std::vector<Expr>& in, const Expr&) {
+      return op.expr(in, params);
+    };
     return p;
   }
 
@@ -121,8 +133,8 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
   if (op.name == "prelu" && shapes[0].size() >= 2 && shapes[1].size() == 1 && shapes[1][0] != 1) {
     if (shapes[1][0] != shapes[0][1])
       fail("tx.ops.prelu", "weight", {},
-           "has " + std::to_string(shapes[1][0]) + " channels but x has " + std::to_string(shapes[0][1]) +
-               " in dimension 1");
+           "has " + std::to_string(shapes[1][0]) + " channels but x has " +
+               std::to_string(shapes[0][1]) + " in dimension 1");
     bshapes[1] = std::vector<std::int64_t>(shapes[0].size() - 1, 1);
     bshapes[1][0] = shapes[1][0];
   }
@@ -142,12 +154,15 @@ struct CacheKey {
   bool operator<(const CacheKey& o) const { return text < o.text; }
 };
 
-std::string key_of(const std::string& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
-                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg, Device d) {
+std::string key_of(const std::string& op, DType dtype,
+                   const std::vector<std::vector<std::int64_t>>& shapes,
+                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
+                   Device d) {
   std::ostringstream k;
-  k << op << "|" << dtype.name() << "|" << d.str() << "|" << strategy_name(*cfg.strategy) << "|" << cfg.threads
-    << "|" << cfg.num_per_thread;
-  for (std::size_t i = 0; i < shapes.size(); ++i) k << "|" << dtypes[i].name() << shape_str(shapes[i]);
+  k << op << "|" << dtype.name() << "|" << d.str() << "|" << strategy_name(*cfg.strategy) << "|"
+    << cfg.threads << "|" << cfg.num_per_thread;
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    k << "|" << dtypes[i].name() << shape_str(shapes[i]);
   for (double p : params) k << "|" << std::hexfloat << p;
   return k.str();
 }
@@ -165,7 +180,8 @@ std::map<CacheKey, Kernel>& kernel_cache() {
 DType check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
   std::string qn = "tx.ops." + op.name;
   if (static_cast<int>(inputs.size()) != op.inputs)
-    fail(qn, "", {}, "takes " + std::to_string(op.inputs) + " tensors, got " + std::to_string(inputs.size()));
+    fail(qn, "", {},
+         "takes " + std::to_string(op.inputs) + " tensors, got " + std::to_string(inputs.size()));
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].defined()) fail(qn, "input " + std::to_string(i), {}, "tensor is undefined");
   for (std::size_t i = 1; i < inputs.size(); ++i)
@@ -180,16 +196,19 @@ DType check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
     DType want = mask ? boolean : t;
     if (inputs[i].dtype() != want)
       fail(qn, "input " + std::to_string(i), {},
-           "dtype " + inputs[i].dtype().name() + " but " + (mask ? "a mask must be bool" : "the op's dtype is " + t.name()));
+           "dtype " + inputs[i].dtype().name() + " but " +
+               (mask ? "a mask must be bool" : "the op's dtype is " + t.name()));
   }
   if (!optable::accepts(op.dtypes, t))
-    fail(qn, "input " + std::to_string(primary), {}, "dtype " + t.name() + " is not supported by " + op.name);
+    fail(qn, "input " + std::to_string(primary), {},
+         "dtype " + t.name() + " is not supported by " + op.name);
   return t;
 }
 
-Kernel get_kernel(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
-                  const std::vector<DType>& dtypes, const Params& params, const Config& cfg, Device device,
-                  Plan* out_plan) {
+Kernel get_kernel(const OpInfo& op, DType dtype,
+                  const std::vector<std::vector<std::int64_t>>& shapes,
+                  const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
+                  Device device, Plan* out_plan) {
   Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
   if (out_plan) *out_plan = p;
   CacheKey key{key_of(op.name, dtype, shapes, dtypes, params, cfg, device)};
@@ -212,8 +231,9 @@ Kernel get_kernel(const OpInfo& op, DType dtype, const std::vector<std::vector<s
 }  // namespace
 
 namespace detail {
-Kernel kernel_for(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
-                  const Params& params, const Config& cfg, Device device) {
+Kernel kernel_for(const OpInfo& op, DType dtype,
+                  const std::vector<std::vector<std::int64_t>>& shapes, const Params& params,
+                  const Config& cfg, Device device) {
   std::vector<DType> dts;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     bool mask = (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
@@ -226,23 +246,32 @@ Config resolved(const Config& c, DType t, const OpInfo& op) { return resolve(c, 
 
 // ------------------------------------------------------------ Elementwise
 
-Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes, DType dtype,
-                         Params params, Config cfg, std::optional<Device> device)
-    : op_(std::move(op)), in_shapes_(std::move(input_shapes)), dtype_(dtype), params_(std::move(params)) {
+Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
+                         DType dtype, Params params, Config cfg, std::optional<Device> device)
+    : op_(std::move(op)),
+      in_shapes_(std::move(input_shapes)),
+      dtype_(dtype),
+      params_(std::move(params)) {
   const OpInfo& info = lookup(op_);
   std::string qn = "tx.ops." + op_;
   if (static_cast<int>(in_shapes_.size()) != info.inputs)
-    fail(qn, "", {}, "takes " + std::to_string(info.inputs) + " input shapes, got " + std::to_string(in_shapes_.size()));
+    fail(qn, "", {},
+         "takes " + std::to_string(info.inputs) + " input shapes, got " +
+             std::to_string(in_shapes_.size()));
   if (static_cast<int>(params_.size()) != info.params)
-    fail(qn, "", {}, "takes " + std::to_string(info.params) + " parameters, got " + std::to_string(params_.size()));
-  if (!optable::accepts(info.dtypes, dtype)) fail(qn, "", {}, "dtype " + dtype.name() + " is not supported");
+    fail(qn, "", {},
+         "takes " + std::to_string(info.params) + " parameters, got " +
+             std::to_string(params_.size()));
+  if (!optable::accepts(info.dtypes, dtype))
+    fail(qn, "", {}, "dtype " + dtype.name() + " is not supported");
   device_ = device ? *device : default_device();
   std::vector<DType> dts;
   for (std::size_t i = 0; i < in_shapes_.size(); ++i) {
     bool mask = (op_ == "where" && i == 0) || (op_ == "masked_fill" && i == 1);
     dts.push_back(mask ? boolean : dtype);
   }
-  cfg_ = cfg.tune ? detail::tuned_config(info, dtype, in_shapes_, params_, device_, cfg) : resolve(cfg, dtype, &info);
+  cfg_ = cfg.tune ? detail::tuned_config(info, dtype, in_shapes_, params_, device_, cfg)
+                  : resolve(cfg, dtype, &info);
   cfg_ = resolve(cfg_, dtype, &info);
   Plan p;
   kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, &p);
@@ -260,11 +289,13 @@ void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) con
   // Messages are built only on failure: this is the hot path of a launch.
   if (inputs.size() != in_shapes_.size())
     fail("tx.ops." + op_, "", {},
-         "takes " + std::to_string(in_shapes_.size()) + " tensors, got " + std::to_string(inputs.size()));
+         "takes " + std::to_string(in_shapes_.size()) + " tensors, got " +
+             std::to_string(inputs.size()));
   for (std::size_t i = 0; i < inputs.size(); ++i)
     if (inputs[i].shape() != in_shapes_[i])
       fail("tx.ops." + op_, "input " + std::to_string(i), {},
-           "shape " + shape_str(inputs[i].shape()) + " but the op was built for " + shape_str(in_shapes_[i]));
+           "shape " + shape_str(inputs[i].shape()) + " but the op was built for " +
+               shape_str(in_shapes_[i]));
   if (!out.defined() || out.shape() != out_shape_ || out.dtype() != out_dtype_)
     fail("tx.ops." + op_, "out", {},
          "needs a " + out_dtype_.name() + " tensor of shape " + shape_str(out_shape_) +
@@ -278,29 +309,33 @@ void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) con
 
 // ------------------------------------------------------------------- run
 
-Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params, const Config& cfg) {
+Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params,
+           const Config& cfg) {
   const OpInfo& info = lookup(op);
   DType t = check_inputs(info, inputs);
   std::vector<std::vector<std::int64_t>> shapes;
   for (const Tensor& x : inputs) shapes.push_back(x.shape());
-  Elementwise e(op, shapes, t, params, cfg, inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
+  Elementwise e(op, shapes, t, params, cfg,
+                inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
   return e(inputs);
 }
 
-void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out, const Params& params,
-         const Config& cfg) {
+void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
+         const Params& params, const Config& cfg) {
   const OpInfo& info = lookup(op);
   DType t = check_inputs(info, inputs);
   std::vector<std::vector<std::int64_t>> shapes;
   for (const Tensor& x : inputs) shapes.push_back(x.shape());
   if (out.defined() && !inputs.empty() && !(out.device() == inputs[0].device()))
-    fail("tx.ops." + op, "out", {}, "is on " + out.device().str() + " but the inputs are on " + inputs[0].device().str());
-  Elementwise e(op, shapes, t, params, cfg, inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
+    fail("tx.ops." + op, "out", {},
+         "is on " + out.device().str() + " but the inputs are on " + inputs[0].device().str());
+  Elementwise e(op, shapes, t, params, cfg,
+                inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
   e(inputs, out);
 }
 
-Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf, std::optional<double> neginf,
-                  const Config& c) {
+Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf,
+                  std::optional<double> neginf, const Config& c) {
   double big = x.defined() && x.dtype().is_float() ? dtype_max_finite(x.dtype()) : 0.0;
   return run("nan_to_num", {x}, {nan, posinf.value_or(big), neginf.value_or(-big)}, c);
 }
@@ -315,15 +350,18 @@ std::vector<double> alibi_slopes(std::int64_t heads) {
   double base = std::exp2(-8.0 / static_cast<double>(n));
   for (std::int64_t h = 0; h < n; ++h) s.push_back(std::pow(base, static_cast<double>(h + 1)));
   double extra = std::exp2(-4.0 / static_cast<double>(n));
-  for (std::int64_t k = 0; k < heads - n; ++k) s.push_back(std::pow(extra, static_cast<double>(2 * k + 1)));
+  for (std::int64_t k = 0; k < heads - n; ++k)
+    s.push_back(std::pow(extra, static_cast<double>(2 * k + 1)));
   return s;
 }
 
 namespace {
-Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dtype, std::optional<Device> device,
-                const Config& cfg, std::function<Expr(const Expr&)> value) {
+Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dtype,
+                std::optional<Device> device, const Config& cfg,
+                std::function<Expr(const Expr&)> value) {
   const OpInfo& info = lookup(op);
-  if (!optable::accepts(info.dtypes, dtype)) fail("tx.ops." + op, "", {}, "dtype " + dtype.name() + " is not supported");
+  if (!optable::accepts(info.dtypes, dtype))
+    fail("tx.ops." + op, "", {}, "dtype " + dtype.name() + " is not supported");
   Device d = device ? *device : default_device();
   Config c = resolve(cfg, dtype);
   std::int64_t n = 1;
@@ -339,8 +377,9 @@ Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dt
   s.threads = c.threads;
   s.npt = c.num_per_thread;
   s.value = [value](const std::vector<Expr>&, const Expr& idx) { return value(idx); };
-  std::string key = op + "|" + dtype.name() + "|" + d.str() + "|" + shape_str(shape) + "|" + s.name +
-                    strategy_name(s.strategy) + std::to_string(s.threads) + "|" + std::to_string(s.npt);
+  std::string key = op + "|" + dtype.name() + "|" + d.str() + "|" + shape_str(shape) + "|" +
+                    s.name + strategy_name(s.strategy) + std::to_string(s.threads) + "|" +
+                    std::to_string(s.npt);
   Kernel k;
   bool found = false;
   {
@@ -365,8 +404,10 @@ Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dt
 void cast(const Tensor& x, Tensor& out, const Config& cfg) {
   if (!x.defined() || !out.defined()) fail("tx.ops.cast", "", {}, "tensor is undefined");
   if (x.shape() != out.shape())
-    fail("tx.ops.cast", "out", {}, "shape " + shape_str(out.shape()) + " differs from the input's " + shape_str(x.shape()));
-  if (!(x.device() == out.device())) fail("tx.ops.cast", "out", {}, "is on another device than the input");
+    fail("tx.ops.cast", "out", {},
+         "shape " + shape_str(out.shape()) + " differs from the input's " + shape_str(x.shape()));
+  if (!(x.device() == out.device()))
+    fail("tx.ops.cast", "out", {}, "is on another device than the input");
   DType from = x.dtype(), to = out.dtype();
   // 16 bytes of the wider type per thread, twice that when narrowing, so that
   // the narrow side's stores stay wide (f32 -> f16 / e4m3 / e5m2: +2-5%;
@@ -379,7 +420,8 @@ void cast(const Tensor& x, Tensor& out, const Config& cfg) {
   std::int64_t n = x.numel();
   detail::NarySpec s;
   s.name = std::string("tx_cast_") + from.short_name() + "_to_" + to.short_name() + "_" +
-           strategy_name(*c.strategy) + "_t" + std::to_string(c.threads) + "_v" + std::to_string(c.num_per_thread);
+           strategy_name(*c.strategy) + "_t" + std::to_string(c.threads) + "_v" +
+           std::to_string(c.num_per_thread);
   s.shape = {n};
   s.out_dtype = to;
   s.param_dtypes = {from};
@@ -417,8 +459,10 @@ Tensor cast(const Tensor& x, DType to, const Config& cfg) {
   return out;
 }
 
-Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<Device> device, const Config& c) {
-  if (heads <= 0 || seq <= 0) fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
+Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<Device> device,
+             const Config& c) {
+  if (heads <= 0 || seq <= 0)
+    fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
   std::int64_t n = 1;
   while (n * 2 <= heads) n *= 2;
   double nn = static_cast<double>(n);
@@ -426,15 +470,17 @@ Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<De
     Expr h = idx / (seq * seq), i = idx / seq % seq, j = idx % seq;
     Expr hf = cast(h, f32);
     // slope = 2^(-8/n * (h + 1)) for the first n heads, 2^(-4/n * (2 (h - n) + 1)) after.
-    Expr slope = select(h < n, exp2(hf * (-8.0 / nn) - 8.0 / nn), exp2((hf - nn) * (-8.0 / nn) - 4.0 / nn));
+    Expr slope =
+        select(h < n, exp2(hf * (-8.0 / nn) - 8.0 / nn), exp2((hf - nn) * (-8.0 / nn) - 4.0 / nn));
     return Expr(slope * cast(j - i, f32));
   });
 }
 
-Tensor sinusoidal(std::int64_t positions, std::int64_t dim, DType dtype, std::optional<Device> device,
-                  const Config& c) {
+Tensor sinusoidal(std::int64_t positions, std::int64_t dim, DType dtype,
+                  std::optional<Device> device, const Config& c) {
   if (positions <= 0 || dim <= 0 || dim % 2 != 0)
-    fail("tx.ops.sinusoidal", "dim", {}, "num_positions must be positive and dim positive and even");
+    fail("tx.ops.sinusoidal", "dim", {},
+         "num_positions must be positive and dim positive and even");
   return generate("sinusoidal", {positions, dim}, dtype, device, c, [=](const Expr& idx) {
     Expr p = cast(idx / dim, f64), d = idx % dim;
     Expr i2 = cast(d / 2 * 2, f64);

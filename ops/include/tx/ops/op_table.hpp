@@ -37,11 +37,11 @@ const char* category_name(Category c);
 
 // Which input dtypes an op accepts.
 enum class DTypes : unsigned {
-  floats = 1,     // f32, f16, bf16, f8e4m3, f8e5m2 (and f64)
-  ints = 2,       // i8..i64, u8..u64
+  floats = 1,  // f32, f16, bf16, f8e4m3, f8e5m2 (and f64)
+  ints = 2,    // i8..i64, u8..u64
   boolean = 4,
-  numeric = 3,    // floats | ints
-  integral = 6,   // ints | bool
+  numeric = 3,   // floats | ints
+  integral = 6,  // ints | bool
   all = 7,
 };
 constexpr bool accepts(DTypes d, DType t) {
@@ -129,29 +129,46 @@ constexpr Entry<Meta, F> entry(Meta m, F f) {
 // ------------------------------------------------------------ unary (31)
 
 inline constexpr auto kUnaryOps = hana::make_tuple(
-    entry(UnaryDef{"exp", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return exp(x); }),
-    entry(UnaryDef{"log", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return log(x); }),
-    entry(UnaryDef{"sqrt", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return sqrt(x); }),
-    entry(UnaryDef{"rsqrt", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return rsqrt(x); }),
-    entry(UnaryDef{"abs", Category::unary_math, DTypes::numeric, Out::same}, [](auto x) { return abs(x); }),
-    entry(UnaryDef{"neg", Category::unary_math, DTypes::numeric, Out::same}, [](auto x) { return -x; }),
-    entry(UnaryDef{"reciprocal", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return 1.0 / x; }),
+    entry(UnaryDef{"exp", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return exp(x); }),
+    entry(UnaryDef{"log", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return log(x); }),
+    entry(UnaryDef{"sqrt", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return sqrt(x); }),
+    entry(UnaryDef{"rsqrt", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return rsqrt(x); }),
+    entry(UnaryDef{"abs", Category::unary_math, DTypes::numeric, Out::same},
+          [](auto x) { return abs(x); }),
+    entry(UnaryDef{"neg", Category::unary_math, DTypes::numeric, Out::same},
+          [](auto x) { return -x; }),
+    entry(UnaryDef{"reciprocal", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return 1.0 / x; }),
     entry(UnaryDef{"sign", Category::unary_math, DTypes::floats, Out::same},
           [](auto x) { return select(x > 0.0, 1.0, select(x < 0.0, -1.0, x * 0.0 + x)); }),
-    entry(UnaryDef{"sin", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return sin(x); }),
-    entry(UnaryDef{"cos", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return cos(x); }),
-    entry(UnaryDef{"floor", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return floor(x); }),
-    entry(UnaryDef{"ceil", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return ceil(x); }),
-    entry(UnaryDef{"round", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return round(x); }),
-    entry(UnaryDef{"trunc", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return trunc(x); }),
-    entry(UnaryDef{"erf", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return erf(x); }),
-    entry(UnaryDef{"log1p", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return log1p(x); }),
-    entry(UnaryDef{"expm1", Category::unary_math, DTypes::floats, Out::same}, [](auto x) { return expm1(x); }),
+    entry(UnaryDef{"sin", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return sin(x); }),
+    entry(UnaryDef{"cos", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return cos(x); }),
+    entry(UnaryDef{"floor", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return floor(x); }),
+    entry(UnaryDef{"ceil", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return ceil(x); }),
+    entry(UnaryDef{"round", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return round(x); }),
+    entry(UnaryDef{"trunc", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return trunc(x); }),
+    entry(UnaryDef{"erf", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return erf(x); }),
+    entry(UnaryDef{"log1p", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return log1p(x); }),
+    entry(UnaryDef{"expm1", Category::unary_math, DTypes::floats, Out::same},
+          [](auto x) { return expm1(x); }),
     entry(UnaryDef{"relu", Category::activation, DTypes::floats, Out::same}, math::relu),
     entry(UnaryDef{"gelu", Category::activation, DTypes::floats, Out::same}, math::gelu),
     entry(UnaryDef{"silu", Category::activation, DTypes::floats, Out::same}, math::silu),
     entry(UnaryDef{"sigmoid", Category::activation, DTypes::floats, Out::same}, math::sigmoid),
-    entry(UnaryDef{"tanh", Category::activation, DTypes::floats, Out::same}, [](auto x) { return tanh(x); }),
+    entry(UnaryDef{"tanh", Category::activation, DTypes::floats, Out::same},
+          [](auto x) { return tanh(x); }),
     entry(UnaryDef{"hardswish", Category::activation, DTypes::floats, Out::same},
           [](auto x) { return x * min(max(x + 3.0, 0.0), 6.0) / 6.0; }),
     entry(UnaryDef{"hardsigmoid", Category::activation, DTypes::floats, Out::same},
@@ -178,14 +195,21 @@ inline constexpr auto kUnaryOps = hana::make_tuple(
 // ----------------------------------------------------------- binary (21)
 
 inline constexpr auto kBinaryOps = hana::make_tuple(
-    entry(BinaryDef{"add", Category::binary_arith, DTypes::numeric, Out::same}, [](auto a, auto b) { return a + b; }),
-    entry(BinaryDef{"sub", Category::binary_arith, DTypes::numeric, Out::same}, [](auto a, auto b) { return a - b; }),
-    entry(BinaryDef{"mul", Category::binary_arith, DTypes::numeric, Out::same}, [](auto a, auto b) { return a * b; }),
-    entry(BinaryDef{"div", Category::binary_arith, DTypes::floats, Out::same}, [](auto a, auto b) { return a / b; }),
+    entry(BinaryDef{"add", Category::binary_arith, DTypes::numeric, Out::same},
+          [](auto a, auto b) { return a + b; }),
+    entry(BinaryDef{"sub", Category::binary_arith, DTypes::numeric, Out::same},
+          [](auto a, auto b) { return a - b; }),
+    entry(BinaryDef{"mul", Category::binary_arith, DTypes::numeric, Out::same},
+          [](auto a, auto b) { return a * b; }),
+    entry(BinaryDef{"div", Category::binary_arith, DTypes::floats, Out::same},
+          [](auto a, auto b) { return a / b; }),
     // Python's %: the result takes the divisor's sign.
-    entry(BinaryDef{"remainder", Category::binary_arith, DTypes::floats, Out::same}, math::remainder),
-    entry(BinaryDef{"pow", Category::binary_arith, DTypes::floats, Out::same}, [](auto a, auto b) { return pow(a, b); }),
-    entry(BinaryDef{"floor_divide", Category::binary_arith, DTypes::floats, Out::same}, math::floor_divide),
+    entry(BinaryDef{"remainder", Category::binary_arith, DTypes::floats, Out::same},
+          math::remainder),
+    entry(BinaryDef{"pow", Category::binary_arith, DTypes::floats, Out::same},
+          [](auto a, auto b) { return pow(a, b); }),
+    entry(BinaryDef{"floor_divide", Category::binary_arith, DTypes::floats, Out::same},
+          math::floor_divide),
     // torch.lerp(start, end, 0.5): halfway, the binary form of the seed's table.
     entry(BinaryDef{"lerp", Category::binary_arith, DTypes::floats, Out::same},
           [](auto a, auto b) { return a + 0.5 * (b - a); }),
@@ -193,12 +217,18 @@ inline constexpr auto kBinaryOps = hana::make_tuple(
           [](auto a, auto b) { return max(a, b); }),
     entry(BinaryDef{"minimum", Category::binary_arith, DTypes::numeric, Out::same},
           [](auto a, auto b) { return min(a, b); }),
-    entry(BinaryDef{"eq", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a == b; }),
-    entry(BinaryDef{"ne", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a != b; }),
-    entry(BinaryDef{"gt", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a > b; }),
-    entry(BinaryDef{"lt", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a < b; }),
-    entry(BinaryDef{"ge", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a >= b; }),
-    entry(BinaryDef{"le", Category::comparison, DTypes::all, Out::boolean}, [](auto a, auto b) { return a <= b; }),
+    entry(BinaryDef{"eq", Category::comparison, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return a == b; }),
+    entry(BinaryDef{"ne", Category::comparison, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return a != b; }),
+    entry(BinaryDef{"gt", Category::comparison, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return a > b; }),
+    entry(BinaryDef{"lt", Category::comparison, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return a < b; }),
+    entry(BinaryDef{"ge", Category::comparison, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return a >= b; }),
+    entry(BinaryDef{"le", Category::comparison, DTypes::all, Out::boolean},
+          [](auto a, auto b) { return a <= b; }),
     entry(BinaryDef{"logical_and", Category::logical, DTypes::all, Out::boolean},
           [](auto a, auto b) { return (a != 0.0) && (b != 0.0); }),
     entry(BinaryDef{"logical_or", Category::logical, DTypes::all, Out::boolean},
@@ -215,10 +245,13 @@ inline constexpr auto kBinaryOps = hana::make_tuple(
 // (M, 2N) -> (M, N): out[m, n] = act(x[m, n]) * x[m, N + n] (gate first, as vLLM).
 
 inline constexpr auto kGatedOps = hana::make_tuple(
-    entry(UnaryDef{"silu_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same}, math::silu),
-    entry(UnaryDef{"gelu_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same}, math::gelu),
-    entry(UnaryDef{"gelu_tanh_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same},
-          math::gelu_tanh));
+    entry(UnaryDef{"silu_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same},
+          math::silu),
+    entry(UnaryDef{"gelu_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same},
+          math::gelu),
+    entry(
+        UnaryDef{"gelu_tanh_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same},
+        math::gelu_tanh));
 
 // Calls f(entry) for every op of every template, at compile time.
 template <class F>
