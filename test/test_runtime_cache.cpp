@@ -3,18 +3,19 @@
 #include <dirent.h>
 #include <doctest/doctest.h>
 #include <grp.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
-#include <functional>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <thread>
@@ -89,10 +90,15 @@ std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// Mode 0600 whatever the umask: only the damage a test makes may differ
+// from an entry that store() wrote.
 void write_file(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  REQUIRE(out.good());
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    REQUIRE(out.good());
+  }
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
 }
 
 bool exists(const std::string& path) {
@@ -229,7 +235,8 @@ std::string in_child(const std::function<std::string()>& body, bool unprivileged
   close(fds[0]);
   int status = 0;
   REQUIRE(waitpid(pid, &status, 0) == pid);
-  if (WIFSIGNALED(status)) return out + " [child killed by signal " + std::to_string(WTERMSIG(status)) + "]";
+  if (WIFSIGNALED(status))
+    return out + " [child killed by signal " + std::to_string(WTERMSIG(status)) + "]";
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return out + " [child exited with " + std::to_string(WEXITSTATUS(status)) + "]";
   return out;
@@ -246,14 +253,58 @@ struct Problems {
 // A small CUDA kernel whose source no other test (or run) has compiled.
 std::string fresh_kernel_source() {
   return "extern \"C\" __global__ void scale(float* x) { x[threadIdx.x] *= " +
-         std::to_string(std::uniform_int_distribution<int>(1, 1 << 30)(tx::test::rng())) + ".5f; }\n";
+         std::to_string(std::uniform_int_distribution<int>(1, 1 << 30)(tx::test::rng())) +
+         ".5f; }\n";
 }
 
-bool nvrtc_ok() {
+// NVRTC is a required dependency of tx: a test that compiles through the
+// cache fails, rather than passes unchecked, when it cannot be loaded.
+void require_nvrtc() {
   std::string why;
-  if (tx::runtime::nvrtc_available(&why)) return true;
-  MESSAGE("NVRTC cannot be loaded (" << why << "): the compile-through-the-cache checks are skipped");
-  return false;
+  const bool ok = tx::runtime::nvrtc_available(&why);
+  REQUIRE_MESSAGE(ok, "NVRTC (a required dependency of tx) cannot be loaded: " << why);
+}
+
+// A uid other than ours, for the owner seam: DiskCache(dir, other_uid())
+// trusts only that user's files, so our own look foreign to it.
+uid_t other_uid() { return geteuid() == kNobody ? kNobody - 1 : kNobody; }
+
+std::size_t count_mentions(const std::string& s) {
+  std::size_t n = 0;
+  for (const auto& w : warnings()) n += w.find(s) != std::string::npos;
+  return n;
+}
+
+// Mounts a tmpfs of `size` on `dir` in a private mount namespace of the
+// calling (forked, single-threaded) process, so that it vanishes with the
+// process: as root directly, otherwise inside a new user namespace mapping
+// the user to itself. Returns "" on success, else why it could not.
+std::string mount_tiny_tmpfs(const std::string& dir, const std::string& size) {
+  auto write_proc = [](const char* file, const std::string& text) {
+    std::ofstream out(file);
+    out << text;
+    out.flush();
+    return out.good();
+  };
+  const uid_t uid = geteuid();
+  const gid_t gid = getegid();
+  if (uid != 0) {
+    if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+      return std::string("unshare(CLONE_NEWUSER | CLONE_NEWNS): ") + std::strerror(errno);
+    if (!write_proc("/proc/self/setgroups", "deny") ||
+        !write_proc("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1") ||
+        !write_proc("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1"))
+      return "cannot write the user namespace's uid / gid maps";
+  } else if (unshare(CLONE_NEWNS) != 0) {
+    return std::string("unshare(CLONE_NEWNS): ") + std::strerror(errno);
+  }
+  // Without this the mount could propagate back to the parent's namespace.
+  if (mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return std::string("making / private: ") + std::strerror(errno);
+  const std::string options = "size=" + size + ",mode=0700";
+  if (mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, options.c_str()) != 0)
+    return std::string("mount -t tmpfs: ") + std::strerror(errno);
+  return {};
 }
 
 }  // namespace
@@ -515,7 +566,6 @@ TEST_CASE("a cache folder that cannot be created or written makes store return f
   CHECK_FALSE(stored);
   CHECK(w.any_mentions(tmp.path + "/file"));
   CHECK_FALSE(blocked.load(random_key()).has_value());
-
 }
 
 TEST_CASE("a read-only cache folder: entries still load, stores fail with a warning") {
@@ -542,8 +592,9 @@ TEST_CASE("a read-only cache folder: entries still load, stores fail with a warn
         bool mentioned = false;
         for (const auto& w : seen) mentioned = mentioned || w.find(ro) != std::string::npos;
         p.expect(mentioned, "no warning names the read-only folder");
-        p.expect(list_dir(ro).size() == 1, "the read-only folder holds " +
-                                               std::to_string(list_dir(ro).size()) + " files, not 1");
+        p.expect(
+            list_dir(ro).size() == 1,
+            "the read-only folder holds " + std::to_string(list_dir(ro).size()) + " files, not 1");
         p.expect(!cache.load(other).has_value(), "a failed store left a loadable entry");
         // A damaged entry that cannot be removed is still only a miss.
         chmod(ro.c_str(), 0700);
@@ -564,7 +615,7 @@ TEST_CASE("a full disk: the store fails cleanly, leaves nothing behind, and comp
   // RLIMIT_FSIZE makes every write past the limit fail (EFBIG), as a full
   // disk makes them fail with ENOSPC: the same path through store().
   TempDir tmp;
-  const bool compile = nvrtc_ok();
+  require_nvrtc();
   const std::string source = fresh_kernel_source();
   const std::vector<char> small = random_payload(100);
   const std::string small_key = random_key(), big_key = random_key();
@@ -575,32 +626,122 @@ TEST_CASE("a full disk: the store fails cleanly, leaves nothing behind, and comp
     DiskCache cache(tmp.path);
     p.expect(cache.store(small_key, small), "storing a small entry before the disk filled failed");
     std::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit lim {4096, 4096};
+    struct rlimit lim {
+      4096, 4096
+    };
     p.expect(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit failed");
-    p.expect(!cache.store(big_key, random_payload(100000)), "a store past the size limit returned true");
+    p.expect(!cache.store(big_key, random_payload(100000)),
+             "a store past the size limit returned true");
     p.expect(!seen.empty() && seen.back().find("cannot write") != std::string::npos,
              "no 'cannot write' warning");
     p.expect(list_dir(tmp.path).size() == 1, "a partial or temporary file was left behind");
     p.expect(!cache.load(big_key).has_value(), "the failed entry loads");
     p.expect(cache.load(small_key) == small, "the earlier entry no longer loads");
-    if (compile) {
-      // The kernel still compiles; it just stays uncached.
-      tx::runtime::CachedCubin c = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
-      p.expect(!c.from_disk && c.cubin.size() > 64, "no cubin from NVRTC on a full disk");
-      p.expect(!cache.load(c.key).has_value() || c.cubin.size() < 4096, "a cubin entry was stored");
-    }
+    // The kernel still compiles; it just stays uncached.
+    tx::runtime::CachedCubin c = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
+    p.expect(!c.from_disk && c.cubin.size() > 64, "no cubin from NVRTC on a full disk");
+    p.expect(!cache.load(c.key).has_value() || c.cubin.size() < 4096, "a cubin entry was stored");
     return p.text;
   });
   CHECK(problems == "");
 }
 
+TEST_CASE("a really full disk (ENOSPC on a tiny tmpfs): stores fail cleanly, compiles still run") {
+  // A real ENOSPC needs a small file system: a 64 KiB tmpfs mounted in a
+  // private mount namespace of a child (as root, or in a user namespace
+  // otherwise). Where neither is allowed the test says so and falls back to
+  // the RLIMIT_FSIZE simulation of the test above.
+  TempDir tmp;
+  require_nvrtc();
+  const std::string source = fresh_kernel_source();
+  const std::string mnt = tmp.path + "/mnt";
+  REQUIRE(mkdir(mnt.c_str(), 0700) == 0);
+  const std::vector<char> small = random_payload(100);
+  const std::string small_key = random_key(), big_key = random_key(), tiny_key = random_key();
+  // The child reports "simulation:<how>" first, then its problems.
+  std::string report = in_child([&] {
+    std::string simulation = "tmpfs";
+    std::string dir = mnt + "/tx";
+    if (std::string why = mount_tiny_tmpfs(mnt, "64k"); !why.empty()) {
+      simulation = "RLIMIT_FSIZE (no tmpfs: " + why + ")";
+      dir = tmp.path + "/tx";
+    }
+    Problems p;
+    static std::vector<std::string> seen;
+    tx::set_warning_handler([](const std::string& m) { seen.push_back(m); });
+    DiskCache cache(dir);
+    p.expect(cache.store(small_key, small), "storing a small entry before the disk filled failed");
+    const char* error = "No space left on device";
+    if (simulation != "tmpfs") {
+      std::signal(SIGXFSZ, SIG_IGN);
+      struct rlimit lim {
+        4096, 4096
+      };
+      p.expect(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit failed");
+      error = "File too large";
+    }
+    // Bigger than the whole file system.
+    p.expect(!cache.store(big_key, random_payload(100000)),
+             "a store past the free space returned true");
+    p.expect(!seen.empty() && seen.back().find("cannot write") != std::string::npos &&
+                 seen.back().find(error) != std::string::npos,
+             std::string("no 'cannot write ... ") + error + "' warning");
+    p.expect(list_dir(dir).size() == 1, "a partial or temporary file was left behind");
+    p.expect(!cache.load(big_key).has_value(), "the failed entry loads");
+    p.expect(cache.load(small_key) == small, "the earlier entry no longer loads");
+    if (simulation == "tmpfs") {
+      // Fill what is left, so that even a tiny entry cannot be written.
+      {
+        std::ofstream fill(mnt + "/filler", std::ios::binary);
+        const std::string block(4096, 'f');
+        for (int i = 0; i < 64 && fill.good(); ++i) fill.write(block.data(), block.size());
+        fill.flush();
+      }
+      p.expect(!cache.store(tiny_key, random_payload(16)), "a store on a full disk returned true");
+      p.expect(list_dir(dir).size() == 1, "a store on a full disk left a file behind");
+    }
+    // The kernel still compiles; it just stays uncached.
+    tx::runtime::CachedCubin c = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
+    p.expect(!c.from_disk && c.cubin.size() > 64, "no cubin from NVRTC on a full disk");
+    // (Under RLIMIT_FSIZE a cubin smaller than the limit may still be stored.)
+    p.expect(!cache.load(c.key).has_value() || (simulation != "tmpfs" && c.cubin.size() < 4096),
+             "a cubin entry was stored on a full disk");
+    p.expect(cache.load(small_key) == small, "the earlier entry no longer loads after the compile");
+    if (simulation == "tmpfs") {
+      // Space again: the cache works again.
+      std::remove((mnt + "/filler").c_str());
+      p.expect(cache.store(tiny_key, random_payload(16)), "no store after space was freed");
+    }
+    return "simulation:" + simulation + "\n" + p.text;
+  });
+  const std::size_t nl = report.find('\n');
+  REQUIRE(nl != std::string::npos);
+  INFO(report);
+  MESSAGE("full disk simulated with " << report.substr(11, nl - 11));
+  CHECK(report.substr(nl + 1) == "");
+}
+
 TEST_CASE("an entry owned by another user is never loaded") {
-  if (geteuid() != 0) {
-    MESSAGE("not root: cannot make a file owned by another user (the check runs as root in CI)");
-    return;
-  }
   Stored s;
   WarningCapture w;
+  // The same check through the owner seam, as any user: a cache that trusts
+  // only another uid's files refuses ours (the folder, then its entries).
+  DiskCache foreign(s.tmp.path, other_uid());
+  CHECK_FALSE(foreign.load(s.key).has_value());
+  CHECK(w.any_mentions("owned by uid " + std::to_string(geteuid()) + ", not by uid " +
+                       std::to_string(other_uid())));
+  CHECK(exists(s.path));
+  // ... and the entry check itself, on the entry's real status.
+  struct stat st {};
+  REQUIRE(stat(s.path.c_str(), &st) == 0);
+  CHECK(DiskCache::untrusted_reason(st, geteuid(), false) == "");
+  CHECK(DiskCache::untrusted_reason(st, other_uid(), false).find("owned by uid") == 0);
+
+  if (geteuid() != 0) {
+    MESSAGE("not root: the entry was not chowned to another user; only the owner seam above ran");
+    return;
+  }
+  // As root: a real file of another user's inside a trusted folder.
   REQUIRE(chown(s.path.c_str(), kNobody, kNobody) == 0);
   std::optional<std::vector<char>> got;
   CHECK_NOTHROW(got = s.cache.load(s.key));
@@ -612,8 +753,161 @@ TEST_CASE("an entry owned by another user is never loaded") {
   CHECK(s.cache.load(s.key) == s.payload);
 }
 
+TEST_CASE("an entry writable by group or others is not loaded, and a store replaces it") {
+  Stored s;
+  for (mode_t mode : {mode_t{0620}, mode_t{0602}}) {
+    CAPTURE(mode);
+    WarningCapture w;
+    REQUIRE(chmod(s.path.c_str(), mode) == 0);
+    CHECK_FALSE(s.cache.load(s.key).has_value());
+    CHECK(w.any_mentions(s.path));
+    CHECK(w.any_mentions(mode == 0620 ? "writable by its group" : "writable by others"));
+    CHECK(exists(s.path));
+    // A store writes a fresh private file in its place.
+    REQUIRE(s.cache.store(s.key, s.payload));
+    struct stat st {};
+    REQUIRE(stat(s.path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    CHECK(s.cache.load(s.key) == s.payload);
+  }
+}
+
+TEST_CASE("untrusted_reason: type, owner and write bits") {
+  struct stat st {};
+  st.st_uid = 1000;
+  st.st_mode = S_IFDIR | 0700;
+  CHECK(DiskCache::untrusted_reason(st, 1000, true) == "");
+  CHECK(DiskCache::untrusted_reason(st, 1000, false) == "not a regular file");
+  CHECK(DiskCache::untrusted_reason(st, 1001, true) == "owned by uid 1000, not by uid 1001");
+  st.st_mode = S_IFDIR | 0755;  // readable by others: not a way to plant code
+  CHECK(DiskCache::untrusted_reason(st, 1000, true) == "");
+  st.st_mode = S_IFDIR | 0770;
+  CHECK(DiskCache::untrusted_reason(st, 1000, true) == "writable by its group (mode 0770)");
+  st.st_mode = S_IFDIR | 01777;
+  CHECK(DiskCache::untrusted_reason(st, 1000, true) == "writable by others (mode 1777)");
+  st.st_mode = S_IFREG | 0600;
+  CHECK(DiskCache::untrusted_reason(st, 1000, false) == "");
+  CHECK(DiskCache::untrusted_reason(st, 1000, true) == "not a directory");
+  CHECK(DiskCache::untrusted_reason(st, 0, false) == "owned by uid 1000, not by uid 0");
+  st.st_mode = S_IFREG | 0622;
+  CHECK(DiskCache::untrusted_reason(st, 1000, false) == "writable by others (mode 0622)");
+  st.st_mode = S_IFLNK | 0777;
+  CHECK(DiskCache::untrusted_reason(st, 1000, false) == "not a regular file");
+}
+
+TEST_CASE("an existing cache folder writable by group or others is not used") {
+  Stored s;
+  const std::string& dir = s.tmp.path;
+  for (mode_t mode : {mode_t{0770}, mode_t{0707}, mode_t{0777}, mode_t{01777}}) {
+    CAPTURE(mode);
+    WarningCapture w;
+    REQUIRE(chmod(dir.c_str(), mode) == 0);
+    std::optional<std::vector<char>> got;
+    CHECK_NOTHROW(got = s.cache.load(s.key));
+    CHECK_FALSE(got.has_value());  // a valid entry, in a folder others may write to
+    bool stored = true;
+    CHECK_NOTHROW(stored = s.cache.store(random_key(), random_payload(64)));
+    CHECK_FALSE(stored);
+    CHECK_FALSE(s.cache.load(s.key).has_value());
+    // One warning for the three calls, naming the folder, the reason and the fix.
+    CHECK(count_mentions("not using " + dir + ": writable by") == 1);
+    CHECK(w.any_mentions(mode & S_IWOTH ? "writable by others" : "writable by its group"));
+    CHECK(w.any_mentions("chmod 700 " + dir));
+    // Refused, not tightened: the mode is the user's, and nothing was written.
+    struct stat st {};
+    REQUIRE(stat(dir.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == mode);
+    CHECK(list_dir(dir).size() == 1);
+    CHECK(exists(s.path));
+  }
+  // Tight again, or readable (not writable) by others: used.
+  for (mode_t mode : {mode_t{0700}, mode_t{0755}}) {
+    CAPTURE(mode);
+    REQUIRE(chmod(dir.c_str(), mode) == 0);
+    CHECK(s.cache.load(s.key) == s.payload);
+  }
+}
+
+TEST_CASE("an existing cache folder owned by another user is not used") {
+  Stored s;
+  const std::string& dir = s.tmp.path;
+  {
+    // The owner seam, as any user: the folder is ours, the cache trusts another uid.
+    WarningCapture w;
+    DiskCache foreign(dir, other_uid());
+    CHECK_FALSE(foreign.load(s.key).has_value());
+    CHECK_FALSE(foreign.store(random_key(), random_payload(64)));
+    CHECK(count_mentions("not using " + dir + ": owned by uid " + std::to_string(geteuid())) == 1);
+    CHECK_FALSE(w.any_mentions("chmod 700"));  // not the user's to fix with chmod
+    CHECK(list_dir(dir).size() == 1);
+  }
+  if (geteuid() != 0) {
+    MESSAGE("not root: the folder was not chowned to another user; only the owner seam above ran");
+    return;
+  }
+  WarningCapture w;
+  REQUIRE(chown(dir.c_str(), kNobody, kNobody) == 0);
+  CHECK_FALSE(s.cache.load(s.key).has_value());
+  CHECK_FALSE(s.cache.store(random_key(), random_payload(64)));
+  CHECK(count_mentions("not using " + dir + ": owned by uid " + std::to_string(kNobody)) == 1);
+  CHECK(list_dir(dir).size() == 1);
+  REQUIRE(chown(dir.c_str(), geteuid(), getegid()) == 0);
+  CHECK(s.cache.load(s.key) == s.payload);
+}
+
+TEST_CASE("a cache folder that is a symbolic link to another user's folder is not used") {
+  Stored s;  // the entry lives in s.tmp.path, the link points there
+  TempDir links;
+  const std::string link = links.path + "/tx";
+  REQUIRE(symlink(s.tmp.path.c_str(), link.c_str()) == 0);
+  // A link to the user's own folder (a cache on another disk) is followed.
+  DiskCache through(link);
+  CHECK(through.load(s.key) == s.payload);
+  const std::string k2 = random_key();
+  REQUIRE(through.store(k2, random_payload(32)));
+  CHECK(exists(s.tmp.path + "/" + k2 + ".txbin"));
+  REQUIRE(std::remove((s.tmp.path + "/" + k2 + ".txbin").c_str()) == 0);
+
+  // Seam, as any user: to a cache trusting another uid, the target is foreign.
+  {
+    WarningCapture w;
+    DiskCache foreign(link, other_uid());
+    CHECK_FALSE(foreign.load(s.key).has_value());
+    CHECK_FALSE(foreign.store(random_key(), random_payload(32)));
+    CHECK(count_mentions("not using " + link + ": a symbolic link to " + s.tmp.path +
+                         ", which is owned by uid " + std::to_string(geteuid())) == 1);
+    CHECK(list_dir(s.tmp.path).size() == 1);
+  }
+  if (geteuid() != 0) {
+    MESSAGE("not root: the link's target was not chowned to another user; only the seam ran");
+    return;
+  }
+  WarningCapture w;
+  REQUIRE(chown(s.tmp.path.c_str(), kNobody, kNobody) == 0);
+  DiskCache cache(link);
+  CHECK_FALSE(cache.load(s.key).has_value());
+  CHECK_FALSE(cache.store(random_key(), random_payload(32)));
+  CHECK(count_mentions("not using " + link + ": a symbolic link to " + s.tmp.path +
+                       ", which is owned by uid " + std::to_string(kNobody)) == 1);
+  CHECK(list_dir(s.tmp.path).size() == 1);
+  REQUIRE(chown(s.tmp.path.c_str(), geteuid(), getegid()) == 0);
+  CHECK(cache.load(s.key) == s.payload);
+}
+
+TEST_CASE("a cache path that is not a folder is not used") {
+  TempDir tmp;
+  WarningCapture w;
+  const std::string file = tmp.path + "/tx";
+  write_file(file, "not a folder");
+  DiskCache cache(file);
+  CHECK_FALSE(cache.load(random_key()).has_value());
+  CHECK_FALSE(cache.store(random_key(), random_payload(32)));
+  CHECK(w.any_mentions(file));
+  CHECK(read_file(file) == "not a folder");
+}
+
 TEST_CASE("two processes compiling the same kernel at once share one valid entry") {
-  if (!nvrtc_ok()) return;
+  require_nvrtc();
   TempDir tmp;
   const std::string source = fresh_kernel_source();
   constexpr int kProcs = 4;
@@ -658,7 +952,8 @@ TEST_CASE("two processes compiling the same kernel at once share one valid entry
       r.append(buf, static_cast<std::size_t>(n));
     close(results[static_cast<std::size_t>(i)]);
     int status = 0;
-    REQUIRE(waitpid(pids[static_cast<std::size_t>(i)], &status, 0) == pids[static_cast<std::size_t>(i)]);
+    REQUIRE(waitpid(pids[static_cast<std::size_t>(i)], &status, 0) ==
+            pids[static_cast<std::size_t>(i)]);
     CHECK(WIFEXITED(status));
     CHECK(r.size() == 64);
     INFO(r);
@@ -670,11 +965,12 @@ TEST_CASE("two processes compiling the same kernel at once share one valid entry
   DiskCache cache(tmp.path);
   tx::runtime::CachedCubin again = tx::runtime::cubin_for(source, "scale", "sm_90a", cache);
   CHECK(again.from_disk);
-  CHECK(tx::runtime::sha256_hex(std::string_view(again.cubin.data(), again.cubin.size())) == digests[0]);
+  CHECK(tx::runtime::sha256_hex(std::string_view(again.cubin.data(), again.cubin.size())) ==
+        digests[0]);
 }
 
 TEST_CASE("an entry made for another GPU arch is never served") {
-  if (!nvrtc_ok()) return;
+  require_nvrtc();
   TempDir tmp;
   DiskCache cache(tmp.path);
   const std::string source = fresh_kernel_source();

@@ -1,5 +1,6 @@
 // The on-disk cache of compiled kernels: a private folder, atomic writes and
-// verified reads. disk_cache.hpp describes the policy; the entry format is
+// verified reads, all relative to one checked folder descriptor.
+// disk_cache.hpp describes the policy; the entry format is
 //
 //   "TXCACHE1" | u32 format | str tx version | str IR version | str key |
 //   u64 payload size | 32-byte SHA-256 of the payload | payload
@@ -8,6 +9,7 @@
 #include "tx/runtime/disk_cache.hpp"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,7 +19,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <set>
 
 #include "tx/error.hpp"
 
@@ -49,7 +53,8 @@ std::string dir_from_env() {
 }
 
 // mkdir -p. Parents that do not exist get the usual 0755; the cache folder
-// itself is 0700 because it holds code this process will execute.
+// itself is 0700 because it holds code this process will execute. A folder
+// that exists already is left as it is: open_dir() decides whether to trust it.
 bool make_dirs(const std::string& dir, std::string* error) {
   std::size_t pos = 0;
   while (true) {
@@ -68,12 +73,36 @@ bool make_dirs(const std::string& dir, std::string* error) {
     if (last) break;
     pos = slash + 1;
   }
-  struct stat st {};
-  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    *error = dir + " is not a directory";
-    return false;
-  }
   return true;
+}
+
+// Closes a descriptor at the end of a scope.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// A warning about the folder is given once per folder and reason: every
+// kernel of a process would otherwise repeat it.
+void warn_once(const std::string& dir, const std::string& message) {
+  static std::mutex mu;
+  static std::set<std::string>* seen = new std::set<std::string>;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!seen->insert(dir + '\0' + message).second) return;
+  }
+  warn(message);
+}
+
+std::string octal_mode(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
 }
 
 void put_u32(std::string& s, std::uint32_t v) {
@@ -164,6 +193,11 @@ bool plain_file_name(const std::string& key) {
   return true;
 }
 
+// The file name of a key inside the folder.
+std::string file_name(const std::string& key) {
+  return (plain_file_name(key) ? key : sha256_hex(key)) + ".txbin";
+}
+
 }  // namespace
 
 DiskCache& DiskCache::instance() {
@@ -171,20 +205,76 @@ DiskCache& DiskCache::instance() {
   return *cache;
 }
 
-DiskCache::DiskCache(std::string dir) : dir_(std::move(dir)) {
+DiskCache::DiskCache(std::string dir) : DiskCache(std::move(dir), geteuid()) {}
+
+DiskCache::DiskCache(std::string dir, uid_t owner) : dir_(std::move(dir)), owner_(owner) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
 }
 
 std::string DiskCache::path_for(const std::string& key) const {
-  return dir_ + "/" + (plain_file_name(key) ? key : sha256_hex(key)) + ".txbin";
+  return dir_ + "/" + file_name(key);
+}
+
+std::string DiskCache::untrusted_reason(const struct stat& st, uid_t owner, bool directory) {
+  if (directory && !S_ISDIR(st.st_mode)) return "not a directory";
+  if (!directory && !S_ISREG(st.st_mode)) return "not a regular file";
+  if (st.st_uid != owner)
+    return "owned by uid " + std::to_string(st.st_uid) + ", not by uid " + std::to_string(owner);
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    return std::string("writable by ") + ((st.st_mode & S_IWOTH) ? "others" : "its group") +
+           " (mode " + octal_mode(st.st_mode) + ")";
+  return {};
+}
+
+int DiskCache::open_dir(bool create) const {
+  if (!enabled()) return -1;
+  try {
+    std::string why;
+    if (create && !make_dirs(dir_, &why)) {
+      warn_once(dir_,
+                "kernel cache: cannot create " + dir_ + " (" + why + "); kernels run uncached");
+      return -1;
+    }
+    // Follows a symbolic link (a cache on another disk is a common set-up);
+    // what is checked is the folder actually opened.
+    int fd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT && !create) return -1;  // no cache yet: a miss
+      warn_once(dir_, "kernel cache: cannot open " + dir_ + " (" + std::strerror(errno) +
+                          "); kernels run uncached");
+      return -1;
+    }
+    struct stat st {};
+    std::string problem = fstat(fd, &st) != 0 ? std::string("fstat failed: ") + std::strerror(errno)
+                                              : untrusted_reason(st, owner_, true);
+    if (problem.empty()) return fd;
+    ::close(fd);
+    struct stat link {};
+    if (lstat(dir_.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      char target[PATH_MAX];
+      ssize_t n = readlink(dir_.c_str(), target, sizeof target - 1);
+      problem = "a symbolic link to " +
+                (n > 0 ? std::string(target, static_cast<std::size_t>(n)) : std::string("?")) +
+                ", which is " + problem;
+    }
+    std::string fix;
+    if (S_ISDIR(st.st_mode) && st.st_uid == owner_) fix = " (chmod 700 " + dir_ + " to use it)";
+    warn_once(dir_, "kernel cache: not using " + dir_ + ": " + problem +
+                        "; another user could plant code there, so kernels run uncached" + fix);
+    return -1;
+  } catch (...) {
+    return -1;
+  }
 }
 
 std::optional<std::vector<char>> DiskCache::load(const std::string& key) const {
   if (!enabled()) return std::nullopt;
   try {
-    const std::string path = path_for(key);
+    Fd dir(open_dir(false));
+    if (dir.fd < 0) return std::nullopt;
+    const std::string name = file_name(key), path = dir_ + "/" + name;
     // The entry is code to run: no symlinks, only the user's own files.
-    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = ::openat(dir.fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
       if (errno != ENOENT)
         warn("kernel cache: cannot open " + path + ": " + std::strerror(errno) + "; recompiling");
@@ -194,10 +284,8 @@ std::optional<std::vector<char>> DiskCache::load(const std::string& key) const {
     std::string data, problem;
     if (fstat(fd, &st) != 0)
       problem = std::string("fstat failed: ") + std::strerror(errno);
-    else if (!S_ISREG(st.st_mode))
-      problem = "not a regular file";
-    else if (st.st_uid != geteuid())
-      problem = "owned by uid " + std::to_string(st.st_uid) + ", not by this user";
+    else if (std::string why = untrusted_reason(st, owner_, false); !why.empty())
+      problem = why;
     else if (!read_all(fd, static_cast<std::size_t>(st.st_size), &data))
       problem = std::string("read failed: ") + std::strerror(errno);
     ::close(fd);
@@ -211,7 +299,7 @@ std::optional<std::vector<char>> DiskCache::load(const std::string& key) const {
     auto drop = [&](const char* damage) -> std::optional<std::vector<char>> {
       if (damage)
         warn("kernel cache: " + path + " is damaged (" + damage + "); removed it, recompiling");
-      ::unlink(path.c_str());
+      ::unlinkat(dir.fd, name.c_str(), 0);
       return std::nullopt;
     };
     Reader r{data};
@@ -242,11 +330,8 @@ std::optional<std::vector<char>> DiskCache::load(const std::string& key) const {
 bool DiskCache::store(const std::string& key, const std::vector<char>& payload) const {
   if (!enabled()) return false;
   try {
-    std::string why;
-    if (!make_dirs(dir_, &why)) {
-      warn("kernel cache: cannot create " + dir_ + " (" + why + "); kernels stay uncached");
-      return false;
-    }
+    Fd dir(open_dir(true));  // has warned when it fails
+    if (dir.fd < 0) return false;
     const std::string_view body(payload.data(), payload.size());
     std::string entry(kMagic, sizeof kMagic);
     put_u32(entry, kFormatVersion);
@@ -260,10 +345,12 @@ bool DiskCache::store(const std::string& key, const std::vector<char>& payload) 
 
     // Written under a unique name then renamed: a reader sees the old entry,
     // no entry, or the whole new one, and concurrent writers do not collide.
-    const std::string final_path = path_for(key);
-    const std::string tmp =
-        final_path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(random_suffix());
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    const std::string name = file_name(key), final_path = dir_ + "/" + name;
+    const std::string tmp_name =
+        name + ".tmp." + std::to_string(getpid()) + "." + std::to_string(random_suffix());
+    const std::string tmp = dir_ + "/" + tmp_name;
+    int fd = ::openat(dir.fd, tmp_name.c_str(),
+                      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
       warn("kernel cache: cannot create " + tmp + ": " + std::strerror(errno) +
            "; kernels stay uncached");
@@ -272,14 +359,14 @@ bool DiskCache::store(const std::string& key, const std::vector<char>& payload) 
     const bool written = write_all(fd, entry);
     const int write_errno = errno;
     if (::close(fd) != 0 || !written) {
-      ::unlink(tmp.c_str());
+      ::unlinkat(dir.fd, tmp_name.c_str(), 0);
       warn("kernel cache: cannot write " + tmp + ": " +
            std::strerror(written ? errno : write_errno) + "; kernels stay uncached");
       return false;
     }
-    if (std::rename(tmp.c_str(), final_path.c_str()) != 0) {
+    if (::renameat(dir.fd, tmp_name.c_str(), dir.fd, name.c_str()) != 0) {
       const int e = errno;
-      ::unlink(tmp.c_str());
+      ::unlinkat(dir.fd, tmp_name.c_str(), 0);
       warn("kernel cache: cannot rename " + tmp + " to " + final_path + ": " + std::strerror(e));
       return false;
     }
