@@ -12,10 +12,10 @@
 // payload size, SHA-256 of the payload) then the payload. Writes go to a
 // unique temporary name then rename(), so readers never see half a file.
 // A read that finds anything wrong (short file, bad magic, other version,
-// other key, checksum mismatch, file owned by another user or writable by
-// group or others) returns nothing
-// and removes the bad entry when it can: the caller recompiles. No method
-// throws; problems become tx warnings.
+// other key, checksum mismatch) returns nothing and removes the bad entry
+// when it can: the caller recompiles. An entry that is not a regular file
+// owned by this user, or is writable by group or others, is ignored, not
+// removed. No method throws; problems become tx warnings.
 #pragma once
 
 #include <sys/stat.h>
