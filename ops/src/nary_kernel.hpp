@@ -9,12 +9,20 @@
 //                      element by element
 //   register_copy      npt elements per thread staged in registers through
 //                      tx's register tile copy (copy/reg: vector transfers);
-//                      operands broadcast along the innermost dimension are
-//                      read once as a scalar, others gathered element-wise
+//                      an operand read in output order (flat: any N, odd
+//                      ones included) or along whole rows (the innermost
+//                      extent a multiple of npt) loads with vectors, one
+//                      broadcast along the innermost dimension is read once
+//                      as a scalar, others are gathered element-wise
 //
-// CTAs whose chunk lies wholly inside N run the vector body with no guard;
-// the last CTA, when N is not a multiple of the chunk, runs a scalar epilogue
-// with a guard per element, coalesced across its threads.
+// Each thread owns the chunk [t * npt, (t + 1) * npt) of the flat output.
+// When N is a multiple of threads * npt every chunk is whole and the body
+// has no guard. Otherwise every thread whose chunk lies inside N -- every
+// thread of every CTA but the last, and most of the last -- still runs the
+// vector body, behind one compare per thread; the one thread whose chunk
+// straddles N runs a scalar epilogue over its fewer than npt elements, each
+// guarded. So an odd N (4097, a prime, or less than one CTA's chunk) keeps
+// its 128-bit loads and stores everywhere but in that one thread.
 #pragma once
 
 #include <functional>
@@ -37,8 +45,8 @@ struct NarySpec {
   std::string name;                 // kernel name
   std::vector<std::int64_t> shape;  // coalesced output shape
   DType out_dtype = f32;
-  std::vector<DType> param_dtypes;         // input buffers
-  std::vector<std::int64_t> param_numel;   // their element counts
+  std::vector<DType> param_dtypes;        // input buffers
+  std::vector<std::int64_t> param_numel;  // their element counts
   std::vector<Operand> operands;
   // The output element from the operands' values and its flat index.
   std::function<Expr(const std::vector<Expr>&, const Expr&)> value;

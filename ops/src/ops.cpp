@@ -1,9 +1,12 @@
 // The ops API: validate, broadcast and coalesce, pick a configuration, build
-// the kernel with the one template of nary_kernel.cpp (cached per op, dtype,
-// shapes, parameters and config), launch.
+// the kernel with the one template of nary_kernel.cpp (cached in memory per
+// op, dtype, shapes, parameters and config, so building an op twice compiles
+// once; cache_stats() counts hits and compiles so that tests can see it),
+// launch.
 #include "tx/ops/ops.hpp"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <mutex>
@@ -175,6 +178,38 @@ std::map<CacheKey, Kernel>& kernel_cache() {
   static auto* c = new std::map<CacheKey, Kernel>();
   return *c;
 }
+std::atomic<std::uint64_t> cache_hits{0}, cache_compiles{0};
+
+// The kernels declare every tensor flat, (numel,) (nary_kernel.cpp); a
+// launch passes the caller's tensor as that view of the same storage. A
+// runtime whose launches check shapes exactly offers Tensor::reshape for
+// it; one without reshape takes any shape of the right element count, and
+// the tensor goes as it is.
+template <class T>
+T as_flat(const T& t) {
+  if constexpr (requires { t.reshape(std::vector<std::int64_t>{}); })
+    return t.shape().size() == 1 ? t : t.reshape({t.numel()});
+  else
+    return t;
+}
+
+// The kernel under `key`, built by `build` (lowering and CUDA generation)
+// on a miss. Built outside the lock: two threads missing on one key both
+// build, and both get the kernel stored first.
+Kernel cached(const std::string& key, const std::function<Kernel()>& build) {
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = kernel_cache().find({key});
+    if (it != kernel_cache().end()) {
+      cache_hits.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+  }
+  Kernel k = build();
+  cache_compiles.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  return kernel_cache().emplace(CacheKey{key}, k).first->second;
+}
 
 // Checks the inputs against the op and returns the primary dtype.
 DType check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
@@ -211,21 +246,14 @@ Kernel get_kernel(const OpInfo& op, DType dtype,
                   Device device, Plan* out_plan) {
   Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
   if (out_plan) *out_plan = p;
-  CacheKey key{key_of(op.name, dtype, shapes, dtypes, params, cfg, device)};
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = kernel_cache().find(key);
-    if (it != kernel_cache().end()) return it->second;
-  }
-  // Results rounded to 16 bits or fewer tolerate the hardware math
-  // approximations -- except where a quotient is floored: an approximate
-  // division can cross an integer.
-  bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float() &&
-                op.name != "floor_divide" && op.name != "remainder";
-  Kernel k = compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
-  std::lock_guard<std::mutex> lock(cache_mutex());
-  kernel_cache().emplace(key, k);
-  return k;
+  return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device), [&] {
+    // Results rounded to 16 bits or fewer tolerate the hardware math
+    // approximations -- except where a quotient is floored: an approximate
+    // division can cross an integer.
+    bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float() &&
+                  op.name != "floor_divide" && op.name != "remainder";
+    return compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
+  });
 }
 
 }  // namespace
@@ -243,6 +271,11 @@ Kernel kernel_for(const OpInfo& op, DType dtype,
 }
 Config resolved(const Config& c, DType t, const OpInfo& op) { return resolve(c, t, &op); }
 }  // namespace detail
+
+CacheStats cache_stats() {
+  return {cache_hits.load(std::memory_order_relaxed),
+          cache_compiles.load(std::memory_order_relaxed)};
+}
 
 // ------------------------------------------------------------ Elementwise
 
@@ -300,11 +333,17 @@ void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) con
     fail("tx.ops." + op_, "out", {},
          "needs a " + out_dtype_.name() + " tensor of shape " + shape_str(out_shape_) +
              (out.defined() ? ", got " + out.dtype().name() + " " + shape_str(out.shape()) : ""));
+  std::array<Tensor, 8> flat;
   std::array<const Tensor*, 8> args{};
   std::size_t n = 0;
-  for (const Tensor& t : inputs) args[n++] = &t;
-  args[n++] = &out;
-  kernel_.launch(args.data(), n);
+  for (const Tensor& t : inputs) {
+    flat[n] = as_flat(t);
+    args[n] = &flat[n];
+    ++n;
+  }
+  flat[n] = as_flat(out);
+  args[n] = &flat[n];
+  kernel_.launch(args.data(), n + 1);
 }
 
 // ------------------------------------------------------------------- run
@@ -356,13 +395,18 @@ std::vector<double> alibi_slopes(std::int64_t heads) {
 }
 
 namespace {
-Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dtype,
-                std::optional<Device> device, const Config& cfg,
-                std::function<Expr(const Expr&)> value) {
+// Fills `out` (of `shape`) with value(flat index): alibi and sinusoidal.
+void generate(const std::string& op, const std::vector<std::int64_t>& shape, Tensor& out,
+              const Config& cfg, std::function<Expr(const Expr&)> value) {
   const OpInfo& info = lookup(op);
+  if (!out.defined()) fail("tx.ops." + op, "out", {}, "tensor is undefined");
+  if (out.shape() != shape)
+    fail("tx.ops." + op, "out", {},
+         "shape " + shape_str(out.shape()) + " but the op makes " + shape_str(shape));
+  DType dtype = out.dtype();
   if (!optable::accepts(info.dtypes, dtype))
     fail("tx.ops." + op, "", {}, "dtype " + dtype.name() + " is not supported");
-  Device d = device ? *device : default_device();
+  Device d = out.device();
   Config c = resolve(cfg, dtype);
   std::int64_t n = 1;
   for (auto e : shape) n *= e;
@@ -380,24 +424,8 @@ Tensor generate(const std::string& op, std::vector<std::int64_t> shape, DType dt
   std::string key = op + "|" + dtype.name() + "|" + d.str() + "|" + shape_str(shape) + "|" +
                     s.name + strategy_name(s.strategy) + std::to_string(s.threads) + "|" +
                     std::to_string(s.npt);
-  Kernel k;
-  bool found = false;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = kernel_cache().find({key});
-    if (it != kernel_cache().end()) {
-      k = it->second;
-      found = true;
-    }
-  }
-  if (!found) {
-    k = compile(detail::build_nary(s), {.device = d});
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    kernel_cache().emplace(CacheKey{key}, k);
-  }
-  Tensor out = Tensor::empty(std::move(shape), dtype, d);
-  k(out);
-  return out;
+  Kernel k = cached(key, [&] { return compile(detail::build_nary(s), {.device = d}); });
+  k(as_flat(out));
 }
 }  // namespace
 
@@ -434,22 +462,8 @@ void cast(const Tensor& x, Tensor& out, const Config& cfg) {
   s.npt = c.num_per_thread;
   s.value = [](const std::vector<Expr>& in, const Expr&) { return in[0]; };
   std::string key = "cast|" + s.name + "|" + std::to_string(n) + "|" + x.device().str();
-  Kernel k;
-  bool found = false;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = kernel_cache().find({key});
-    if (it != kernel_cache().end()) {
-      k = it->second;
-      found = true;
-    }
-  }
-  if (!found) {
-    k = compile(detail::build_nary(s), {.device = x.device()});
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    kernel_cache().emplace(CacheKey{key}, k);
-  }
-  k(x, out);
+  Kernel k = cached(key, [&] { return compile(detail::build_nary(s), {.device = x.device()}); });
+  k(as_flat(x), as_flat(out));
 }
 
 Tensor cast(const Tensor& x, DType to, const Config& cfg) {
@@ -459,14 +473,13 @@ Tensor cast(const Tensor& x, DType to, const Config& cfg) {
   return out;
 }
 
-Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<Device> device,
-             const Config& c) {
+void alibi(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c) {
   if (heads <= 0 || seq <= 0)
     fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
   std::int64_t n = 1;
   while (n * 2 <= heads) n *= 2;
   double nn = static_cast<double>(n);
-  return generate("alibi", {heads, seq, seq}, dtype, device, c, [=](const Expr& idx) {
+  generate("alibi", {heads, seq, seq}, out, c, [=](const Expr& idx) {
     Expr h = idx / (seq * seq), i = idx / seq % seq, j = idx % seq;
     Expr hf = cast(h, f32);
     // slope = 2^(-8/n * (h + 1)) for the first n heads, 2^(-4/n * (2 (h - n) + 1)) after.
@@ -476,18 +489,36 @@ Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<De
   });
 }
 
-Tensor sinusoidal(std::int64_t positions, std::int64_t dim, DType dtype,
-                  std::optional<Device> device, const Config& c) {
+Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<Device> device,
+             const Config& c) {
+  if (heads <= 0 || seq <= 0)
+    fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
+  Tensor out = Tensor::empty({heads, seq, seq}, dtype, device ? *device : default_device());
+  alibi(heads, seq, out, c);
+  return out;
+}
+
+void sinusoidal(std::int64_t positions, std::int64_t dim, Tensor& out, const Config& c) {
   if (positions <= 0 || dim <= 0 || dim % 2 != 0)
     fail("tx.ops.sinusoidal", "dim", {},
          "num_positions must be positive and dim positive and even");
-  return generate("sinusoidal", {positions, dim}, dtype, device, c, [=](const Expr& idx) {
+  generate("sinusoidal", {positions, dim}, out, c, [=](const Expr& idx) {
     Expr p = cast(idx / dim, f64), d = idx % dim;
     Expr i2 = cast(d / 2 * 2, f64);
     // w = 10000^(-2i/dim); the angle in f64: f32 would lose the phase at large positions.
     Expr angle = p * exp2(i2 * (-std::log2(10000.0) / static_cast<double>(dim)));
     return Expr(cast(select(d % 2 == 0, sin(angle), cos(angle)), f32));
   });
+}
+
+Tensor sinusoidal(std::int64_t positions, std::int64_t dim, DType dtype,
+                  std::optional<Device> device, const Config& c) {
+  if (positions <= 0 || dim <= 0 || dim % 2 != 0)
+    fail("tx.ops.sinusoidal", "dim", {},
+         "num_positions must be positive and dim positive and even");
+  Tensor out = Tensor::empty({positions, dim}, dtype, device ? *device : default_device());
+  sinusoidal(positions, dim, out, c);
+  return out;
 }
 
 }  // namespace tx::ops

@@ -10,8 +10,8 @@
 //
 // Tensors are contiguous (tx tensors have no strides), so every input is
 // handled directly; there is no silent copy. Kernels are cached per (op,
-// dtype, shapes, parameters, config): building an op twice compiles once,
-// and the disk cache makes the next process fast.
+// dtype, shapes, parameters, config): building an op twice compiles once
+// (cache_stats() shows it), and the disk cache makes the next process fast.
 #pragma once
 
 #include <cstdint>
@@ -35,8 +35,8 @@ const char* strategy_name(Strategy s);
 struct Config {
   std::optional<Strategy> strategy{};  // default: the fastest measured for the op's template
   int threads = 0;                     // default 128 for one-input ops, else 256 (fastest measured)
-  int num_per_thread = 0;              // default: 16 bytes of elements (32 for fp8; casts: see cast())
-  bool tune = false;                   // time candidates on the GPU and remember the winner
+  int num_per_thread = 0;  // default: 16 bytes of elements (32 for fp8; casts: see cast())
+  bool tune = false;       // time candidates on the GPU and remember the winner
 };
 
 // Scalar parameters of the independent ops (see each op).
@@ -50,6 +50,17 @@ void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
 
 // Every op name, in table order (66).
 std::vector<std::string> op_names();
+
+// The in-memory kernel cache of this process (ops, cast, alibi, sinusoidal):
+// lookups answered from it, and kernels built (lowered and turned into CUDA)
+// on a miss. Building one (op, dtype, shapes, parameters, config, device)
+// twice adds one compile and one hit; the two share the kernel, so the GPU
+// binary is also built once.
+struct CacheStats {
+  std::uint64_t hits = 0;
+  std::uint64_t compiles = 0;
+};
+CacheStats cache_stats();
 
 // Built once, launched many times.
 class Elementwise {
@@ -78,28 +89,32 @@ class Elementwise {
 
 // ------------------------------------------------------------------ API
 
-#define TX_OPS_UNARY(X)                                                                  \
-  X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(neg) X(reciprocal) X(sign) X(sin) X(cos) X(floor) \
-  X(ceil) X(round) X(trunc) X(erf) X(log1p) X(expm1) X(relu) X(gelu) X(silu) X(sigmoid)     \
-  X(tanh) X(hardswish) X(hardsigmoid) X(mish) X(selu) X(logical_not) X(bitwise_not) X(isnan) \
+// The op lists, laid out by hand: clang-format 14 re-wraps these macro lists
+// differently on every run.
+// clang-format off
+#define TX_OPS_UNARY(X)                                                                      \
+  X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(neg) X(reciprocal) X(sign) X(sin) X(cos) X(floor)   \
+  X(ceil) X(round) X(trunc) X(erf) X(log1p) X(expm1) X(relu) X(gelu) X(silu) X(sigmoid)       \
+  X(tanh) X(hardswish) X(hardsigmoid) X(mish) X(selu) X(logical_not) X(bitwise_not) X(isnan)  \
   X(isinf) X(isfinite)
 #define TX_OPS_BINARY(X)                                                                     \
   X(add) X(sub) X(mul) X(div) X(remainder) X(pow) X(floor_divide) X(lerp) X(maximum)          \
   X(minimum) X(eq) X(ne) X(gt) X(lt) X(ge) X(le) X(logical_and) X(logical_or) X(bitwise_and)  \
   X(bitwise_or) X(bitwise_xor)
+// clang-format on
 #define TX_OPS_GATED(X) X(silu_and_mul) X(gelu_and_mul) X(gelu_tanh_and_mul)
 
-#define TX_DECLARE_UNARY(N)                                         \
-  inline Tensor N(const Tensor& x, const Config& cfg = {}) {        \
-    return run(#N, {x}, {}, cfg);                                   \
-  }                                                                 \
-  inline void N(const Tensor& x, Tensor& out, const Config& cfg = {}) { run(#N, {x}, out, {}, cfg); }
-#define TX_DECLARE_BINARY(N)                                                                 \
-  inline Tensor N(const Tensor& a, const Tensor& b, const Config& cfg = {}) {                \
-    return run(#N, {a, b}, {}, cfg);                                                         \
-  }                                                                                          \
-  inline void N(const Tensor& a, const Tensor& b, Tensor& out, const Config& cfg = {}) {    \
-    run(#N, {a, b}, out, {}, cfg);                                                           \
+#define TX_DECLARE_UNARY(N)                                                                  \
+  inline Tensor N(const Tensor& x, const Config& cfg = {}) { return run(#N, {x}, {}, cfg); } \
+  inline void N(const Tensor& x, Tensor& out, const Config& cfg = {}) {                      \
+    run(#N, {x}, out, {}, cfg);                                                              \
+  }
+#define TX_DECLARE_BINARY(N)                                                             \
+  inline Tensor N(const Tensor& a, const Tensor& b, const Config& cfg = {}) {            \
+    return run(#N, {a, b}, {}, cfg);                                                     \
+  }                                                                                      \
+  inline void N(const Tensor& a, const Tensor& b, Tensor& out, const Config& cfg = {}) { \
+    run(#N, {a, b}, out, {}, cfg);                                                       \
   }
 TX_OPS_UNARY(TX_DECLARE_UNARY)
 TX_OPS_BINARY(TX_DECLARE_BINARY)
@@ -115,10 +130,12 @@ inline Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, const Co
 inline Tensor elu(const Tensor& x, double alpha = 1.0, const Config& c = {}) {
   return run("elu", {x}, {alpha}, c);
 }
-inline Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0, const Config& c = {}) {
+inline Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0,
+                       const Config& c = {}) {
   return run("hardtanh", {x}, {min_val, max_val}, c);
 }
-inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0, const Config& c = {}) {
+inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0,
+                       const Config& c = {}) {
   return run("softplus", {x}, {beta, threshold}, c);
 }
 // weight: (C,) over dimension 1 of x, or (1,) for all.
@@ -144,10 +161,14 @@ Tensor nan_to_num(const Tensor& x, double nan = 0.0, std::optional<double> posin
 // odd powers of 2^(-4/n) for the remaining heads).
 Tensor alibi(std::int64_t num_heads, std::int64_t seq_len, DType dtype = f32,
              std::optional<Device> device = std::nullopt, const Config& c = {});
+// out= form: out (num_heads, seq_len, seq_len) gives the dtype and device.
+void alibi(std::int64_t num_heads, std::int64_t seq_len, Tensor& out, const Config& c = {});
 // Sinusoidal position encoding, interleaved: pe[p, 2i] = sin(p * w_i),
 // pe[p, 2i+1] = cos(p * w_i), w_i = 10000^(-2i / dim).
 Tensor sinusoidal(std::int64_t num_positions, std::int64_t dim, DType dtype = f32,
                   std::optional<Device> device = std::nullopt, const Config& c = {});
+// out= form: out (num_positions, dim) gives the dtype and device.
+void sinusoidal(std::int64_t num_positions, std::int64_t dim, Tensor& out, const Config& c = {});
 
 // Converts to another dtype, rounding as the GPU stores it (e4m3fn saturates
 // to +-448, e5m2 keeps Inf and NaN, integers truncate and wrap).
