@@ -1,0 +1,137 @@
+// The operator library without running a kernel (so on every machine): the
+// code it generates and its kernel cache.
+//
+//  - Odd sizes keep their vector access: a 1-D tensor of 4097 or 999983
+//    elements (no multiple of the vector width) is read and written with
+//    128-bit transfers by every CTA but the last, which runs the scalar
+//    epilogue. Checked in the PTX from NVRTC (needs no GPU): the odd size has
+//    as many ld.global.v4 / st.global.v4 as a size with no tail at all.
+//  - Compiles once: building the same (op, dtype, shapes, config) twice is
+//    one compile and one cache hit (ops::cache_stats), and the two share the
+//    kernel.
+#include <doctest/doctest.h>
+
+#include <regex>
+
+#include "test_support.hpp"
+#include "tx/ops/ops.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+int count(const std::string& s, const std::string& re) {
+  std::regex r(re);
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(s.begin(), s.end(), r), std::sregex_iterator()));
+}
+
+// The op's kernel for 1-D inputs of n elements (built, not run: the host
+// device compiles lazily and never needs a GPU for the PTX).
+ops::Elementwise build(const std::string& op, int inputs, std::int64_t n, DType t) {
+  return ops::Elementwise(op, std::vector<std::vector<std::int64_t>>(inputs, {n}), t, {}, {},
+                          Device::host());
+}
+
+}  // namespace
+
+TEST_CASE("ops: odd 1-D sizes keep 128-bit loads and stores outside the tail CTA") {
+  for (DType t : {f32, f16, bf16, f8e4m3}) {
+    for (auto [op, inputs] : {std::pair<const char*, int>{"exp", 1}, {"add", 2}}) {
+      CAPTURE(t.name());
+      CAPTURE(op);
+      // A size that is a whole number of CTA chunks: no tail, vector body only.
+      ops::Elementwise whole = build(op, inputs, 1 << 20, t);
+      const auto& cfg = whole.config();
+      std::int64_t chunk = static_cast<std::int64_t>(cfg.threads) * cfg.num_per_thread;
+      REQUIRE((1 << 20) % chunk == 0);
+      std::string pw = whole.kernel().ptx("sm_90a");
+      int loads = count(pw, R"(ld\.global\.v4)"), stores = count(pw, R"(st\.global\.v4)");
+      // 16 bytes per transfer: npt * bytes / 16 of them per operand.
+      int per = std::max(1, cfg.num_per_thread * t.bytes() / 16);
+      CHECK(loads == inputs * per);
+      CHECK(stores == per);
+      for (std::int64_t n : {4097, 999983}) {
+        CAPTURE(n);
+        REQUIRE(n % chunk != 0);
+        ops::Elementwise odd = build(op, inputs, n, t);
+        // In the CUDA: each input's chunk read as 16-byte vectors...
+        std::string cuda = odd.kernel().cuda_source();
+        for (int k = 0; k < inputs; ++k)
+          CHECK(cuda.find("(const uint4*)(&x" + std::to_string(k) + "[base") != std::string::npos);
+        // ...and in the PTX as many vector transfers as without a tail.
+        std::string p = odd.kernel().ptx("sm_90a");
+        CHECK(count(p, R"(ld\.global\.v4)") == loads);
+        CHECK(count(p, R"(st\.global\.v4)") == stores);
+        // The scalar epilogue is there too: guarded element loads.
+        CHECK(count(p, R"(ld\.global\.(u8|u16|b16|f32|u32|b32|b8))") >= inputs);
+      }
+    }
+  }
+}
+
+TEST_CASE("ops: a broadcast operand with odd rows keeps vector access for the flat operand") {
+  // (5, 7) + (1, 7) in f32: the innermost extent 7 is no multiple of 4, so
+  // the broadcast side is gathered; the flat side still loads 128 bits.
+  ops::Elementwise e("add", {{3001, 7}, {1, 7}}, f32, {}, {}, Device::host());
+  std::string p = e.kernel().ptx("sm_90a");
+  CHECK(count(p, R"(ld\.global\.v4)") == 1);
+  CHECK(count(p, R"(st\.global\.v4)") == 1);
+}
+
+TEST_CASE("ops: building the same op twice compiles once") {
+  // A shape no other case here uses, so the first build is a miss.
+  const std::vector<std::vector<std::int64_t>> shapes{{37, 129}, {129}};
+  ops::CacheStats s0 = ops::cache_stats();
+  ops::Elementwise a("mul", shapes, bf16, {}, {}, Device::host());
+  ops::CacheStats s1 = ops::cache_stats();
+  CHECK(s1.compiles == s0.compiles + 1);
+  CHECK(s1.hits == s0.hits);
+  ops::Elementwise b("mul", shapes, bf16, {}, {}, Device::host());
+  ops::CacheStats s2 = ops::cache_stats();
+  CHECK(s2.compiles == s1.compiles);
+  CHECK(s2.hits == s1.hits + 1);
+  // One kernel: its lowered IR and its GPU binary (built on first launch) are shared.
+  CHECK(&a.kernel().info() == &b.kernel().info());
+
+  // The defaults spelled out are the same config: still no compile.
+  ops::Config explicit_cfg = a.config();
+  ops::Elementwise c("mul", shapes, bf16, {}, explicit_cfg, Device::host());
+  CHECK(ops::cache_stats().compiles == s2.compiles);
+  CHECK(&c.kernel().info() == &a.kernel().info());
+
+  // Any part of the key changed: a compile each.
+  ops::Elementwise d("mul", shapes, f16, {}, {}, Device::host());
+  ops::Elementwise e("mul", {{37, 129}, {37, 1}}, bf16, {}, {}, Device::host());
+  ops::Elementwise f("mul", shapes, bf16, {}, {.threads = 64}, Device::host());
+  ops::Elementwise g("add", shapes, bf16, {}, {}, Device::host());
+  ops::Elementwise h("leaky_relu", {{37, 129}}, bf16, {0.25}, {}, Device::host());
+  ops::Elementwise i("leaky_relu", {{37, 129}}, bf16, {0.5}, {}, Device::host());
+  ops::CacheStats s3 = ops::cache_stats();
+  CHECK(s3.compiles == s2.compiles + 6);
+  CHECK(&h.kernel().info() != &i.kernel().info());
+}
+
+TEST_CASE("ops: the functional forms reuse the cached kernel too") {
+  if (!runtime::host_jit_available()) {
+    // Launching needs the host JIT here; the Elementwise case above covers the cache.
+    MESSAGE("no host JIT: launches not checked");
+    return;
+  }
+  Tensor x = Tensor::from_doubles(test::random_values(999, f32), {999}, f32, Device::host());
+  ops::CacheStats s0 = ops::cache_stats();
+  Tensor y1 = ops::silu(x);
+  ops::CacheStats s1 = ops::cache_stats();
+  Tensor y2 = ops::silu(x);
+  ops::CacheStats s2 = ops::cache_stats();
+  CHECK(s1.compiles == s0.compiles + 1);
+  CHECK(s2.compiles == s1.compiles);
+  CHECK(s2.hits == s1.hits + 1);
+  CHECK(y1.to_bytes() == y2.to_bytes());
+  Tensor a1 = ops::alibi(6, 9, f32, Device::host());
+  ops::CacheStats s3 = ops::cache_stats();
+  Tensor a2 = ops::alibi(6, 9, f32, Device::host());
+  CHECK(ops::cache_stats().compiles == s3.compiles);
+  CHECK(a1.to_bytes() == a2.to_bytes());
+}
