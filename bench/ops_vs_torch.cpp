@@ -1,15 +1,24 @@
 // Runs every op of the library on the GPU for each dtype it supports and
 // writes inputs and outputs as raw bytes, so that ops_vs_torch.py can run
 // PyTorch on exactly the same inputs and report the largest difference per
-// op and dtype.
+// op and dtype. Inputs include NaN, +-Inf, -0 and values past the fp8 range
+// (1000 and 500 > e4m3fn's 448, -1e5 past e5m2's 57344), so the fp8 outputs'
+// saturation (e4m3fn) and Inf (e5m2) are compared too. prelu takes its
+// weight (C,) on dimension 1, as torch.nn.functional.prelu; alibi (several
+// head counts, powers of two and not) and sinusoidal have no inputs: their
+// parameters go to the index and the script builds the torch reference.
 //
-//   bench_ops_vs_torch DIR      then      python3 bench/ops_vs_torch.py DIR
+//   bench_ops_vs_torch DIR [--device host]   then   python3 bench/ops_vs_torch.py DIR
+//
+// --device host runs the kernels on the host JIT (no GPU needed), for a dry
+// run of the comparison with `ops_vs_torch.py DIR --device cpu`.
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <string>
-#include <sys/stat.h>
 
 #include "tx/ops/ops.hpp"
 #include "tx/ops/registry.hpp"
@@ -20,7 +29,8 @@ using namespace tx;
 
 namespace {
 
-std::vector<double> values(const ops::OpInfo& op, DType t, std::size_t n, int which, std::mt19937_64& g) {
+std::vector<double> values(const ops::OpInfo& op, DType t, std::size_t n, int which,
+                           std::mt19937_64& g) {
   std::vector<double> v(n);
   if (t.is_bool()) {
     for (auto& x : v) x = static_cast<double>(g() % 2);
@@ -28,45 +38,82 @@ std::vector<double> values(const ops::OpInfo& op, DType t, std::size_t n, int wh
   }
   if (t.is_integer()) {
     std::int64_t lo = t.is_uint() ? 0 : -100, hi = 100;
-    for (auto& x : v) x = static_cast<double>(lo + static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(hi - lo)));
+    for (auto& x : v)
+      x = static_cast<double>(lo +
+                              static_cast<std::int64_t>(g() % static_cast<std::uint64_t>(hi - lo)));
     return v;
   }
   double lo = -4, hi = 4;
   if (op.name == "pow" && which == 0) lo = 0.1;
-  if ((op.name == "div" || op.name == "remainder" || op.name == "floor_divide") && which == 1) lo = 0.25;
+  if ((op.name == "div" || op.name == "remainder" || op.name == "floor_divide") && which == 1)
+    lo = 0.25;
   std::uniform_real_distribution<double> d(lo, hi);
-  for (auto& x : v) do x = quantize(d(g), t); while (x == 0.0);
-  static const double specials[] = {NAN, INFINITY, -INFINITY, -0.0};
-  for (std::size_t i = 0; i < n; i += 101) v[i] = quantize(specials[(i / 101) % 4], t);
+  for (auto& x : v) do
+      x = quantize(d(g), t);
+    while (x == 0.0);
+  static const double specials[] = {NAN, INFINITY, -INFINITY, -0.0, 1000.0, -1e5, 3e4, 500.0};
+  constexpr std::size_t kSpecials = std::size(specials);
+  for (std::size_t i = 0; i < n; i += 53) v[i] = quantize(specials[(i / 53) % kSpecials], t);
   return v;
 }
 
 void write(const std::string& path, const Tensor& t) {
   auto b = t.to_bytes();
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+std::string shape_spec(const std::vector<std::int64_t>& s) {
+  if (s.empty()) return "scalar";
+  std::string r;
+  for (std::size_t d = 0; d < s.size(); ++d) r += (d ? "x" : "") + std::to_string(s[d]);
+  return r;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+  bool host = argc == 4 && std::string(argv[2]) == "--device" && std::string(argv[3]) == "host";
+  if (argc != 2 && !host) {
+    std::fprintf(stderr, "usage: %s OUT_DIR [--device host]\n", argv[0]);
     return 2;
   }
   std::string dir = argv[1];
   mkdir(dir.c_str(), 0755);
   std::string why;
-  if (!runtime::cuda_available(&why)) {
-    std::printf("SKIPPED: needs a GPU: %s\n", why.c_str());
+  if (host ? !runtime::host_jit_available(&why) : !runtime::cuda_available(&why)) {
+    std::printf("SKIPPED: needs %s: %s\n", host ? "the host JIT" : "a GPU", why.c_str());
     return 77;
   }
+  const Device dev = host ? Device::host() : Device::cuda();
   std::mt19937_64 g(20261121);
   std::ofstream index(dir + "/index.txt");
   const std::vector<DType> floats{f32, f16, bf16, f8e4m3, f8e5m2};
   const std::vector<DType> ints{i32, u8};
   int count = 0;
+  // Index lines: ID OP DTYPE [INPUT_DTYPE:SHAPE ...] params:P,... out:DTYPE:SHAPE
   for (const ops::OpInfo& op : ops::all_ops()) {
-    if (op.inputs == 0) continue;  // alibi / sinusoidal: checked against their formulas in the tests
+    if (op.inputs == 0) {
+      // alibi (heads, seq) and sinusoidal (positions, dim): the script builds
+      // the torch reference from the parameters.
+      for (DType t : floats) {
+        std::vector<std::pair<std::int64_t, std::int64_t>> cases =
+            op.name == "alibi"
+                ? std::vector<std::pair<std::int64_t, std::int64_t>>{{8, 64}, {12, 64}, {5, 33}}
+                : std::vector<std::pair<std::int64_t, std::int64_t>>{{2048, 128}, {1000, 6}};
+        for (auto [a, b] : cases) {
+          Tensor out =
+              op.name == "alibi" ? ops::alibi(a, b, t, dev) : ops::sinusoidal(a, b, t, dev);
+          std::string id =
+              op.name + "." + t.short_name() + "." + std::to_string(a) + "x" + std::to_string(b);
+          write(dir + "/" + id + ".out", out);
+          index << id << " " << op.name << " " << t.name() << " params:" << a << "," << b
+                << " out:" << out.dtype().name() << ":" << shape_spec(out.shape()) << "\n";
+          ++count;
+        }
+      }
+      continue;
+    }
     std::vector<DType> dts;
     for (DType t : floats)
       if (optable::accepts(op.dtypes, t)) dts.push_back(t);
@@ -95,17 +142,17 @@ int main(int argc, char** argv) {
         DType dk = mask ? boolean : t;
         std::int64_t n = 1;
         for (auto e : shapes[k]) n *= e;
-        in.push_back(Tensor::from_doubles(values(op, dk, static_cast<std::size_t>(n), static_cast<int>(k), g),
-                                          shapes[k], dk, Device::cuda()));
+        in.push_back(Tensor::from_doubles(
+            values(op, dk, static_cast<std::size_t>(n), static_cast<int>(k), g), shapes[k], dk,
+            dev));
         write(dir + "/" + id + ".in" + std::to_string(k), in.back());
-        index << " " << dk.name() << ":";
-        for (std::size_t d = 0; d < shapes[k].size(); ++d) index << (d ? "x" : "") << shapes[k][d];
+        index << " " << dk.name() << ":" << shape_spec(shapes[k]);
       }
       index << " params:";
       for (std::size_t i = 0; i < p.size(); ++i) index << (i ? "," : "") << p[i];
       Tensor out = ops::run(op.name, in, p);
       write(dir + "/" + id + ".out", out);
-      index << " out:" << out.dtype().name() << "\n";
+      index << " out:" << out.dtype().name() << ":" << shape_spec(out.shape()) << "\n";
       ++count;
     }
   }
