@@ -59,7 +59,8 @@ std::vector<Case> cases() {
     c.push_back({"add same-shape 2^28", "add", t, {big, big}});
     c.push_back({"add (1024,20480)+(20480,)", "add", t, {{1024, 20480}, {20480}}});
     c.push_back({"add (16,256,56,56)+(256,1,1)", "add", t, {{16, 256, 56, 56}, {256, 1, 1}}});
-    c.push_back({"masked_fill (1024,20480)", "masked_fill", t, {{1024, 20480}, {1024, 20480}}, {-1e4}});
+    c.push_back(
+        {"masked_fill (1024,20480)", "masked_fill", t, {{1024, 20480}, {1024, 20480}}, {-1e4}});
     c.push_back({"where (1024,20480)", "where", t, {{1024, 20480}, {1024, 20480}, {1024, 20480}}});
     c.push_back({"clamp 2^28", "clamp", t, {big}, {-0.5, 0.5}});
     c.push_back({"silu_and_mul (2048,2x28672)", "silu_and_mul", t, {{2048, 2 * 28672}}});
@@ -67,7 +68,12 @@ std::vector<Case> cases() {
     c.push_back({"cast to f8e4m3 2^28", "cast", t, {big}, {}, f8e4m3});
   }
   c.push_back({"relu f8e4m3 2^28", "relu", f8e4m3, {big}});
-  for (DType t : {f32, f16}) {
+  // Beyond the issue's list: an fp8 binary op, and fp8 ops with real math in
+  // both fp8 formats (each element converted in and out around f32 math).
+  c.push_back({"add f8e4m3 2^28", "add", f8e4m3, {big, big}});
+  c.push_back({"gelu f8e4m3 2^28", "gelu", f8e4m3, {big}});
+  c.push_back({"silu f8e5m2 2^28", "silu", f8e5m2, {big}});
+  for (DType t : {f32, f16, bf16}) {
     c.push_back({"gelu 4096", "gelu", t, {{4096}}, {}, void_t, true});
     c.push_back({"gelu 2^20", "gelu", t, {{1 << 20}}, {}, void_t, true});
     c.push_back({"add 4096", "add", t, {{4096}, {4096}}, {}, void_t, true});
@@ -152,12 +158,13 @@ Result run_case(const Case& c) {
   } else {
     std::vector<Shape> shapes;
     for (auto& t : in) shapes.push_back(t.shape());
-    auto op = std::make_shared<ops::Elementwise>(c.op, shapes, c.dtype, c.params, ops::Config{}, Device::cuda());
+    auto op = std::make_shared<ops::Elementwise>(c.op, shapes, c.dtype, c.params, ops::Config{},
+                                                 Device::cuda());
     out = Tensor::empty(op->out_shape(), op->out_dtype(), Device::cuda());
     launch = [op, &in, &out] { (*op)(in, out); };
     ops::Config k = op->config();
-    r.config = std::string(ops::strategy_name(*k.strategy)) + " t" + std::to_string(k.threads) + " v" +
-               std::to_string(k.num_per_thread);
+    r.config = std::string(ops::strategy_name(*k.strategy)) + " t" + std::to_string(k.threads) +
+               " v" + std::to_string(k.num_per_thread);
   }
   r.bytes += out.nbytes();
   r.tx_ms = time_ms(launch);
@@ -186,13 +193,15 @@ void write_cases_json(std::ostream& os) {
   auto cs = cases();
   for (std::size_t i = 0; i < cs.size(); ++i) {
     const Case& c = cs[i];
-    os << "  {\"label\": \"" << c.label << "\", \"op\": \"" << c.op << "\", \"dtype\": \"" << c.dtype.name()
-       << "\", \"shapes\": [";
-    for (std::size_t k = 0; k < c.shapes.size(); ++k) os << (k ? ", " : "") << shape_str(c.shapes[k]);
+    os << "  {\"label\": \"" << c.label << "\", \"op\": \"" << c.op << "\", \"dtype\": \""
+       << c.dtype.name() << "\", \"shapes\": [";
+    for (std::size_t k = 0; k < c.shapes.size(); ++k)
+      os << (k ? ", " : "") << shape_str(c.shapes[k]);
     os << "], \"params\": [";
     for (std::size_t k = 0; k < c.params.size(); ++k) os << (k ? ", " : "") << c.params[k];
-    os << "], \"cast_to\": \"" << (c.cast_to.is_void() ? "" : c.cast_to.name()) << "\", \"small\": "
-       << (c.small ? "true" : "false") << "}" << (i + 1 < cs.size() ? "," : "") << "\n";
+    os << "], \"cast_to\": \"" << (c.cast_to.is_void() ? "" : c.cast_to.name())
+       << "\", \"small\": " << (c.small ? "true" : "false") << "}" << (i + 1 < cs.size() ? "," : "")
+       << "\n";
   }
   os << "]\n";
 }
@@ -209,12 +218,14 @@ void jit_timings(std::ostream& os) {
   const std::string arch = runtime::current_device().arch();
   // NVRTC's first compile in a process loads its builtins: pay that first,
   // so neither measurement below includes it.
-  runtime::nvrtc_compile("extern \"C\" __global__ void warm() {}", "warm.cu", arch, runtime::NvrtcTarget::cubin);
+  runtime::nvrtc_compile("extern \"C\" __global__ void warm() {}", "warm.cu", arch,
+                         runtime::NvrtcTarget::cubin);
   std::int64_t n = 1000003 + (std::chrono::steady_clock::now().time_since_epoch().count() % 1000);
   // NVRTC alone on the source of an op (lowered on the host: no GPU compile).
   ops::Elementwise probe("gelu", {{n + 1}}, f16, {}, {}, Device::host());
   auto t2 = clock::now();
-  runtime::nvrtc_compile(probe.kernel().cuda_source(), "probe.cu", arch, runtime::NvrtcTarget::cubin);
+  runtime::nvrtc_compile(probe.kernel().cuda_source(), "probe.cu", arch,
+                         runtime::NvrtcTarget::cubin);
   auto t3 = clock::now();
   // Cold: the same op on a shape no cache has seen, built and loaded.
   auto t0 = clock::now();
@@ -235,7 +246,8 @@ void jit_timings(std::ostream& os) {
 void launch_floor(std::ostream& os) {
   using clock = std::chrono::steady_clock;
   const char* src = "extern \"C\" __global__ void tiny(float* y) { y[threadIdx.x] += 1.0f; }";
-  auto out = runtime::nvrtc_compile(src, "tiny.cu", runtime::current_device().arch(), runtime::NvrtcTarget::cubin);
+  auto out = runtime::nvrtc_compile(src, "tiny.cu", runtime::current_device().arch(),
+                                    runtime::NvrtcTarget::cubin);
   auto mod = runtime::Module::load(out.cubin, "tiny");
   void* f = mod->function("tiny");
   runtime::DevicePtr y = runtime::device_alloc(4096);
@@ -263,7 +275,8 @@ void launch_floor(std::ostream& os) {
   runtime::synchronize("floor");
   runtime::device_free(y);
   os << "{\"driver_us\": " << std::chrono::duration<double, std::micro>(t1 - t0).count() / calls
-     << ", \"tx_kernel_us\": " << std::chrono::duration<double, std::micro>(t3 - t2).count() / calls << "}\n";
+     << ", \"tx_kernel_us\": " << std::chrono::duration<double, std::micro>(t3 - t2).count() / calls
+     << "}\n";
 }
 
 // Disk hit: run in a second process with the same TX_CACHE_DIR.
@@ -277,8 +290,8 @@ void jit_disk(std::ostream& os, std::int64_t n) {
   std::string origin = e.kernel().prepare_gpu();
   auto t2 = clock::now();
   os << "{\"lower_ms\": " << std::chrono::duration<double, std::milli>(t1 - t0).count()
-     << ", \"disk_ms\": " << std::chrono::duration<double, std::milli>(t2 - t0).count() << ", \"origin\": \""
-     << origin << "\"}\n";
+     << ", \"disk_ms\": " << std::chrono::duration<double, std::milli>(t2 - t0).count()
+     << ", \"origin\": \"" << origin << "\"}\n";
 }
 
 }  // namespace
@@ -304,8 +317,9 @@ int main(int argc, char** argv) {
           ops::Elementwise e("gelu", {{1 << 24}}, f16, {}, {.tune = true}, Device::cuda());
           auto t1 = std::chrono::steady_clock::now();
           ops::Config c = e.config();
-          std::printf("tune pass %d: %s threads=%d npt=%d in %.0f ms\n", pass, ops::strategy_name(*c.strategy),
-                      c.threads, c.num_per_thread, std::chrono::duration<double, std::milli>(t1 - t0).count());
+          std::printf("tune pass %d: %s threads=%d npt=%d in %.0f ms\n", pass,
+                      ops::strategy_name(*c.strategy), c.threads, c.num_per_thread,
+                      std::chrono::duration<double, std::milli>(t1 - t0).count());
         }
         return 0;
       }
@@ -328,8 +342,8 @@ int main(int argc, char** argv) {
     const auto& dev = runtime::current_device();
     std::ofstream js(out_path);
     js << "{\"gpu\": \"" << dev.name << "\", \"results\": [\n";
-    std::printf("%-36s %-9s %10s %10s %8s %9s  %s\n", "case", "dtype", "copy GB/s", "tx GB/s", "tx/copy",
-                "host us", "config");
+    std::printf("%-36s %-9s %10s %10s %8s %9s  %s\n", "case", "dtype", "copy GB/s", "tx GB/s",
+                "tx/copy", "host us", "config");
     auto cs = cases();
     if (!only.empty()) {
       std::vector<Case> keep;
@@ -341,12 +355,14 @@ int main(int argc, char** argv) {
       Result r = run_case(cs[i]);
       double tx_gbs = static_cast<double>(r.bytes) / (r.tx_ms * 1e6);
       double copy_gbs = static_cast<double>(r.bytes) / (r.copy_ms * 1e6);
-      std::printf("%-36s %-9s %10.0f %10.0f %8.3f %9.2f  %s\n", r.c.label.c_str(), r.c.dtype.short_name().c_str(),
-                  copy_gbs, tx_gbs, tx_gbs / copy_gbs, r.host_us, r.config.c_str());
+      std::printf("%-36s %-9s %10.0f %10.0f %8.3f %9.2f  %s\n", r.c.label.c_str(),
+                  r.c.dtype.short_name().c_str(), copy_gbs, tx_gbs, tx_gbs / copy_gbs, r.host_us,
+                  r.config.c_str());
       std::fflush(stdout);
-      js << "  {\"label\": \"" << r.c.label << "\", \"dtype\": \"" << r.c.dtype.name() << "\", \"bytes\": " << r.bytes
-         << ", \"tx_ms\": " << r.tx_ms << ", \"copy_ms\": " << r.copy_ms << ", \"host_us\": " << r.host_us
-         << ", \"config\": \"" << r.config << "\"}" << (i + 1 < cs.size() ? "," : "") << "\n";
+      js << "  {\"label\": \"" << r.c.label << "\", \"dtype\": \"" << r.c.dtype.name()
+         << "\", \"bytes\": " << r.bytes << ", \"tx_ms\": " << r.tx_ms
+         << ", \"copy_ms\": " << r.copy_ms << ", \"host_us\": " << r.host_us << ", \"config\": \""
+         << r.config << "\"}" << (i + 1 < cs.size() ? "," : "") << "\n";
     }
     js << "]}\n";
   } catch (const Error& e) {

@@ -6,6 +6,10 @@
 //                                  elementwise benchmark's large cases
 //   bench_launch_configs fp8       fp8 ops at 16 and 32 elements per thread
 //   bench_launch_configs casts     casts at 4..32 elements per thread
+//   bench_launch_configs strategies the seed's three kernel strategies
+//                                  (direct, explicit_parallel,
+//                                  register_copy) at the default threads and
+//                                  elements per thread
 //
 // Prints one line per case: GB/s (read + write) or the fraction of the copy.
 // Timing: CUDA events, 5 warm-ups, median of 30; 2^28-element inputs.
@@ -156,6 +160,33 @@ void cast_sweep() {
   }
 }
 
+void strategy_sweep() {
+  struct C {
+    std::string op;
+    std::vector<Shape> shapes;
+  };
+  const Shape big{1 << 28};
+  const std::vector<C> cases = {{"sqrt", {big}},
+                                {"gelu", {big}},
+                                {"silu", {big}},
+                                {"add", {big, big}},
+                                {"add", {{1024, 20480}, {20480}}},
+                                {"add", {{16, 256, 56, 56}, {256, 1, 1}}},
+                                {"silu_and_mul", {{2048, 2 * 28672}}}};
+  std::printf(
+      "op                 dtype     fraction of copy: direct, explicit_parallel, register_copy\n");
+  for (DType t : {f32, f16, bf16})
+    for (const C& c : cases) {
+      std::printf("%-18s %-9s", c.op.c_str(), t.name().c_str());
+      for (ops::Strategy st : {ops::Strategy::direct, ops::Strategy::explicit_parallel,
+                               ops::Strategy::register_copy}) {
+        double copy = 0, g = op_gbs(c.op, c.shapes, t, {}, {.strategy = st}, &copy);
+        std::printf("  %s %6.0f (%.3f)", ops::strategy_name(st), g, g / copy);
+      }
+      std::printf("\n");
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,8 +204,10 @@ int main(int argc, char** argv) {
       fp8_sweep();
     else if (what == "casts")
       cast_sweep();
+    else if (what == "strategies")
+      strategy_sweep();
     else {
-      std::fprintf(stderr, "usage: bench_launch_configs threads|fp8|casts\n");
+      std::fprintf(stderr, "usage: bench_launch_configs threads|fp8|casts|strategies\n");
       return 2;
     }
   } catch (const Error& e) {

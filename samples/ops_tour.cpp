@@ -14,7 +14,6 @@
 #include <cstring>
 #include <iostream>
 #include <random>
-
 #include <tx/ops/ops.hpp>
 #include <tx/tx.hpp>
 
@@ -23,8 +22,14 @@ using namespace tx;
 int main(int argc, char** argv) {
   Device dev = default_device();
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--device=host") == 0) dev = Device::host();
-    if (std::strcmp(argv[i], "--device=cuda") == 0) dev = Device::cuda();
+    if (std::strcmp(argv[i], "--device=host") == 0) {
+      dev = Device::host();
+    } else if (std::strcmp(argv[i], "--device=cuda") == 0) {
+      dev = Device::cuda();
+    } else {
+      std::fprintf(stderr, "usage: %s [--device=cuda|host]\n", argv[0]);
+      return 2;
+    }
   }
   const std::int64_t M = 64, N = 512;
   std::mt19937_64 rng(std::random_device{}());
@@ -57,9 +62,10 @@ int main(int argc, char** argv) {
         want[r * N + c] = w;
         worst = std::max(worst, std::fabs(got[r * N + c] - w) / (1e-6 + 1e-5 * std::fabs(w)));
       }
-    std::printf("ran silu_and_mul, add, clamp, gt, where, gelu on %s: %lld x %lld\n", dev.str().c_str(),
-                static_cast<long long>(M), static_cast<long long>(N));
-    std::printf("max error (relative to tolerance): %.3g -> %s\n", worst, worst <= 1 ? "PASS" : "FAIL");
+    std::printf("ran silu_and_mul, add, clamp, gt, where, gelu on %s: %lld x %lld\n",
+                dev.str().c_str(), static_cast<long long>(M), static_cast<long long>(N));
+    std::printf("max error (relative to tolerance): %.3g -> %s\n", worst,
+                worst <= 1 ? "PASS" : "FAIL");
     return worst <= 1 ? 0 : 1;
   } catch (const Error& e) {
     std::cerr << e.what() << "\n";

@@ -11,9 +11,8 @@
 #include <iostream>
 #include <random>
 #include <string>
-#include <vector>
-
 #include <tx/tx.hpp>
+#include <vector>
 
 namespace sample {
 
@@ -30,9 +29,13 @@ inline Args parse(int argc, char** argv) {
       a.emit = s.substr(7);
     } else if (s.rfind("--device=", 0) == 0) {
       a.device = s.substr(9);
+      if (a.device != "cuda" && a.device != "gpu" && a.device != "host" && a.device != "cpu") {
+        std::fprintf(stderr, "unknown --device=%s (cuda or host)\n", a.device.c_str());
+        std::exit(2);
+      }
     } else {
-      std::fprintf(stderr,
-                   "usage: %s [--emit=tirx|lowered|cuda|ptx] [--device=cuda|host]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--emit=tirx|lowered|cuda|ptx] [--device=cuda|host]\n",
+                   argv[0]);
       std::exit(2);
     }
   }
@@ -44,7 +47,9 @@ inline std::vector<double> random(std::size_t n, tx::DType t, double lo, double 
   static std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> d(lo, hi);
   std::vector<double> v(n);
-  for (auto& x : v) do x = tx::quantize(d(rng), t); while (x == 0.0);
+  for (auto& x : v) do
+      x = tx::quantize(d(rng), t);
+    while (x == 0.0);
   return v;
 }
 
@@ -58,7 +63,8 @@ inline int run(int argc, char** argv, const tx::PrimFunc& func,
   try {
     tx::CompileOptions opt;
     if (!a.device.empty())
-      opt.device = a.device == "host" || a.device == "cpu" ? tx::Device::host() : tx::Device::cuda();
+      opt.device =
+          a.device == "host" || a.device == "cpu" ? tx::Device::host() : tx::Device::cuda();
     if (a.emit == "tirx") {
       std::cout << func;
       return 0;

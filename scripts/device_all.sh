@@ -1,32 +1,95 @@
 #!/usr/bin/env bash
-# Everything the GPU machine is for, in one call (see DEVELOPERS.md):
-# build + the whole ctest suite + the samples, the GPU side of the
-# GPU-vs-host comparison, every op against PyTorch, and the elementwise
-# benchmark. At most 8 files come back, so the logs travel as one archive.
+# Everything the GPU machine is for, in two device calls of under 10 minutes
+# each (see DEVELOPERS.md). Both stages leave what comes back in $OUT (at most
+# 8 files; the logs travel as one archive, logs-STAGE.tgz).
+#
+#   scripts/device_all.sh check   set-up as a user would run it (no network:
+#                                 nothing may be installed or hang), build
+#                                 without the host JIT, the whole ctest suite
+#                                 (GPU suites included), every sample, the GPU
+#                                 side of the GPU-vs-host comparison
+#                                 (gpu_cross.bin -> test/data/gpu_cross_h200.bin),
+#                                 and every sample and GPU suite under
+#                                 compute-sanitizer memcheck + racecheck
+#   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
+#                                 eager and compile, JIT times, launch floor)
+#   scripts/device_all.sh extras  every op against PyTorch, the strategy
+#                                 sweep, an autotuning run, ncu on the cases
+#                                 below the copy limit
+#
+# bench and extras reuse build-device when the machine is still warm.
 set -uo pipefail
+stage=${1:-check}
 FINAL=${OUT:-device-out}
 mkdir -p "$FINAL"
-export OUT=/tmp/device-logs
-mkdir -p "$OUT"
-scripts/device_check.sh > "$OUT/check.txt" 2>&1
-grep -E "build ok|BUILD FAILED|tests passed|tests failed|sample |\*\*\*Failed" "$OUT/check.txt"
-cp build-device/Testing/Temporary/LastTest.log "$OUT/" 2>/dev/null
+export OUT=/tmp/device-logs-$stage
+rm -rf "$OUT" && mkdir -p "$OUT"
+export TX_CACHE_DIR=/tmp/tx-cache
 B=build-device
-$B/test/cross_device run --device=cuda "$FINAL/gpu_cross.bin" 2>&1 | tail -2
-mkdir -p /tmp/ovt && $B/bench/bench_ops_vs_torch /tmp/ovt > /dev/null 2>&1 &&
-  python3 bench/ops_vs_torch.py /tmp/ovt > "$FINAL/ops_vs_torch.md" 2>"$OUT/ops_vs_torch.err"
-tail -1 "$FINAL/ops_vs_torch.md"
-BUILD_DIR=$B OUT=/tmp/bench-out bench/device_bench.sh > "$OUT/bench.txt" 2>&1
-grep -E "JIT|torch rc|driver_us" "$OUT/bench.txt"
-cp /tmp/bench-out/elementwise.md /tmp/bench-out/elementwise.json /tmp/bench-out/elementwise.png "$FINAL/" 2>/dev/null
-cp /tmp/bench-out/*.json "$OUT/" 2>/dev/null
-# Why the misses miss: instruction issue vs DRAM for the kernels under 0.95 of copy.
-for only in "gelu 2^28|float16" "relu f8e4m3 2^28|float8_e4m3fn" "gelu 2^28|float32" "exp 2^28|float16"; do
-  timeout 120 ncu --metrics sm__inst_executed.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
-    -k regex:tx_ -c 1 $B/bench/bench_elementwise --only "$only" --out /tmp/ncu.json > "$OUT/ncu_$(echo $only | tr -c 'a-z0-9' _).txt" 2>&1
-done
-grep -hE "tx_|inst_executed|sm__throughput|dram__throughput|duration" "$OUT"/ncu_*.txt | head -40
-TX_CACHE_DIR=/tmp/tune-cache $B/bench/bench_elementwise --tune 2>"$OUT/tune.txt" | tail -3
-tail -2 "$OUT/tune.txt"
-tar czf "$FINAL/logs.tgz" -C /tmp device-logs
+t0=$SECONDS
+step() { echo "== [$((SECONDS - t0)) s] $*"; }
+
+case "$stage" in
+check)
+  step "set-up as a user runs it (scripts/setup.sh, no TX_ switches)"
+  (time timeout 300 scripts/setup.sh) > "$OUT/setup.txt" 2>&1
+  echo "setup exit $?: $(grep -E '^setup:|^real' "$OUT/setup.txt" | tr '\n' ' ')"
+  step "build, ctest, samples (scripts/device_check.sh)"
+  scripts/device_check.sh > "$OUT/check.txt" 2>&1
+  grep -E "build ok|BUILD FAILED|tests passed|tests failed|sample |\*\*\*Failed|Skipped" "$OUT/check.txt"
+  cp $B/Testing/Temporary/LastTest.log "$OUT/" 2>/dev/null
+  step "GPU side of the GPU-vs-host comparison"
+  $B/test/cross_device run --device=cuda "$FINAL/gpu_cross.bin" > "$OUT/cross.txt" 2>&1
+  grep -E "ran |test cases|assertions|error" "$OUT/cross.txt" | grep -v "tx warning" | tail -4
+  step "compute-sanitizer memcheck + racecheck"
+  RUN_TIMEOUT=200 test/sanitize_gpu.sh $B /tmp/san > "$FINAL/sanitize_summary.txt" 2>&1
+  echo "sanitize exit $?"
+  tail -25 "$FINAL/sanitize_summary.txt"
+  cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
+  ;;
+bench | extras)
+  if [ ! -x $B/bench/bench_elementwise ]; then
+    step "build (the machine was not warm)"
+    TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make build BUILD=$B JOBS=16 > "$OUT/build.log" 2>&1 || {
+      tail -30 "$OUT/build.log"
+      exit 1
+    }
+  fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+  ;;&
+bench)
+  step "elementwise benchmark (tx, copy, torch)"
+  BUILD_DIR=$B OUT=/tmp/bench-out TORCH_TIMEOUT=420 bench/device_bench.sh > "$OUT/bench.txt" 2>&1
+  grep -E "JIT|torch rc|driver_us" "$OUT/bench.txt"
+  cp /tmp/bench-out/elementwise.md /tmp/bench-out/elementwise.json /tmp/bench-out/elementwise.png "$FINAL/" 2>/dev/null
+  cp /tmp/bench-out/*.json "$OUT/" 2>/dev/null
+  cp /tmp/bench-out/launch_floor.json "$FINAL/" 2>/dev/null
+  ;;
+extras)
+  step "every op against PyTorch"
+  mkdir -p /tmp/ovt && $B/bench/bench_ops_vs_torch /tmp/ovt > "$OUT/ops_vs_torch_tx.txt" 2>&1 &&
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/ops_vs_torch.py /tmp/ovt > "$FINAL/ops_vs_torch.md" 2> "$OUT/ops_vs_torch.err"
+  echo "ops_vs_torch exit $?"
+  tail -2 "$FINAL/ops_vs_torch.md"
+  step "the three strategies"
+  timeout 90 $B/bench/bench_launch_configs strategies > "$OUT/strategies.txt" 2>&1
+  cat "$OUT/strategies.txt"
+  step "autotuning (opt-in search, remembered on disk)"
+  TX_CACHE_DIR=/tmp/tune-cache timeout 60 $B/bench/bench_elementwise --tune > "$OUT/tune_out.txt" 2> "$OUT/tune.txt"
+  tail -3 "$OUT/tune.txt"
+  cat /tmp/tune-cache/autotune.txt > "$OUT/autotune_file.txt" 2>/dev/null
+  step "ncu on the kernels below the copy limit"
+  for only in "gelu f8e4m3 2^28|float8_e4m3fn" "silu f8e5m2 2^28|float8_e5m2"; do
+    timeout 60 ncu --metrics sm__inst_executed.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
+      -k regex:tx_ -c 1 $B/bench/bench_elementwise --only "$only" --out /tmp/ncu.json > "$OUT/ncu_$(echo "$only" | tr -c 'a-z0-9' _).txt" 2>&1
+  done
+  grep -hE "tx_|inst_executed|sm__throughput|dram__throughput|duration" "$OUT"/ncu_*.txt | head -20
+  ;;
+*)
+  echo "usage: scripts/device_all.sh check|bench|extras" >&2
+  exit 2
+  ;;
+esac
+tar czf "$FINAL/logs-$stage.tgz" -C /tmp "device-logs-$stage"
+step "done"
 ls "$FINAL"

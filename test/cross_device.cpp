@@ -6,13 +6,27 @@
 //   cross_device compare gpu.bin host.bin [limits.txt]
 //
 // test/data/gpu_cross_h200.bin holds the GPU side from an H200, so the
-// host_vs_gpu ctest compares the host JIT with it on any machine.
+// host_vs_gpu ctest compares the host JIT with it on any machine. To
+// re-record it after a change to the kernels or the cases, run on the GPU
+// machine (scripts/device_all.sh does):
+//   build-device/test/cross_device run --device=cuda test/data/gpu_cross_h200.bin
 //
-// Copies and integer ops must match bit for bit; math within 2 ulp of the
-// output dtype (the GPU's expf and the host's libm differ in the last
-// bits); NaN matches NaN.
+// What runs: the five seed programs, the whole tile-primitive matrix of
+// test/support/matrix_cases.hpp (copies, elementwise, reductions at every
+// scope; its own checks against double references run too, with the fixed
+// seed TX_TEST_SEED so both devices see the same inputs), and every op of
+// the library in every dtype it takes.
+//
+// Copies, integer ops, max/min and fills must match bit for bit; math within
+// 2 ulp of the output dtype (the GPU's expf and the host's libm differ in
+// the last bits); NaN matches NaN. test/data/gpu_cross_limits.txt lists the
+// documented exceptions (library ops only).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -24,6 +38,12 @@
 #include "tx/ops/registry.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
+
+namespace {
+tx::Device g_matrix_device = tx::Device::host();
+}
+#define TX_MATRIX_DEVICE g_matrix_device
+#include "matrix_cases.hpp"
 
 #define TX_SAMPLE_NO_MAIN
 #include "cta_sqrt_smem.cpp"
@@ -54,7 +74,8 @@ std::vector<double> inputs(std::size_t n, DType t, std::uint64_t seed, double lo
       x = std::floor(u(g) * 20);
       if (t.is_uint()) x = std::fabs(x);
     } else {
-      do x = quantize(u(g), t); while (x == 0.0);
+      do x = quantize(u(g), t);
+      while (x == 0.0);
     }
   }
   return v;
@@ -64,24 +85,40 @@ std::vector<Record> run_all(Device dev) {
   std::vector<Record> out;
   std::uint64_t seed = 1;
   // The seed programs.
-  auto sample = [&](const std::string& name, const PrimFunc& f, std::vector<std::vector<std::int64_t>> shapes,
-                    double lo) {
+  auto sample = [&](const std::string& name, const PrimFunc& f,
+                    std::vector<std::vector<std::int64_t>> shapes, double lo) {
     Kernel k = compile(f, {.device = dev});
     std::vector<Tensor> ts;
     for (auto& s : shapes) {
       std::int64_t n = 1;
       for (auto e : s) n *= e;
-      ts.push_back(Tensor::from_doubles(inputs(static_cast<std::size_t>(n), f32, seed++, lo, 10), s, f32, dev));
+      ts.push_back(Tensor::from_doubles(inputs(static_cast<std::size_t>(n), f32, seed++, lo, 10), s,
+                                        f32, dev));
     }
     k.launch(ts);
     for (std::size_t i = 0; i < ts.size(); ++i)
-      out.push_back({name + ".arg" + std::to_string(i), f32, name == "warp_copy_reg", ts[i].to_bytes()});
+      out.push_back(
+          {name + ".arg" + std::to_string(i), f32, name == "warp_copy_reg", ts[i].to_bytes()});
   };
   sample("warp_sqrt_reg", warp_sqrt(), {{32, 8}, {32, 8}}, 0.01);
   sample("cta_sqrt_smem", cta_sqrt(), {{32, 32}}, 0.01);
   sample("warp_copy_reg", warp_copy_reg(), {{32, 8}, {32, 8}}, -1);
   sample("thread_sum_local", thread_sum(), {{4}, {1}}, -10);
   sample("warp_sum_shuffle", warp_sum_shuffle(), {{32, 4}, {4}}, -1);
+
+  // The tile-primitive matrix, through doctest so its own checks run too.
+  g_matrix_device = dev;
+  matrix::sink() = [&](const std::string& name, const Tensor& t, bool exact) {
+    out.push_back({"matrix." + name, t.dtype(), exact, t.to_bytes()});
+  };
+  doctest::Context ctx;
+  ctx.setOption("test-case", "matrix:*");
+  ctx.setOption("no-intro", true);
+  int failed = ctx.run();
+  matrix::sink() = nullptr;
+  if (failed != 0)
+    fail("cross_device", "matrix", {},
+         "the tile-primitive matrix failed its own checks on " + dev.str());
 
   // Every op of the library, every dtype it takes.
   const std::vector<DType> dts{f32, f16, bf16, f8e4m3, f8e5m2, i32, u8};
@@ -95,8 +132,9 @@ std::vector<Record> run_all(Device dev) {
       else if (op.name == "prelu")
         shapes = {{4, 8, 33}, {8}};
       else
-        for (int k = 0; k < op.inputs; ++k) shapes.push_back(k == 1 ? std::vector<std::int64_t>{1, 257}
-                                                                    : std::vector<std::int64_t>{9, 257});
+        for (int k = 0; k < op.inputs; ++k)
+          shapes.push_back(k == 1 ? std::vector<std::int64_t>{1, 257}
+                                  : std::vector<std::int64_t>{9, 257});
       ops::Params p;
       if (op.name == "leaky_relu") p = {0.2};
       if (op.name == "elu") p = {1.3};
@@ -110,13 +148,17 @@ std::vector<Record> run_all(Device dev) {
         DType dk = mask ? boolean : t;
         std::int64_t n = 1;
         for (auto e : shapes[k]) n *= e;
-        double lo = (op.name == "log" || op.name == "sqrt" || op.name == "rsqrt" || op.name == "pow") ? 0.05 : -4;
-        in.push_back(Tensor::from_doubles(inputs(static_cast<std::size_t>(n), dk, seed++, lo, 4), shapes[k], dk, dev));
+        double lo =
+            (op.name == "log" || op.name == "sqrt" || op.name == "rsqrt" || op.name == "pow") ? 0.05
+                                                                                              : -4;
+        in.push_back(Tensor::from_doubles(inputs(static_cast<std::size_t>(n), dk, seed++, lo, 4),
+                                          shapes[k], dk, dev));
       }
       Tensor y = ops::run(op.name, in, p);
       bool exact = !y.dtype().is_float() || op.category == optable::Category::comparison ||
-                   op.name == "where" || op.name == "masked_fill" || op.name == "neg" || op.name == "abs" ||
-                   op.name == "maximum" || op.name == "minimum" || op.name == "clamp" || op.name == "relu";
+                   op.name == "where" || op.name == "masked_fill" || op.name == "neg" ||
+                   op.name == "abs" || op.name == "maximum" || op.name == "minimum" ||
+                   op.name == "clamp" || op.name == "relu";
       out.push_back({op.name + "." + t.short_name(), y.dtype(), exact, y.to_bytes()});
     }
   }
@@ -126,8 +168,12 @@ std::vector<Record> run_all(Device dev) {
 void save(const std::string& path, const std::vector<Record>& rs) {
   std::ofstream f(path, std::ios::binary);
   for (const Record& r : rs) {
-    f << r.name << '\n' << r.dtype.name() << '\n' << (r.exact ? 1 : 0) << '\n' << r.bytes.size() << '\n';
-    f.write(reinterpret_cast<const char*>(r.bytes.data()), static_cast<std::streamsize>(r.bytes.size()));
+    f << r.name << '\n'
+      << r.dtype.name() << '\n'
+      << (r.exact ? 1 : 0) << '\n'
+      << r.bytes.size() << '\n';
+    f.write(reinterpret_cast<const char*>(r.bytes.data()),
+            static_cast<std::streamsize>(r.bytes.size()));
     f << '\n';
   }
 }
@@ -204,17 +250,26 @@ int compare(const std::string& pa, const std::string& pb, const std::string& lim
       std::printf("DIFFER by %.0f ulp (limit %.0f): %s\n", w, limit, name.c_str());
       ++bad;
     } else if (w > 2) {
-      std::printf("known: %s differs by %.0f ulp (documented limit %.0f)\n", name.c_str(), w, limit);
+      std::printf("known: %s differs by %.0f ulp (documented limit %.0f)\n", name.c_str(), w,
+                  limit);
     }
   }
-  std::printf("compared %d outputs: %d outside the limits; largest math difference %.0f ulp (%s)\n", checked, bad,
-              worst, worst_name.c_str());
+  // A recording older than the cases would leave new outputs unchecked: say so.
+  for (auto& [name, rb] : b)
+    if (!a.count(name)) {
+      std::printf("MISSING in %s (re-record it): %s\n", pa.c_str(), name.c_str());
+      ++bad;
+    }
+  std::printf("compared %d outputs: %d outside the limits; largest math difference %.0f ulp (%s)\n",
+              checked, bad, worst, worst_name.c_str());
   return bad == 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The matrix draws its inputs from the test generator: one seed for every device.
+  setenv("TX_TEST_SEED", "20261123", 1);
   try {
     if (argc == 4 && std::string(argv[1]) == "run") {
       Device d = std::string(argv[2]) == "--device=host" ? Device::host() : Device::cuda();

@@ -82,7 +82,8 @@ TEST_CASE("every sample also compiles to a cubin for sm_90a") {
 }
 
 TEST_CASE("every dtype's conversions compile") {
-  for (DType t : {f16, bf16, f8e4m3, f8e5m2, f64, i8, u16, i64}) {
+  for (DType t :
+       {f32, f16, bf16, f8e4m3, f8e5m2, f64, i8, i16, i32, i64, u8, u16, u32, u64, boolean}) {
     CAPTURE(t.name());
     PrimFunc f = T::prim_func("conv", [&](Handle A_ptr, Handle B_ptr) {
       auto A = T::match_buffer(A_ptr, {256}, t);

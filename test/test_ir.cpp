@@ -114,7 +114,7 @@ TEST_CASE("mixing float dtypes asks for a cast") {
   CHECK_THROWS_WITH_AS(build(), doctest::Contains("differ; cast one explicitly"), Error);
 }
 
-TEST_CASE("ints promote to the float operand; cast() rounds references like the GPU") {
+TEST_CASE("ints promote to the float operand, and cast() rounds references like the GPU") {
   CHECK(cast(1.0 + 1e-4, f16) == 1.0);
   CHECK(cast(65520.0, f16) == INFINITY);
   CHECK(cast(500.0, f8e4m3) == 448.0);
@@ -143,7 +143,7 @@ TEST_CASE("ints promote to the float operand; cast() rounds references like the 
   }
 }
 
-TEST_CASE("structural equality ignores names; the hash follows it") {
+TEST_CASE("structural equality ignores names, and the hash follows it") {
   PrimFunc a = warp_sqrt(), b = warp_sqrt();
   CHECK(structural_equal(a, b));
   CHECK(structural_hash(a) == structural_hash(b));
@@ -157,6 +157,46 @@ TEST_CASE("structural equality ignores names; the hash follows it") {
   CHECK(structural_equal(variant(3), variant(3)));
   CHECK_FALSE(structural_equal(variant(3), variant(4)));
   CHECK(structural_hash(variant(3)) != structural_hash(variant(4)));
+}
+
+TEST_CASE("structural equality sees layouts, memory scopes, execution scopes and dtypes") {
+  struct Knobs {
+    bool lane_layout = true;
+    MemScope staging = MemScope::shared;
+    bool warpgroup = false;
+    DType t = f32;
+  };
+  auto build = [](Knobs k) {
+    return T::prim_func("k", [&](Handle A_ptr, Handle B_ptr) {
+      auto A = T::match_buffer(A_ptr, {32, 8}, k.t);
+      auto B = T::match_buffer(B_ptr, {32, 8}, k.t);
+      T::thread_id({128});
+      TileLayout rl = k.lane_layout ? TileLayout(S({32, 8}, {1 * laneid, 1}))
+                                    : TileLayout(S({32, 8}, {8 * laneid, 1}));
+      std::optional<TileLayout> sl;
+      if (k.staging == MemScope::local) sl = rl;
+      auto X = T::alloc_buffer({32, 8}, k.t, k.staging, sl);
+      auto R = T::alloc_buffer({32, 8}, k.t, scope::local, rl);
+      if (k.warpgroup)
+        Tx::warpgroup::copy(X, A);
+      else
+        Tx::warp::copy(X, A);
+      Tx::warp::copy(R, X);
+      Tx::warp::copy(B, R);
+    });
+  };
+  PrimFunc base = build({});
+  CHECK(structural_equal(base, build({})));
+  CHECK(structural_hash(base) == structural_hash(build({})));
+  for (Knobs k : {Knobs{.lane_layout = false}, Knobs{.staging = MemScope::local},
+                  Knobs{.warpgroup = true}, Knobs{.t = f16}}) {
+    PrimFunc other = build(k);
+    CHECK_FALSE(structural_equal(base, other));
+    CHECK(structural_hash(base) != structural_hash(other));
+  }
+  // The statement level too: the same body built twice is equal.
+  CHECK(structural_equal(base->body, build({})->body));
+  CHECK_FALSE(structural_equal(base->body, build({.t = f16})->body));
 }
 
 TEST_CASE("substitute rebuilds only what changes") {

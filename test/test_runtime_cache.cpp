@@ -1028,6 +1028,43 @@ TEST_CASE("the process-wide cache follows TX_CACHE_DIR") {
   CHECK(&DiskCache::instance() == &DiskCache::instance());
 }
 
+TEST_CASE("TX_CACHE=0 turns the disk cache off, whatever TX_CACHE_DIR says") {
+  // Restores the variables the rest of the process may read.
+  struct Env {
+    std::string name;
+    std::optional<std::string> old;
+    explicit Env(const char* n) : name(n) {
+      if (const char* v = std::getenv(n)) old = v;
+    }
+    ~Env() {
+      if (old)
+        setenv(name.c_str(), old->c_str(), 1);
+      else
+        unsetenv(name.c_str());
+    }
+  } cache_env("TX_CACHE"), dir_env("TX_CACHE_DIR"), xdg_env("XDG_CACHE_HOME");
+  TempDir tmp;
+  setenv("TX_CACHE_DIR", tmp.path.c_str(), 1);
+  for (const char* off : {"0", "off", "OFF", "false", "no"}) {
+    CAPTURE(off);
+    setenv("TX_CACHE", off, 1);
+    CHECK(DiskCache::dir_from_environment().empty());
+    DiskCache c(DiskCache::dir_from_environment());
+    CHECK_FALSE(c.store(random_key(), random_payload(64)));
+  }
+  setenv("TX_CACHE", "1", 1);
+  CHECK(DiskCache::dir_from_environment() == tmp.path);
+  unsetenv("TX_CACHE");
+  CHECK(DiskCache::dir_from_environment() == tmp.path);
+  setenv("TX_CACHE_DIR", "", 1);  // set but empty: off
+  CHECK(DiskCache::dir_from_environment().empty());
+  unsetenv("TX_CACHE_DIR");
+  setenv("XDG_CACHE_HOME", tmp.path.c_str(), 1);
+  CHECK(DiskCache::dir_from_environment() == tmp.path + "/tx");
+  // Nothing was written while the cache was off.
+  CHECK(std::filesystem::is_empty(tmp.path));
+}
+
 TEST_CASE("concurrent stores of one key never expose a partial entry") {
   TempDir tmp;
   DiskCache cache(tmp.path);

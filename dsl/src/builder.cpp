@@ -3,6 +3,8 @@
 // collect statements of the innermost open block.
 #include "tx/builder.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <exception>
 #include <fstream>
 #include <map>
@@ -76,6 +78,13 @@ std::string source_prefix(SourceLoc loc) {
   if (loc.line == 0 || loc.line > lines.size()) return {};
   std::string l = lines[loc.line - 1];
   if (loc.column > 0 && loc.column - 1 <= l.size()) l = l.substr(0, loc.column - 1);
+  // A formatter may break `auto R =` and the call onto two lines: then the
+  // call starts its line and the binding ends the one before.
+  const bool starts_line = std::all_of(l.begin(), l.end(), [](unsigned char c) {
+    return std::isspace(c) || std::isalnum(c) || c == '_' || c == ':' || c == '.' || c == '<' ||
+           c == '>';
+  });
+  if (starts_line && loc.line >= 2) l = lines[loc.line - 2] + " " + l;
   return l;
 }
 
@@ -90,8 +99,8 @@ std::vector<std::string> infer_names(SourceLoc loc) {
     std::vector<std::string> out;
     std::string list = m[1];
     static const std::regex word(R"(\w+)");
-    for (auto it = std::sregex_iterator(list.begin(), list.end(), word); it != std::sregex_iterator();
-         ++it)
+    for (auto it = std::sregex_iterator(list.begin(), list.end(), word);
+         it != std::sregex_iterator(); ++it)
       out.push_back(it->str());
     return out;
   }
@@ -205,8 +214,7 @@ Handle FuncScope::named_param(const std::string& name) {
 
 PrimFunc FuncScope::finish() {
   BuildState& s = *g_state;
-  if (s.frames.size() != 1)
-    fail("T.prim_func", s.name, s.loc, "a loop or if block was left open");
+  if (s.frames.size() != 1) fail("T.prim_func", s.name, s.loc, "a loop or if block was left open");
   for (const Param& p : s.params)
     if (!p.buffer)
       fail("T.prim_func", p.handle.name(), s.loc,
@@ -393,8 +401,7 @@ TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype, std::optional
     if (p.handle.same_as(h)) param = &p;
   if (!param) fail("T.match_buffer", h.name(), loc, "is not a parameter of this kernel");
   if (param->buffer)
-    fail("T.match_buffer", h.name(), loc,
-         "is already bound to buffer " + param->buffer->name);
+    fail("T.match_buffer", h.name(), loc, "is already bound to buffer " + param->buffer->name);
   std::string fallback = h.name();
   if (fallback.size() > 4 && fallback.substr(fallback.size() - 4) == "_ptr")
     fallback = fallback.substr(0, fallback.size() - 4);

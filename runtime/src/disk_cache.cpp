@@ -41,7 +41,9 @@ std::string lower(std::string s) {
   return s;
 }
 
-std::string dir_from_env() {
+}  // namespace
+
+std::string DiskCache::dir_from_environment() {
   if (const char* v = std::getenv("TX_CACHE")) {
     std::string s = lower(v);
     if (s == "0" || s == "off" || s == "false" || s == "no") return {};
@@ -51,6 +53,8 @@ std::string dir_from_env() {
   if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/tx";
   return {};
 }
+
+namespace {
 
 // mkdir -p. Parents that do not exist get the usual 0755; the cache folder
 // itself is 0700 because it holds code this process will execute. A folder
@@ -201,7 +205,7 @@ std::string file_name(const std::string& key) {
 }  // namespace
 
 DiskCache& DiskCache::instance() {
-  static DiskCache* cache = new DiskCache(dir_from_env());
+  static DiskCache* cache = new DiskCache(dir_from_environment());
   return *cache;
 }
 

@@ -106,8 +106,8 @@ std::string Kernel::prepare_gpu() const {
       // A cached binary the driver refuses (made for another GPU, or by a
       // toolchain this driver cannot read) is never fatal: recompile it.
       if (!bin.from_disk) throw;
-      warn("kernel cache: the cached binary of " + s.kernel_name +
-           " does not load on this GPU (" + e.reason() + "); recompiling");
+      warn("kernel cache: the cached binary of " + s.kernel_name + " does not load on this GPU (" +
+           e.reason() + "); recompiling");
       bin = runtime::cubin_for(s.cuda, s.kernel_name, arch, runtime::DiskCache::instance(),
                                /*skip_disk=*/true);
       origin = "nvrtc";
@@ -151,10 +151,12 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
   SourceLoc loc = s.info.source->loc;
   auto bad = [&](std::size_t i, const std::string& reason) {
     fail("launch " + s.kernel_name,
-         i < params.size() ? params[i].name + " (argument " + std::to_string(i) + ")" : "", loc, reason);
+         i < params.size() ? params[i].name + " (argument " + std::to_string(i) + ")" : "", loc,
+         reason);
   };
   if (n != params.size())
-    bad(params.size(), "takes " + std::to_string(params.size()) + " tensors, got " + std::to_string(n));
+    bad(params.size(),
+        "takes " + std::to_string(params.size()) + " tensors, got " + std::to_string(n));
   std::array<void*, 32> small{};
   std::vector<void*> big;
   void** ptrs = small.data();
@@ -166,11 +168,14 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
     const Tensor& t = *args[i];
     const auto& pi = params[i];
     if (!t.defined()) bad(i, "tensor is undefined");
-    if (t.dtype() != pi.dtype) bad(i, "dtype " + t.dtype().name() + " but the kernel declares " + pi.dtype.name());
-    if (t.shape() != pi.shape && t.numel() != pi.elems)
-      bad(i, "shape " + shape_str(t.shape()) + " but the kernel declares " + shape_str(pi.shape));
+    if (t.dtype() != pi.dtype)
+      bad(i, "dtype " + t.dtype().name() + " but the kernel declares " + pi.dtype.name());
+    if (t.shape() != pi.shape)
+      bad(i, "shape " + shape_str(t.shape()) + " but the kernel declares " + shape_str(pi.shape) +
+                 (t.numel() == pi.elems ? " (same element count: pass t.reshape(...))" : ""));
     if (t.numel() < pi.elems)
-      bad(i, "tensor holds " + std::to_string(t.numel()) + " elements, the layout needs " + std::to_string(pi.elems));
+      bad(i, "tensor holds " + std::to_string(t.numel()) + " elements, the layout needs " +
+                 std::to_string(pi.elems));
     if (!(t.device() == s.device))
       bad(i, "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
                  " (move it with .to(kernel.device()))");
@@ -192,8 +197,9 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
                  std::to_string(dev.max_threads_per_block));
       if (s.info.shared_bytes > dev.max_shared_per_block_optin)
         fail(op, "", loc,
-             "needs " + std::to_string(s.info.shared_bytes) + " bytes of shared memory; " + dev.name +
-                 " allows " + std::to_string(dev.max_shared_per_block_optin) + " per CTA");
+             "needs " + std::to_string(s.info.shared_bytes) + " bytes of shared memory; " +
+                 dev.name + " allows " + std::to_string(dev.max_shared_per_block_optin) +
+                 " per CTA");
       s.ready.store(true, std::memory_order_release);
     }
     std::array<runtime::DevicePtr, 32> dsmall{};
@@ -213,10 +219,11 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
       kargs[i] = &dptrs[i];
     }
     const auto& g = s.info.launch.grid;
-    runtime::launch(s.function,
-                    {static_cast<unsigned>(g[0]), static_cast<unsigned>(g[1]), static_cast<unsigned>(g[2])},
-                    {static_cast<unsigned>(s.info.launch.block), 1, 1},
-                    static_cast<std::size_t>(s.info.shared_bytes), kargs, s.kernel_name);
+    runtime::launch(
+        s.function,
+        {static_cast<unsigned>(g[0]), static_cast<unsigned>(g[1]), static_cast<unsigned>(g[2])},
+        {static_cast<unsigned>(s.info.launch.block), 1, 1},
+        static_cast<std::size_t>(s.info.shared_bytes), kargs, s.kernel_name);
     if (sync_after_launch()) runtime::synchronize(s.kernel_name);
     return;
   }
@@ -227,7 +234,7 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
       std::string why;
       if (!runtime::host_jit_available(&why))
         fail("launch " + s.kernel_name, "", loc, "cannot run on the host: " + why);
-      s.host = runtime::host_compile(s.info);
+      s.host = runtime::host_compile(s.info, s.cuda);
     }
   }
   s.host->run(ptrs);
@@ -246,11 +253,12 @@ HostKernel::~HostKernel() = default;
 #ifndef TX_HAVE_HOST_JIT
 bool host_jit_available(std::string* why) {
   if (why)
-    *why = "this tx was built without the LLVM host JIT (install llvm-19-dev and rebuild), and "
-           "no GPU is in use";
+    *why =
+        "this tx was built without the LLVM host JIT (install llvm-19-dev and rebuild), and "
+        "no GPU is in use";
   return false;
 }
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k) {
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, const std::string&) {
   fail("host_compile", k.source->name, {}, "tx was built without the LLVM host JIT");
 }
 #endif

@@ -146,6 +146,18 @@ std::int64_t Tensor::numel() const {
   return n;
 }
 
+Tensor Tensor::reshape(std::vector<std::int64_t> shape) const {
+  if (!storage_) fail("Tensor.reshape", "", {}, "the tensor is undefined");
+  std::int64_t n = element_count(shape, "Tensor.reshape");
+  if (n != numel())
+    fail("Tensor.reshape", "", {},
+         "shape " + shape_str(shape) + " holds " + std::to_string(n) + " elements, the tensor " +
+             std::to_string(numel()));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
 std::size_t Tensor::nbytes() const { return storage_ ? storage_->bytes : 0; }
 
 void* Tensor::data_ptr() const {

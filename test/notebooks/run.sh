@@ -11,6 +11,16 @@
 # Exit: 0 pass, 1 fail, 77 skipped (no Jupyter, no clang-repl-19, no host JIT
 # and no GPU to run the kernels on, or a sanitizer build).
 set -euo pipefail
+# CI sets TX_REQUIRE_INTERACTIVE=1: there a missing tool fails the test
+# instead of skipping it (a sanitizer build still skips).
+skip() {
+  if [ "${TX_REQUIRE_INTERACTIVE:-0}" = 1 ]; then
+    echo "FAIL (TX_REQUIRE_INTERACTIVE=1): $1"
+    exit 1
+  fi
+  echo "SKIPPED: $1"
+  exit 77
+}
 build=$(cd "$1" && pwd)
 host_jit=${2:-OFF}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,8 +31,7 @@ if grep -q '^CMAKE_CXX_FLAGS:[A-Z]*=.*-fsanitize' "$build/CMakeCache.txt" 2>/dev
   exit 77
 fi
 if [ "$host_jit" != ON ] && ! { command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; }; then
-  echo "SKIPPED: tx was built without the host JIT and there is no GPU: the notebooks run kernels"
-  exit 77
+  skip "tx was built without the host JIT and there is no GPU: the notebooks run kernels"
 fi
 
 python=""
@@ -34,8 +43,7 @@ for p in "${TX_JUPYTER_PYTHON:-}" "${TX_JUPYTER_VENV:-$HOME/.local/share/tx/jupy
   fi
 done
 if [ -z "$python" ]; then
-  echo "SKIPPED: no Python with Jupyter (nbclient, ipykernel): run notebooks/install_kernel.sh"
-  exit 77
+  skip "no Python with Jupyter (nbclient, ipykernel): run notebooks/install_kernel.sh"
 fi
 
 export TX_CACHE_DIR="${TX_CACHE_DIR:-$build/test-cache}"

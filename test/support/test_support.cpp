@@ -2,14 +2,19 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "tx/expr.hpp"
 
 namespace tx::test {
 
+// TX_TEST_SEED=N replays a run (failures print the seed); cross_device sets
+// it so that the GPU and the host see the same inputs.
 std::uint64_t rng_seed() {
-  static const std::uint64_t seed =
-      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  static const std::uint64_t seed = []() -> std::uint64_t {
+    if (const char* v = std::getenv("TX_TEST_SEED"); v && *v) return std::strtoull(v, nullptr, 10);
+    return static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  }();
   return seed;
 }
 
@@ -21,8 +26,10 @@ std::mt19937_64& rng() {
 std::vector<double> random_values(std::size_t n, DType dtype, double lo, double hi) {
   std::vector<double> v(n);
   if (dtype.is_integer() || dtype.is_bool()) {
-    double dl = std::max(lo, dtype.is_uint() || dtype.is_bool() ? 0.0 : -std::ldexp(1.0, dtype.bits - 1));
-    double dh = std::min(hi, dtype.is_bool() ? 2.0 : std::ldexp(1.0, dtype.bits - (dtype.is_uint() ? 0 : 1)));
+    double dl =
+        std::max(lo, dtype.is_uint() || dtype.is_bool() ? 0.0 : -std::ldexp(1.0, dtype.bits - 1));
+    double dh = std::min(
+        hi, dtype.is_bool() ? 2.0 : std::ldexp(1.0, dtype.bits - (dtype.is_uint() ? 0 : 1)));
     std::uniform_int_distribution<std::int64_t> d(static_cast<std::int64_t>(dl),
                                                   static_cast<std::int64_t>(dh) - 1);
     for (auto& x : v) x = static_cast<double>(d(rng()));
@@ -41,10 +48,14 @@ std::uint64_t poison_bits(DType dtype) {
   switch (dtype.code) {
     case TypeCode::Float:
       return dtype.bits == 64 ? 0x7ff8dead0000beefull : dtype.bits == 32 ? 0x7fc0dead : 0x7e01;
-    case TypeCode::BFloat: return 0x7fc1;
-    case TypeCode::Float8E4M3: return 0x7f;
-    case TypeCode::Float8E5M2: return 0x7f;
-    default: return 0xa5a5a5a5a5a5a5a5ull;
+    case TypeCode::BFloat:
+      return 0x7fc1;
+    case TypeCode::Float8E4M3:
+      return 0x7f;
+    case TypeCode::Float8E5M2:
+      return 0x7f;
+    default:
+      return 0xa5a5a5a5a5a5a5a5ull;
   }
 }
 

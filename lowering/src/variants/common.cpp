@@ -36,10 +36,15 @@ Check scope_fits_cta(const DispatchContext& ctx) {
 Check all_threads_active(const DispatchContext& ctx) {
   Uniformity need = scope_level(ctx.scope);
   for (const Guard& g : ctx.guards)
-    if (static_cast<int>(g.level) < static_cast<int>(need))
-      return std::string("not all threads of the ") + exec_scope_name(ctx.scope) +
-             " are active: the guard `" + g.text + "` at " + g.loc.str() + " varies per " +
-             uniformity_name(g.level) + ", which splits a " + exec_scope_name(ctx.scope);
+    if (static_cast<int>(g.level) < static_cast<int>(need)) {
+      std::string why = std::string("not all threads of the ") + exec_scope_name(ctx.scope) +
+                        " are active: the guard `" + g.text + "` at " + g.loc.str() +
+                        " varies per " + uniformity_name(g.level) + ", which splits a " +
+                        exec_scope_name(ctx.scope);
+      // The destination is the operand the partial group would leave half written.
+      const BufferRegion* dst = region_arg(ctx.call, 0);
+      return dst ? operand_reason(*dst, why) : why;
+    }
   return ok();
 }
 
@@ -161,7 +166,8 @@ Expr elementwise_value(const ElementwisePlan& plan, const std::vector<Expr>& loa
   DType dt = plan.dst.buffer->dtype;
   if (plan.spec->name == "zero") return dt.is_float() ? make_float(0.0, dt) : make_int(0, dt);
   std::vector<Expr> xs;
-  for (const Expr& v : loaded) xs.push_back(v.dtype() == plan.compute ? v : make_cast(plan.compute, v));
+  for (const Expr& v : loaded)
+    xs.push_back(v.dtype() == plan.compute ? v : make_cast(plan.compute, v));
   if (plan.scale || plan.bias) {
     Expr x = xs[0];
     if (plan.scale) x = make_binary(BinOp::Mul, x, plan.scale);

@@ -6,8 +6,11 @@
 //
 // One LLJIT serves the process (a function-local static, never destroyed so
 // that no kernel outlives it at exit). Compiles are serialized by one mutex
-// and cached in memory by the structural hash of the lowered function and its
-// launch, so compiling the same kernel twice JITs once. A launch runs the CTAs
+// and cached in memory under the GPU cache's key (kernel_cache_key: SHA-256
+// of the kernel's CUDA source, tx and IR versions, the target -- here the
+// host's triple and CPU -- the compiler version -- here LLVM's -- and the
+// launch shape the host code is specialized for), so compiling the same
+// kernel twice JITs once. A launch runs the CTAs
 // in order, or splits the grid into contiguous ranges over a few std::threads
 // when there is enough work; CTAs never share state, so the split changes no
 // result.
@@ -17,6 +20,7 @@
 // prints where compile time goes; TX_HOST_CACHE=0 bypasses the compile cache;
 // TX_HOST_THREADS=n caps the worker threads of a launch (1: sequential).
 #include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -48,6 +52,7 @@
 #include "host_passes.hpp"
 #include "tx/lowering/codegen_cuda.hpp"
 #include "tx/printer.hpp"
+#include "tx/runtime/disk_cache.hpp"
 #include "tx/runtime/kernel.hpp"
 
 namespace tx::runtime {
@@ -70,13 +75,8 @@ struct Jit {
   std::mutex mu;      // one compile at a time; guards everything below
   std::uint64_t next_id = 0;
 
-  struct Entry {
-    PrimFunc lowered;
-    lowering::LaunchConfig launch;
-    std::vector<std::pair<std::int64_t, std::int64_t>> shared;  // (offset, bytes)
-    std::shared_ptr<HostKernel> kernel;
-  };
-  std::unordered_map<std::uint64_t, std::vector<Entry>> cache;
+  std::string target;  // triple and CPU, part of the cache key
+  std::unordered_map<std::string, std::shared_ptr<HostKernel>> cache;
 };
 
 std::string llvm_message(llvm::Error e) { return llvm::toString(std::move(e)); }
@@ -116,6 +116,8 @@ Jit& jit() {
     // glibc's scalar ones by at most 2. TX_HOST_LIBMVEC=1 trades that for speed.
     s->libmvec = std::getenv("TX_HOST_LIBMVEC") && s->tm->getTargetTriple().isX86() &&
                  !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
+    s->target = s->tm->getTargetTriple().str() + "/" + s->tm->getTargetCPU().str() +
+                (s->libmvec ? "/libmvec" : "");
     s->jit = std::move(*j);
     return s;
   }();
@@ -284,28 +286,36 @@ bool host_jit_available(std::string* why) {
   return j.jit != nullptr;
 }
 
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k) {
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
+                                         const std::string& cuda_source) {
   Jit& j = jit();
   if (!j.jit) fail("host_jit", k.source->name, k.source->loc, j.error);
-  const lowering::LaunchConfig& L = k.launch;
-  std::uint64_t key = structural_hash(k.lowered);
-  for (std::int64_t v : {L.grid[0], L.grid[1], L.grid[2], std::int64_t{L.block}, k.shared_bytes})
-    key = (key ^ static_cast<std::uint64_t>(v)) * 0x100000001b3ull;
-  auto shared = shared_layout(k);
   bool use_cache =
       !(std::getenv("TX_HOST_CACHE") && std::string(std::getenv("TX_HOST_CACHE")) == "0");
+  std::string key;
+  if (use_cache) {
+    const std::string cuda =
+        cuda_source.empty()
+            ? lowering::codegen_cuda(k, {lowering::sanitize_identifier(k.source->name), false})
+            : cuda_source;
+    // The CUDA source fixes the kernel's semantics but not the launch; the
+    // host code loops over the grid and lays out shared memory itself.
+    std::vector<std::string> launch{"grid=" + std::to_string(k.launch.grid[0]) + "," +
+                                        std::to_string(k.launch.grid[1]) + "," +
+                                        std::to_string(k.launch.grid[2]),
+                                    "block=" + std::to_string(k.launch.block)};
+    for (auto [offset, bytes] : shared_layout(k))
+      launch.push_back("shared=" + std::to_string(offset) + "+" + std::to_string(bytes));
+    key = kernel_cache_key(cuda, launch, j.target, "LLVM " LLVM_VERSION_STRING);
+  }
 
   std::lock_guard<std::mutex> lock(j.mu);
   if (use_cache) {
     auto it = j.cache.find(key);
-    if (it != j.cache.end())
-      for (const Jit::Entry& e : it->second)
-        if (e.launch.grid == L.grid && e.launch.block == L.block && e.shared == shared &&
-            structural_equal(e.lowered, k.lowered))
-          return e.kernel;
+    if (it != j.cache.end()) return it->second;
   }
   std::shared_ptr<HostKernel> kernel = compile_uncached(j, k);
-  if (use_cache) j.cache[key].push_back({k.lowered, L, std::move(shared), kernel});
+  if (use_cache) j.cache.emplace(key, kernel);
   return kernel;
 }
 

@@ -37,6 +37,10 @@ class DiskCache {
  public:
   // The process-wide cache configured from the environment (read once).
   static DiskCache& instance();
+  // The folder instance() uses, from the environment as it is now: empty
+  // (disabled) for TX_CACHE=0/off/false/no, else TX_CACHE_DIR (set but empty:
+  // disabled), else $XDG_CACHE_HOME/tx, else ~/.cache/tx.
+  static std::string dir_from_environment();
   // A cache in an explicit folder (tests); empty dir means disabled.
   explicit DiskCache(std::string dir);
   // Trusting the files of `owner` instead of the effective uid's: a seam

@@ -91,6 +91,12 @@ class HostKernel {
 };
 
 bool host_jit_available(std::string* why = nullptr);
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k);
+// Cached in memory per process under the GPU cache's key function
+// (kernel_cache_key over the kernel's CUDA source, with the host target and
+// LLVM version in place of the GPU arch and NVRTC version, and the launch
+// shape the host code is specialized for). `cuda_source` is the kernel's
+// generated CUDA; empty: generated here.
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
+                                         const std::string& cuda_source = {});
 
 }  // namespace tx::runtime

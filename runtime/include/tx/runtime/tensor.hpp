@@ -37,7 +37,8 @@ class Tensor {
   Tensor() = default;
 
   // Uninitialized storage (host memory is 64-byte aligned, device memory 256).
-  static Tensor empty(std::vector<std::int64_t> shape, DType dtype, Device device = default_device());
+  static Tensor empty(std::vector<std::int64_t> shape, DType dtype,
+                      Device device = default_device());
   // Each value rounded to dtype as the GPU stores it (tx::encode_bits).
   static Tensor from_doubles(const std::vector<double>& values, std::vector<std::int64_t> shape,
                              DType dtype, Device device = default_device());
@@ -55,7 +56,8 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const {
     if (dtype_of<T>() != dtype_)
-      fail("Tensor.to_vector", "", {}, "tensor holds " + dtype_.name() + ", not " + dtype_of<T>().name());
+      fail("Tensor.to_vector", "", {},
+           "tensor holds " + dtype_.name() + ", not " + dtype_of<T>().name());
     std::vector<std::uint8_t> b = to_bytes();
     std::vector<T> out(b.size() / sizeof(T));
     if (!out.empty()) std::memcpy(out.data(), b.data(), b.size());
@@ -73,6 +75,10 @@ class Tensor {
   void* data_ptr() const;
 
   Tensor to(Device d) const;  // a copy on d (the same tensor if already there)
+  // The same storage under another shape with the same element count (no
+  // copy): kernels check shapes exactly, so this is how a flat tensor meets a
+  // kernel that declares (M, N).
+  Tensor reshape(std::vector<std::int64_t> shape) const;
   std::vector<double> to_doubles() const;
   std::vector<std::uint8_t> to_bytes() const;
   void copy_from_bytes(const void* data, std::size_t nbytes);
