@@ -159,12 +159,9 @@ inline double ulp(double x, DType t) {
 // output is quantize(pre, fp8) with e4m3fn's saturation and e5m2's Inf.
 inline double pre_rounded(double r, DType out) { return out.is_fp8() ? quantize(r, f16) : r; }
 
-// The fp8 value next to w = quantize(pre) on pre's side: the one other
-// output a correct computation may give when its f32 result and the f16
-// reference straddle a rounding midpoint (double rounding through f16,
-// f32 and the GPU's approximate math each move the value by far less than
-// an fp8 half-ulp). NaN when there is none: pre is an fp8 value, or
-// infinite, or past e4m3fn's +-448 (whose neighbour would be NaN).
+// The fp8 value next to w = quantize(pre) on pre's side; NaN when there is
+// none (pre is an fp8 value, or infinite, or past e4m3fn's +-448, whose
+// neighbour would be NaN). e5m2's neighbour past 57344 is Inf.
 inline double fp8_other(double pre, double w, DType t) {
   if (!std::isfinite(pre) || pre == w || std::isnan(w)) return NAN;
   double a = std::fabs(pre), b = std::fabs(w);
@@ -172,13 +169,24 @@ inline double fp8_other(double pre, double w, DType t) {
   return std::copysign(decode_bits(a > b ? bits + 1 : bits - 1, t), pre);
 }
 
+// fp8 outputs: how close to a rounding midpoint of the fp8 grid the f16
+// reference must be for the other side of the midpoint to be accepted.
+// tx rounds its f32 result to fp8 once; the reference rounds the exact value
+// to f16 first (up to 2^-11 relative: the double rounding the issue asks
+// for), and the GPU's approximate math for outputs of 16 bits or fewer
+// (tanh.approx: 2^-11 relative; sin/cos.approx: 2^-20.9 absolute) moves the
+// f32 result by as much again. 2^-9 relative plus 2^-20 absolute covers
+// both; an fp8 half-ulp is 2^-5 to 2^-3 relative, so the window is a 16th of
+// it at most.
+inline constexpr double kFp8MidpointRel = 0x1p-9, kFp8MidpointAbs = 0x1p-20;
+
 // Tolerances. Exact for bool and integer outputs, where and masked_fill.
 // f32 1e-5, f16 1e-3, bf16 1.6e-2 relative (the seed's), or one ulp of the
-// output dtype. fp8: the output must be one of the two fp8 values around
-// the f16-rounded reference -- the correctly rounded one or its neighbour
-// on the reference's side -- i.e. less than one fp8 ulp from the reference
-// and never on the wrong side of it; where the reference is an fp8 value
-// (or saturates, or is infinite) the output must equal it exactly.
+// output dtype. fp8: exactly the reference (the op in double, rounded to
+// f16, then to fp8 with e4m3fn's saturation and e5m2's Inf), except where
+// the f16 reference lies within the window above of a rounding midpoint
+// between two fp8 values: there either of the two is accepted. So an fp8
+// output is never more than one fp8 ulp off, and one ulp only next to a tie.
 inline void compare(const ops::OpInfo& op, DType in, const std::vector<double>& got,
                     const std::vector<double>& pre, const std::vector<double>& want,
                     const std::string& what) {
@@ -187,7 +195,7 @@ inline void compare(const ops::OpInfo& op, DType in, const std::vector<double>& 
   DType out = ops::out_dtype_for(op, in);
   bool exact = out.is_bool() || out.is_integer() || op.name == "where" || op.name == "masked_fill";
   double rtol = in == f32 ? 1e-5 : in == f16 ? 1e-3 : in == bf16 ? 1.6e-2 : 0;
-  std::size_t bad = 0, first = 0, off_by_one = 0;
+  std::size_t bad = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     double g = got[i], w = want[i];
     bool okv;
@@ -197,7 +205,11 @@ inline void compare(const ops::OpInfo& op, DType in, const std::vector<double>& 
       okv = g == w;
     } else if (out.is_fp8()) {
       okv = g == w;
-      if (!okv && g == fp8_other(pre[i], w, out)) okv = true, ++off_by_one;
+      double o = fp8_other(pre[i], w, out);
+      if (!okv && g == o) {
+        double m = std::isinf(o) ? std::copysign(61440.0, o) : (w + o) / 2;  // e5m2's Inf: 61440
+        okv = std::fabs(pre[i] - m) <= kFp8MidpointRel * std::fabs(m) + kFp8MidpointAbs;
+      }
     } else if (std::isinf(w) || std::isinf(g)) {
       okv = g == w;
     } else {
@@ -211,12 +223,6 @@ inline void compare(const ops::OpInfo& op, DType in, const std::vector<double>& 
                                << " elements wrong; first at " << first << ": got " << got[first]
                                << ", want " << want[first] << " (reference " << pre[first]
                                << "; seed " << test::rng_seed() << ")");
-  // The neighbour is the exception: a computation that rounded the wrong
-  // way often would be a bug even though each element is tolerated.
-  if (out.is_fp8() && !exact)
-    CHECK_MESSAGE(off_by_one * 50 <= got.size() + 50,
-                  what << ": " << off_by_one << " of " << got.size()
-                       << " fp8 outputs are the neighbour of the correctly rounded value");
 }
 
 // prelu's weight (C,) applies along dimension 1 of x, as
