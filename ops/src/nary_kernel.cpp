@@ -1,3 +1,7 @@
+// build_nary: the one kernel template of the library, written with the tx
+// DSL (strategies, vector chunks and the scalar epilogue: nary_kernel.hpp).
+// The guards compare the thread's chunk index with constants so that
+// lowering can prove every vector region in bounds.
 #include "nary_kernel.hpp"
 
 #include <limits>
