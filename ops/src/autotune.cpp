@@ -327,6 +327,7 @@ Config tuned_config(const OpInfo& op, DType dtype,
       }
   Config best = resolved(requested, dtype, op);
   float best_ms = 1e30f;
+  std::size_t timed = 0;
   Tensor out;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     Config c = candidates[i];
@@ -336,8 +337,10 @@ Config tuned_config(const OpInfo& op, DType dtype,
         Elementwise e(op.name, shapes, dtype, params, c, device);
         out = Tensor::empty(e.out_shape(), e.out_dtype(), device);
       }
-      std::vector<Tensor> args = inputs;
-      args.push_back(out);
+      // The kernels declare every tensor flat (nary_kernel.cpp).
+      std::vector<Tensor> args;
+      for (const Tensor& t : inputs) args.push_back(t.reshape({t.numel()}));
+      args.push_back(out.reshape({out.numel()}));
       for (int w = 0; w < 3; ++w) k.launch(args);
       std::vector<float> times;
       runtime::EventTimer t;
@@ -352,6 +355,7 @@ Config tuned_config(const OpInfo& op, DType dtype,
       std::fprintf(stderr, "[tx tune] %s %s %zu/%zu %s threads=%d npt=%d: %.4f ms\n",
                    op.name.c_str(), dtype.name().c_str(), i + 1, candidates.size(),
                    strategy_name(*c.strategy), c.threads, c.num_per_thread, ms);
+      ++timed;
       if (ms < best_ms) {
         best_ms = ms;
         best = c;
@@ -361,8 +365,15 @@ Config tuned_config(const OpInfo& op, DType dtype,
                    e.what());
     }
   }
-  std::fprintf(stderr, "[tx tune] %s %s: best %s\n", op.name.c_str(), dtype.name().c_str(),
-               encode(best).c_str());
+  if (timed == 0) {
+    // Nothing measured: keep the default for this process, remember nothing.
+    warn("autotune: no candidate of " + op.name + " " + dtype.name() +
+         " could be timed (see above); using the default " + encode(best));
+    (*known)[key] = best;
+    return best;
+  }
+  std::fprintf(stderr, "[tx tune] %s %s: best %s of %zu timed\n", op.name.c_str(),
+               dtype.name().c_str(), encode(best).c_str(), timed);
   remember_config(cache, key, best);  // a failure has warned; the winner still serves this process
   (*known)[key] = best;
   return best;

@@ -181,17 +181,9 @@ std::map<CacheKey, Kernel>& kernel_cache() {
 std::atomic<std::uint64_t> cache_hits{0}, cache_compiles{0};
 
 // The kernels declare every tensor flat, (numel,) (nary_kernel.cpp); a
-// launch passes the caller's tensor as that view of the same storage. A
-// runtime whose launches check shapes exactly offers Tensor::reshape for
-// it; one without reshape takes any shape of the right element count, and
-// the tensor goes as it is.
-template <class T>
-T as_flat(const T& t) {
-  if constexpr (requires { t.reshape(std::vector<std::int64_t>{}); })
-    return t.shape().size() == 1 ? t : t.reshape({t.numel()});
-  else
-    return t;
-}
+// launch passes the caller's tensor as that view of the same storage
+// (launches check shapes exactly).
+Tensor as_flat(const Tensor& t) { return t.shape().size() == 1 ? t : t.reshape({t.numel()}); }
 
 // The kernel under `key`, built by `build` (lowering and CUDA generation)
 // on a miss. Built outside the lock: two threads missing on one key both
