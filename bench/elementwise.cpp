@@ -108,7 +108,7 @@ void fill_random(Tensor& t, double lo, double hi, std::uint32_t seed) {
       }
     });
   });
-  compile(f, {.device = Device::cuda()})(t);
+  compile(f, {.device = Device::cuda()})(t.reshape({n}));  // the kernel is declared flat
 }
 
 double median(std::vector<double> v) {

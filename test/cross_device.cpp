@@ -245,7 +245,18 @@ int compare(const std::string& pa, const std::string& pb, const std::string& lim
       w = std::max(w, ulps(decode_bits(x, ra.dtype), decode_bits(y, ra.dtype), ra.dtype));
     }
     if (w > worst) worst = w, worst_name = name;
-    double limit = limits.count(name) ? limits[name] : 2.0;
+    double limit = 2.0;
+    if (auto it = limits.find(name); it != limits.end()) {
+      limit = it->second;
+    } else {
+      std::size_t best = 0;  // the longest "prefix*" pattern that matches
+      for (const auto& [pattern, v] : limits)
+        if (!pattern.empty() && pattern.back() == '*' && pattern.size() - 1 >= best &&
+            name.compare(0, pattern.size() - 1, pattern, 0, pattern.size() - 1) == 0) {
+          best = pattern.size() - 1;
+          limit = v;
+        }
+    }
     if (w > limit) {
       std::printf("DIFFER by %.0f ulp (limit %.0f): %s\n", w, limit, name.c_str());
       ++bad;
