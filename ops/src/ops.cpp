@@ -468,16 +468,10 @@ Tensor cast(const Tensor& x, DType to, const Config& cfg) {
 void alibi(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c) {
   if (heads <= 0 || seq <= 0)
     fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
-  std::int64_t n = 1;
-  while (n * 2 <= heads) n *= 2;
-  double nn = static_cast<double>(n);
+  const double h_count = static_cast<double>(heads);
   generate("alibi", {heads, seq, seq}, out, c, [=](const Expr& idx) {
     Expr h = idx / (seq * seq), i = idx / seq % seq, j = idx % seq;
-    Expr hf = cast(h, f32);
-    // slope = 2^(-8/n * (h + 1)) for the first n heads, 2^(-4/n * (2 (h - n) + 1)) after.
-    Expr slope =
-        select(h < n, exp2(hf * (-8.0 / nn) - 8.0 / nn), exp2((hf - nn) * (-8.0 / nn) - 4.0 / nn));
-    return Expr(slope * cast(j - i, f32));
+    return to_expr(optable::math::alibi_bias(h, i, j, h_count));
   });
 }
 
@@ -494,12 +488,10 @@ void sinusoidal(std::int64_t positions, std::int64_t dim, Tensor& out, const Con
   if (positions <= 0 || dim <= 0 || dim % 2 != 0)
     fail("tx.ops.sinusoidal", "dim", {},
          "num_positions must be positive and dim positive and even");
+  const double d_count = static_cast<double>(dim);
   generate("sinusoidal", {positions, dim}, out, c, [=](const Expr& idx) {
-    Expr p = cast(idx / dim, f64), d = idx % dim;
-    Expr i2 = cast(d / 2 * 2, f64);
-    // w = 10000^(-2i/dim); the angle in f64: f32 would lose the phase at large positions.
-    Expr angle = p * exp2(i2 * (-std::log2(10000.0) / static_cast<double>(dim)));
-    return Expr(cast(select(d % 2 == 0, sin(angle), cos(angle)), f32));
+    Expr p = idx / dim, d = idx % dim;
+    return to_expr(optable::math::sinusoidal_pe(p, d, d_count));
   });
 }
 

@@ -1,24 +1,36 @@
 // The registry: each Hana table entry becomes an OpInfo whose expr calls
 // the entry's lambda with Exprs and whose ref calls the same lambda with
-// doubles (or int64 for integer dtypes) -- one definition, two uses.
+// doubles (or int64 for integer dtypes) -- one definition, two uses. Every
+// op, the independent ones included, comes from the table (op_table.hpp).
 #include "tx/ops/registry.hpp"
 
 #include <cmath>
 #include <limits>
+#include <utility>
 
 namespace tx::optable {
 const char* category_name(Category c) {
   switch (c) {
-    case Category::unary_math: return "unary_math";
-    case Category::binary_arith: return "binary_arith";
-    case Category::activation: return "activation";
-    case Category::fused_gated_activation: return "fused_gated_activation";
-    case Category::comparison: return "comparison";
-    case Category::bitwise: return "bitwise";
-    case Category::logical: return "logical";
-    case Category::special_elementwise: return "special_elementwise";
-    case Category::alibi: return "alibi";
-    case Category::sinusoidal: return "sinusoidal";
+    case Category::unary_math:
+      return "unary_math";
+    case Category::binary_arith:
+      return "binary_arith";
+    case Category::activation:
+      return "activation";
+    case Category::fused_gated_activation:
+      return "fused_gated_activation";
+    case Category::comparison:
+      return "comparison";
+    case Category::bitwise:
+      return "bitwise";
+    case Category::logical:
+      return "logical";
+    case Category::special_elementwise:
+      return "special_elementwise";
+    case Category::alibi:
+      return "alibi";
+    case Category::sinusoidal:
+      return "sinusoidal";
   }
   return "?";
 }
@@ -54,82 +66,92 @@ double eval_ref2(F f, double a, double b, DType t) {
   return as_double(f(a, b));
 }
 
+// f(x[0], ..., x[In-1], p[0], ..., p[NParams-1], t).
+template <int In, int NParams, class F, class X>
+auto call_independent(F f, const std::vector<X>& x, const Params& p, DType t) {
+  return [&]<std::size_t... I, std::size_t... J>(std::index_sequence<I...>,
+                                                 std::index_sequence<J...>) {
+    return f(x[I]..., p[J]..., t);
+  }
+  (std::make_index_sequence<In>{}, std::make_index_sequence<NParams>{});
+}
+
 std::vector<OpInfo> build() {
   std::vector<OpInfo> ops;
   boost::hana::for_each(optable::kUnaryOps, [&](auto e) {
     auto f = e.f;
-    OpInfo o{std::string(e.meta.name), Template::unary, e.meta.category, e.meta.dtypes, e.meta.out, 1, 0,
+    OpInfo o{std::string(e.meta.name),
+             Template::unary,
+             e.meta.category,
+             e.meta.dtypes,
+             e.meta.out,
+             1,
+             0,
              [f](const std::vector<Expr>& x, const Params&) { return to_expr(f(x[0])); },
-             [f](const std::vector<double>& x, const Params&, DType t) { return eval_ref1(f, x[0], t); }};
+             [f](const std::vector<double>& x, const Params&, DType t) {
+               return eval_ref1(f, x[0], t);
+             }};
     ops.push_back(o);
   });
   boost::hana::for_each(optable::kBinaryOps, [&](auto e) {
     auto f = e.f;
-    OpInfo o{std::string(e.meta.name), Template::binary, e.meta.category, e.meta.dtypes, e.meta.out, 2, 0,
+    OpInfo o{std::string(e.meta.name),
+             Template::binary,
+             e.meta.category,
+             e.meta.dtypes,
+             e.meta.out,
+             2,
+             0,
              [f](const std::vector<Expr>& x, const Params&) { return to_expr(f(x[0], x[1])); },
-             [f](const std::vector<double>& x, const Params&, DType t) { return eval_ref2(f, x[0], x[1], t); }};
+             [f](const std::vector<double>& x, const Params&, DType t) {
+               return eval_ref2(f, x[0], x[1], t);
+             }};
     ops.push_back(o);
   });
   boost::hana::for_each(optable::kGatedOps, [&](auto e) {
     auto f = e.f;
-    OpInfo o{std::string(e.meta.name), Template::gated, e.meta.category, e.meta.dtypes, e.meta.out, 1, 0,
+    OpInfo o{std::string(e.meta.name),
+             Template::gated,
+             e.meta.category,
+             e.meta.dtypes,
+             e.meta.out,
+             1,
+             0,
              [f](const std::vector<Expr>& x, const Params&) { return to_expr(f(x[0]) * x[1]); },
              [f](const std::vector<double>& x, const Params&, DType) { return f(x[0]) * x[1]; }};
     ops.push_back(o);
   });
 
-  // Independent ops: their own signatures and scalar parameters.
-  auto add = [&](std::string name, Category c, DTypes d, int inputs, int params,
-                 std::function<Expr(const std::vector<Expr>&, const Params&)> expr,
-                 std::function<double(const std::vector<double>&, const Params&, DType)> ref,
-                 Out out = Out::same) {
-    ops.push_back({std::move(name), Template::independent, c, d, out, inputs, params, std::move(expr),
-                   std::move(ref)});
-  };
-  using V = const std::vector<Expr>&;
-  using D = const std::vector<double>&;
-  using P = const Params&;
-  add("leaky_relu", Category::activation, DTypes::floats, 1, 1,
-      [](V x, P p) { return to_expr(select(x[0] > 0.0, x[0], x[0] * p[0])); },
-      [](D x, P p, DType) { return x[0] > 0 ? x[0] : x[0] * p[0]; });
-  add("elu", Category::activation, DTypes::floats, 1, 1,
-      [](V x, P p) { return to_expr(select(x[0] > 0.0, x[0], p[0] * expm1(x[0]))); },
-      [](D x, P p, DType) { return x[0] > 0 ? x[0] : p[0] * std::expm1(x[0]); });
-  add("hardtanh", Category::activation, DTypes::floats, 1, 2,
-      [](V x, P p) { return to_expr(min(max(x[0], p[0]), p[1])); },
-      [](D x, P p, DType) { return std::isnan(x[0]) ? x[0] : std::min(std::max(x[0], p[0]), p[1]); });
-  add("softplus", Category::activation, DTypes::floats, 1, 2,
-      [](V x, P p) {
-        Expr bx = x[0] * p[0];
-        return to_expr(select(bx > p[1], x[0], log1p(exp(bx)) / p[0]));
-      },
-      [](D x, P p, DType) { return x[0] * p[0] > p[1] ? x[0] : std::log1p(std::exp(x[0] * p[0])) / p[0]; });
-  add("prelu", Category::activation, DTypes::floats, 2, 0,
-      [](V x, P) { return to_expr(select(x[0] > 0.0, x[0], x[1] * x[0])); },
-      [](D x, P, DType) { return x[0] > 0 ? x[0] : x[1] * x[0]; });
-  add("where", Category::special_elementwise, DTypes::all, 3, 0,
-      [](V x, P) { return to_expr(select(x[0], x[1], x[2])); },
-      [](D x, P, DType) { return x[0] != 0 ? x[1] : x[2]; });
-  add("clamp", Category::special_elementwise, DTypes::numeric, 1, 2,
-      [](V x, P p) { return to_expr(min(max(x[0], p[0]), p[1])); },
-      [](D x, P p, DType) { return std::isnan(x[0]) ? x[0] : std::min(std::max(x[0], p[0]), p[1]); });
-  add("masked_fill", Category::special_elementwise, DTypes::all, 2, 1,
-      // The fill value in the tensor's dtype first (3.5 into int32 is 3, as torch).
-      [](V x, P p) { return to_expr(select(x[1], cast(p[0], x[0].dtype()), x[0])); },
-      [](D x, P p, DType t) { return x[1] != 0 ? cast(p[0], t) : x[0]; });
-  add("nan_to_num", Category::special_elementwise, DTypes::floats, 1, 3,
-      [](V x, P p) {
-        return to_expr(select(isnan(x[0]), p[0],
-                              select(isinf(x[0]), select(x[0] > 0.0, p[1], p[2]), x[0])));
-      },
-      [](D x, P p, DType) {
-        if (std::isnan(x[0])) return p[0];
-        if (std::isinf(x[0])) return x[0] > 0 ? p[1] : p[2];
-        return x[0];
-      });
-  // alibi and sinusoidal compute from the output index (see ops.cpp).
-  add("alibi", Category::alibi, DTypes::floats, 0, 2, nullptr, nullptr);
-  add("sinusoidal", Category::sinusoidal, DTypes::floats, 0, 2, nullptr, nullptr);
+  // Independent ops: their own signatures and scalar parameters. alibi and
+  // sinusoidal read no tensor (ops.cpp calls their lambdas on the output
+  // coordinates), so they have no per-element expr / ref here.
+  boost::hana::for_each(optable::kIndependentOps, [&](auto e) {
+    using Meta = decltype(e.meta);
+    constexpr int kIn = Meta::inputs, kParams = Meta::params;
+    OpInfo o{std::string(e.meta.name),
+             Template::independent,
+             e.meta.category,
+             e.meta.dtypes,
+             e.meta.out,
+             kIn,
+             kParams,
+             nullptr,
+             nullptr};
+    if constexpr (kIn > 0) {
+      auto f = e.f;
+      o.expr = [f](const std::vector<Expr>& x, const Params& p) {
+        return to_expr(call_independent<kIn, kParams>(f, x, p, x[0].dtype()));
+      };
+      o.ref = [f](const std::vector<double>& x, const Params& p, DType t) {
+        if (t.is_integer() || t.is_bool()) {
+          std::vector<std::int64_t> xi(x.begin(), x.end());
+          return as_double(call_independent<kIn, kParams>(f, xi, p, t));
+        }
+        return as_double(call_independent<kIn, kParams>(f, x, p, t));
+      };
+    }
+    ops.push_back(o);
+  });
   return ops;
 }
 

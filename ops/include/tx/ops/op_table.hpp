@@ -11,6 +11,7 @@
 
 #include <boost/hana.hpp>
 #include <cmath>
+#include <cstdint>
 #include <string_view>
 #include <type_traits>
 
@@ -73,6 +74,24 @@ inline constexpr auto gelu_tanh = [](auto x) {
   return x / (1.0 + exp(-2.0 * kSqrt2OverPi * (x + 0.044715 * x * x * x)));
 };
 inline constexpr auto silu = [](auto x) { return x / (1.0 + exp(-x)); };
+// ALiBi: bias[h, i, j] = slope_h (j - i) from the output coordinates, slopes
+// as BLOOM / vLLM: for n the largest power of two <= heads, 2^(-8 (h + 1) / n)
+// for h < n, then the odd powers of 2^(-4 / n).
+inline constexpr auto alibi_bias = [](auto h, auto i, auto j, double heads) {
+  std::int64_t n = 1;
+  while (static_cast<double>(n * 2) <= heads) n *= 2;
+  const double nn = static_cast<double>(n);
+  auto hf = cast(h, f32);
+  auto slope =
+      select(h < n, exp2(hf * (-8.0 / nn) - 8.0 / nn), exp2((hf - nn) * (-8.0 / nn) - 4.0 / nn));
+  return slope * cast(j - i, f32);
+};
+// Sinusoidal, interleaved: pe[p, 2k] = sin(p w_k), pe[p, 2k + 1] = cos(p w_k),
+// w_k = 10000^(-2k / dim); the angle in f64 (f32 loses the phase at large p).
+inline constexpr auto sinusoidal_pe = [](auto p, auto d, double dim) {
+  auto angle = cast(p, f64) * exp2(cast(d / 2 * 2, f64) * (-std::log2(10000.0) / dim));
+  return cast(select(d % 2 == 0, sin(angle), cos(angle)), f32);
+};
 // softplus with PyTorch's default beta = 1, threshold = 20.
 inline constexpr auto softplus1 = [](auto x) { return select(x > 20.0, x, log1p(exp(x))); };
 // Python's % and // on floats, exact as PyTorch computes them: through fmod
@@ -109,6 +128,19 @@ struct UnaryDef {
   Out out;
 };
 struct BinaryDef {
+  std::string_view name;
+  Category category;
+  DTypes dtypes;
+  Out out;
+};
+
+// An op with its own signature: `In` input tensors and `Params` scalar
+// parameters (compile-time counts, so the registry can call the lambda with
+// exactly that many arguments).
+template <int In, int NParams>
+struct IndependentDef {
+  static constexpr int inputs = In;
+  static constexpr int params = NParams;
   std::string_view name;
   Category category;
   DTypes dtypes;
@@ -253,12 +285,55 @@ inline constexpr auto kGatedOps = hana::make_tuple(
         UnaryDef{"gelu_tanh_and_mul", Category::fused_gated_activation, DTypes::floats, Out::same},
         math::gelu_tanh));
 
+// ------------------------------------------------------- independent (11)
+//
+// Their own signatures. An elementwise one takes its inputs, then its scalar
+// parameters, then the dtype it computes in (the tensor's dtype in the
+// reference, the kernel's compute dtype in the kernel; only masked_fill uses
+// it). alibi and sinusoidal read no tensor: their lambdas take the output
+// coordinates (integers) and the op's parameters.
+
+inline constexpr auto kIndependentOps = hana::make_tuple(
+    entry(IndependentDef<1, 1>{"leaky_relu", Category::activation, DTypes::floats, Out::same},
+          [](auto x, auto slope, DType) { return select(x > 0.0, x, x * slope); }),
+    entry(IndependentDef<1, 1>{"elu", Category::activation, DTypes::floats, Out::same},
+          [](auto x, auto alpha, DType) { return select(x > 0.0, x, alpha * expm1(x)); }),
+    // min / max propagate NaN, so NaN stays NaN (as torch).
+    entry(IndependentDef<1, 2>{"hardtanh", Category::activation, DTypes::floats, Out::same},
+          [](auto x, auto lo, auto hi, DType) { return min(max(x, lo), hi); }),
+    // Linear past the threshold, where log1p(exp(beta x)) / beta equals x in floating point.
+    entry(IndependentDef<1, 2>{"softplus", Category::activation, DTypes::floats, Out::same},
+          [](auto x, auto beta, auto threshold, DType) {
+            return select(x * beta > threshold, x, log1p(exp(x * beta)) / beta);
+          }),
+    // The weight is broadcast along dimension 1 (channels) by ops.cpp.
+    entry(IndependentDef<2, 0>{"prelu", Category::activation, DTypes::floats, Out::same},
+          [](auto x, auto weight, DType) { return select(x > 0.0, x, weight * x); }),
+    entry(IndependentDef<3, 0>{"where", Category::special_elementwise, DTypes::all, Out::same},
+          [](auto cond, auto a, auto b, DType) { return select(cond, a, b); }),
+    entry(IndependentDef<1, 2>{"clamp", Category::special_elementwise, DTypes::numeric, Out::same},
+          [](auto x, auto lo, auto hi, DType) { return min(max(x, lo), hi); }),
+    // The fill value rounded to the tensor's dtype first (3.5 into int32 is 3, as torch).
+    entry(
+        IndependentDef<2, 1>{"masked_fill", Category::special_elementwise, DTypes::all, Out::same},
+        [](auto x, auto mask, auto value, DType t) { return select(mask, cast(value, t), x); }),
+    entry(IndependentDef<1, 3>{"nan_to_num", Category::special_elementwise, DTypes::floats,
+                               Out::same},
+          [](auto x, auto nan, auto posinf, auto neginf, DType) {
+            return select(isnan(x), nan, select(isinf(x), select(x > 0.0, posinf, neginf), x));
+          }),
+    entry(IndependentDef<0, 2>{"alibi", Category::alibi, DTypes::floats, Out::same},
+          math::alibi_bias),
+    entry(IndependentDef<0, 2>{"sinusoidal", Category::sinusoidal, DTypes::floats, Out::same},
+          math::sinusoidal_pe));
+
 // Calls f(entry) for every op of every template, at compile time.
 template <class F>
 void for_each_op(F&& f) {
   hana::for_each(kUnaryOps, f);
   hana::for_each(kBinaryOps, f);
   hana::for_each(kGatedOps, f);
+  hana::for_each(kIndependentOps, f);
 }
 
 }  // namespace tx::optable
