@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the GPU machine is for, in two device calls of under 10 minutes
+# Everything the GPU machine is for, in device calls of under 10 minutes
 # each (see DEVELOPERS.md). Both stages leave what comes back in $OUT (at most
 # 8 files; the logs travel as one archive, logs-STAGE.tgz).
 #
@@ -8,9 +8,10 @@
 #                                 without the host JIT, the whole ctest suite
 #                                 (GPU suites included), every sample, the GPU
 #                                 side of the GPU-vs-host comparison
-#                                 (gpu_cross.bin -> test/data/gpu_cross_h200.bin),
-#                                 and every sample and GPU suite under
+#                                 (gpu_cross.bin -> test/data/gpu_cross_h200.bin)
+#   scripts/device_all.sh sanitize every sample and GPU suite under
 #                                 compute-sanitizer memcheck + racecheck
+#                                 (after check, on its build and kernel cache)
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
 #                                 eager and compile, JIT times, launch floor)
 #   scripts/device_all.sh extras  every op against PyTorch, the strategy
@@ -41,6 +42,9 @@ check)
   step "GPU side of the GPU-vs-host comparison"
   $B/test/cross_device run --device=cuda "$FINAL/gpu_cross.bin" > "$OUT/cross.txt" 2>&1
   grep -E "ran |test cases|assertions|error" "$OUT/cross.txt" | grep -v "tx warning" | tail -4
+  ;;
+sanitize)
+  [ -x $B/test/gpu_matrix ] || scripts/device_check.sh > "$OUT/check.txt" 2>&1
   step "compute-sanitizer memcheck + racecheck"
   TX_CACHE_DIR=$PWD/$B/test-cache RUN_TIMEOUT=420 test/sanitize_gpu.sh $B /tmp/san > "$FINAL/sanitize_summary.txt" 2>&1
   echo "sanitize exit $?"
@@ -84,7 +88,7 @@ extras)
   grep -hE "tx_|inst_executed|sm__throughput|dram__throughput|duration" "$OUT"/ncu_*.txt | head -20
   ;;
 *)
-  echo "usage: scripts/device_all.sh check|bench|extras" >&2
+  echo "usage: scripts/device_all.sh check|sanitize|bench|extras" >&2
   exit 2
   ;;
 esac
