@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "test_fixtures.hpp"
 #include "test_support.hpp"
 #include "tx/runtime/cubin_cache.hpp"
 #include "tx/runtime/cuda_driver.hpp"
@@ -62,23 +63,9 @@ void check_gpu_still_works(std::int64_t smem_elems = kN) {
   CHECK(test::max_rel_error(b, want, 1e-30, 2.5e-7) <= 1.0);
 }
 
-std::vector<std::string>& seen_warnings() {
-  static std::vector<std::string> w;
-  return w;
-}
-
 // Collects tx warnings while alive.
-struct Warnings {
-  Warnings() {
-    seen_warnings().clear();
-    tx::set_warning_handler([](const std::string& m) { seen_warnings().push_back(m); });
-  }
-  ~Warnings() { tx::set_warning_handler(nullptr); }
-  bool any(const std::string& s) const {
-    for (const auto& w : seen_warnings())
-      if (w.find(s) != std::string::npos) return true;
-    return false;
-  }
+struct Warnings : test::WarningCapture {
+  bool any(const std::string& s) const { return any_mentions(s); }
 };
 
 std::string what_of(const std::function<void()>& f) {
@@ -99,8 +86,9 @@ TEST_CASE("the error-free path works (the baseline the other cases return to)") 
 TEST_CASE("out of device memory is a tx error, and the GPU stays usable") {
   const runtime::DeviceInfo& dev = runtime::current_device();
   // Absurd: 4 TiB. Then just past what the device has.
-  for (std::int64_t n : {std::int64_t{1} << 40,
-                         static_cast<std::int64_t>(dev.total_memory / 4 + (std::size_t{1} << 28))}) {
+  for (std::int64_t n :
+       {std::int64_t{1} << 40,
+        static_cast<std::int64_t>(dev.total_memory / 4 + (std::size_t{1} << 28))}) {
     CAPTURE(n);
     try {
       Tensor t = Tensor::empty({n}, f32, Device::cuda());
@@ -256,8 +244,7 @@ TEST_CASE("trap_child") {
              Kernel k = compile(staged_sqrt(kN, "after_the_trap"), {.device = Device::cuda()});
              k(A, B);
            },
-           [&] { Tensor::empty({kN}, f32, Device::cuda()); },
-           [&] { B.to_doubles(); },
+           [&] { Tensor::empty({kN}, f32, Device::cuda()); }, [&] { B.to_doubles(); },
            [&] { synchronize(); }}) {
     std::string w = what_of(use);
     CHECK(w.find("since an earlier kernel fault") != std::string::npos);
@@ -293,8 +280,8 @@ TEST_CASE("a kernel that traps is a tx error, and the process goes on without th
 
 TEST_CASE("a cached binary the driver refuses is recompiled, with a warning") {
   // A kernel this process has not loaded yet (a random constant in its name).
-  const std::string name =
-      "refused_cubin_" + std::to_string(std::uniform_int_distribution<int>(0, 1 << 30)(test::rng()));
+  const std::string name = "refused_cubin_" + std::to_string(std::uniform_int_distribution<int>(
+                                                  0, 1 << 30)(test::rng()));
   Kernel k = compile(staged_sqrt(kN, name), {.device = Device::cuda()});
   const std::string arch = runtime::current_device().arch();
   runtime::DiskCache& cache = runtime::DiskCache::instance();
@@ -307,7 +294,8 @@ TEST_CASE("a cached binary the driver refuses is recompiled, with a warning") {
   const std::string key = runtime::kernel_cache_key(
       k.cuda_source(), runtime::nvrtc_default_options(arch), arch, runtime::nvrtc_version_string());
   std::vector<char> foreign =
-      runtime::nvrtc_compile(k.cuda_source(), name + ".cu", "sm_75", runtime::NvrtcTarget::cubin).cubin;
+      runtime::nvrtc_compile(k.cuda_source(), name + ".cu", "sm_75", runtime::NvrtcTarget::cubin)
+          .cubin;
   REQUIRE(cache.store(key, foreign));
   Warnings w;
   std::vector<double> a = test::random_values(kN, f32, 0.01, 100.0);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../ops/src/autotune_file.hpp"
+#include "test_fixtures.hpp"
 #include "test_support.hpp"
 #include "tx/error.hpp"
 #include "tx/runtime/disk_cache.hpp"
@@ -31,52 +32,13 @@ using tx::runtime::DiskCache;
 
 constexpr uid_t kNobody = 65534;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/tx-autotune-test-XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    chmod(path.c_str(), 0700);
-    std::filesystem::remove_all(path, ec);
-  }
+using tx::test::read_file;
+using tx::test::warnings;
+using tx::test::write_file;
+using WarningCapture = tx::test::WarningCapture;
+struct TempDir : tx::test::TempDir {
+  TempDir() : tx::test::TempDir("tx-autotune-test") {}
 };
-
-std::vector<std::string>& warnings() {
-  static std::vector<std::string> w;
-  return w;
-}
-
-struct WarningCapture {
-  WarningCapture() {
-    warnings().clear();
-    tx::set_warning_handler([](const std::string& m) { warnings().push_back(m); });
-  }
-  ~WarningCapture() { tx::set_warning_handler(nullptr); }
-  bool any_mentions(const std::string& s) const {
-    for (const auto& w : warnings())
-      if (w.find(s) != std::string::npos) return true;
-    return false;
-  }
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-void write_file(const std::string& path, const std::string& data) {
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    REQUIRE(out.good());
-  }
-  REQUIRE(chmod(path.c_str(), 0600) == 0);
-}
 
 std::vector<std::string> list_dir(const std::string& dir) {
   std::vector<std::string> names;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_fixtures.hpp"
 #include "test_support.hpp"
 #include "tx/error.hpp"
 #include "tx/runtime/cubin_cache.hpp"
@@ -33,42 +34,12 @@ namespace {
 
 using tx::runtime::DiskCache;
 
-// A fresh folder per test, removed afterwards even if a test made it read-only.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/tx-cache-test-XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
-         it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
-      if (it->is_directory(ec)) chmod(it->path().c_str(), 0700);
-    chmod(path.c_str(), 0700);
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-std::vector<std::string>& warnings() {
-  static std::vector<std::string> w;
-  return w;
-}
-
-// Collects tx warnings for the duration of a test.
-struct WarningCapture {
-  WarningCapture() {
-    warnings().clear();
-    tx::set_warning_handler([](const std::string& m) { warnings().push_back(m); });
-  }
-  ~WarningCapture() { tx::set_warning_handler(nullptr); }
-  bool any_mentions(const std::string& s) const {
-    for (const auto& w : warnings())
-      if (w.find(s) != std::string::npos) return true;
-    return false;
-  }
+using tx::test::read_file;
+using tx::test::warnings;
+using tx::test::write_file;
+using WarningCapture = tx::test::WarningCapture;
+struct TempDir : tx::test::TempDir {
+  TempDir() : tx::test::TempDir("tx-cache-test") {}
 };
 
 std::vector<char> random_payload(std::size_t n) {
@@ -85,22 +56,6 @@ std::string random_key() {
 
 std::size_t random_size(std::size_t lo, std::size_t hi) {
   return std::uniform_int_distribution<std::size_t>(lo, hi)(tx::test::rng());
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// Mode 0600 whatever the umask: only the damage a test makes may differ
-// from an entry that store() wrote.
-void write_file(const std::string& path, const std::string& data) {
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    REQUIRE(out.good());
-  }
-  REQUIRE(chmod(path.c_str(), 0600) == 0);
 }
 
 bool exists(const std::string& path) {

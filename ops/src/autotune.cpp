@@ -183,16 +183,6 @@ bool read_table(int dir, const runtime::DiskCache& cache, bool loud, Table* tabl
   return true;
 }
 
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t w = ::write(fd, data.data(), data.size());
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    data.remove_prefix(static_cast<std::size_t>(w));
-  }
-  return true;
-}
-
 }  // namespace
 
 std::optional<Config> remembered_config(const runtime::DiskCache& cache, const std::string& key) {
@@ -255,7 +245,7 @@ bool remember_config(const runtime::DiskCache& cache, const std::string& key, co
     const std::string tmp = std::string(kFile) + ".tmp." + std::to_string(getpid());
     Fd out(
         ::openat(dir.fd, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600));
-    bool ok = out.fd >= 0 && write_all(out.fd, text);
+    bool ok = out.fd >= 0 && runtime::write_all(out.fd, text);
     int err = errno;
     if (out.fd >= 0) {
       if (::close(out.fd) != 0 && ok) {

@@ -43,6 +43,16 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t w = ::write(fd, data.data(), data.size());
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data.remove_prefix(static_cast<std::size_t>(w));
+  }
+  return true;
+}
+
 std::string DiskCache::dir_from_environment() {
   if (const char* v = std::getenv("TX_CACHE")) {
     std::string s = lower(v);
@@ -159,16 +169,6 @@ bool read_all(int fd, std::size_t size, std::string* out) {
     done += static_cast<std::size_t>(r);
   }
   out->resize(done);
-  return true;
-}
-
-bool write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t w = ::write(fd, data.data(), data.size());
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    data.remove_prefix(static_cast<std::size_t>(w));
-  }
   return true;
 }
 

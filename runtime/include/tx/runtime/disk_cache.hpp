@@ -33,6 +33,10 @@ namespace tx::runtime {
 std::array<std::uint8_t, 32> sha256(std::string_view data);
 std::string sha256_hex(std::string_view data);
 
+// Writes all of `data` to `fd`, retrying short writes and EINTR; false on
+// any other failure (errno says why). The cache and autotune.txt use it.
+bool write_all(int fd, std::string_view data);
+
 class DiskCache {
  public:
   // The process-wide cache configured from the environment (read once).
