@@ -3,17 +3,21 @@
 // across them, shared-memory reductions, warp shuffles (also under a
 // warp-uniform guard), multi-CTA grids (also the multi-threaded launch path),
 // low-precision conversions bit-exact against tx::encode_bits, C integer
-// semantics, the compile cache, and the errors for barriers and shuffles the
-// host cannot schedule.
+// semantics, the compile cache, the unrolling that lets a thread loop
+// vectorize, and the errors for barriers and shuffles the host cannot
+// schedule.
 //
 // Inputs are fresh random values each run (the seed is printed on failure);
 // outputs are poisoned first so that unwritten elements show.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cmath>
 #include <cstring>
 
+#include "test_fixtures.hpp"
 #include "test_support.hpp"
 #include "tx/tx.hpp"
 
@@ -463,6 +467,64 @@ HOST_CASE("host: compiling the same kernel twice JITs once") {
   CHECK(h1 == h2);
   auto h3 = runtime::host_compile(lowering::lower(cta_sqrt()));
   CHECK(h3 != h1);
+}
+
+// The optimized LLVM IR of a host compile (TX_HOST_DUMP_LLVM writes it to
+// stderr, which is captured in a file for the duration).
+std::string optimized_llvm_ir(const lowering::LoweredKernel& k) {
+  test::TempDir dir("tx-host-ir");
+  std::string file = dir.path + "/ir.ll";
+  setenv("TX_HOST_DUMP_LLVM", "1", 1);
+  setenv("TX_HOST_CACHE", "0", 1);
+  std::fflush(stderr);
+  int saved = dup(2);
+  int fd = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  REQUIRE(saved >= 0);
+  REQUIRE(fd >= 0);
+  dup2(fd, 2);
+  close(fd);
+  try {
+    runtime::host_compile(k);
+  } catch (...) {
+    dup2(saved, 2);
+    close(saved);
+    throw;
+  }
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  unsetenv("TX_HOST_DUMP_LLVM");
+  unsetenv("TX_HOST_CACHE");
+  return test::read_file(file);
+}
+
+HOST_CASE("host: a thread's short serial loop is unrolled so the thread loop vectorizes") {
+  // LLVM's own unroller is off on the host (compile time); emit_llvm marks
+  // this 8-trip loop for full unrolling instead. Were it left rolled, it
+  // would be the innermost loop, strided by 256, and nothing would vectorize.
+  constexpr int kThreads = 256, kPerThread = 8, kCtas = 4;
+  constexpr std::int64_t kN = kThreads * kPerThread * kCtas;
+  PrimFunc f = T::prim_func("columns_sqrt", [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {kN}, f32);
+    auto B = T::match_buffer(B_ptr, {kN}, f32);
+    auto cta = T::cta_id({kCtas});
+    auto tid = T::thread_id({kThreads});
+    for (Var j : T::serial(kPerThread)) {
+      Var i = T::let(cta * (kThreads * kPerThread) + j * kThreads + tid);
+      B(i) = sqrt(A(i));
+    }
+  });
+  std::string ir = optimized_llvm_ir(lowering::lower(f));
+  INFO(ir);
+  CHECK(ir.find("@llvm.sqrt.v") != std::string::npos);  // sqrt on a vector of threads
+
+  Kernel k = build(f);
+  auto a = test::random_values(kN, f32, 0.01, 100.0);
+  Tensor A = input(a, {kN}), B = output({kN});
+  k(A, B);
+  std::vector<double> want(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) want[i] = std::sqrt(a[i]);
+  check_close(B.to_doubles(), want, 1e-6);
 }
 
 HOST_CASE("host: barriers and shuffles the host cannot schedule are errors naming their line") {

@@ -841,29 +841,53 @@ class Emitter {
     iv->addIncoming(lo, pre);
     B.CreateCondBr(sg ? B.CreateICmpSLT(iv, hi) : B.CreateICmpULT(iv, hi), body, exit);
     B.SetInsertPoint(body);
+    bool is_thread_loop = n->var.get() == thread_.get();
+    bool was_inside = inside_thread_loop_;
+    inside_thread_loop_ = was_inside || is_thread_loop;
     scoped(n->var.get(), iv, [&] { emit(n->body); });
+    inside_thread_loop_ = was_inside;
     Value* next = B.CreateAdd(iv, llvm::ConstantInt::get(T, 1), "", false, sg);
     iv->addIncoming(next, B.GetInsertBlock());
     llvm::BranchInst* back = B.CreateBr(header);
-    // T.unroll is a GPU register-allocation hint; LLVM's own unroller judges
-    // better on the host. A thread loop is vectorized across threads only
-    // when neighbouring threads touch neighbouring (or the same) addresses.
-    // Where each thread walks a row of its own, vector lanes would be
-    // strided gathers that cost more (and compile far longer) than
-    // vectorizing each thread's own contiguous work, which the SLP and
-    // inner-loop vectorizers then do.
-    if (n->var.get() == thread_.get() && threads_strided(n->body)) {
-      llvm::Metadata* off =
-          llvm::MDNode::get(C, {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
-                                llvm::ConstantAsMetadata::get(B.getFalse())});
-      llvm::Metadata* once =
-          llvm::MDNode::get(C, {llvm::MDString::get(C, "llvm.loop.interleave.count"),
-                                llvm::ConstantAsMetadata::get(B.getInt32(1))});
-      llvm::MDNode* md = llvm::MDNode::getDistinct(C, {nullptr, off, once});
-      md->replaceOperandWith(0, md);
-      back->setMetadata(llvm::LLVMContext::MD_loop, md);
+    // A thread loop is vectorized across threads only when neighbouring
+    // threads touch neighbouring (or the same) addresses. Where each thread
+    // walks a row of its own, vector lanes would be strided gathers that cost
+    // more (and compile far longer) than vectorizing each thread's own
+    // contiguous work, which the SLP and inner-loop vectorizers then do.
+    if (is_thread_loop && threads_strided(n->body)) {
+      set_loop_hints(back, {{"llvm.loop.vectorize.enable", B.getFalse()},
+                            {"llvm.loop.interleave.count", B.getInt32(1)}});
     }
+    // LLVM's automatic unroller is off (see optimize() in host_jit.cpp: it
+    // doubled compile times). What it bought is kept here: a short loop of
+    // constant trip count inside a thread's work (a thread's vector of
+    // elements, a per-thread reduction) is unrolled, so that the thread loop
+    // around it becomes the innermost loop and vectorizes across threads.
+    // T.unroll alone does not decide it: it is a GPU register hint.
+    if (!is_thread_loop && was_inside && is_small_constant_extent(n->extent))
+      set_loop_hints(back, {{"llvm.loop.unroll.full", nullptr}});
     B.SetInsertPoint(exit);
+  }
+
+  static bool is_small_constant_extent(const Expr& extent) {
+    constexpr std::int64_t kMaxFullUnroll = 16;
+    const auto* c = extent.as<IntImmNode>();
+    return c && c->value > 0 && c->value <= kMaxFullUnroll;
+  }
+
+  // Attaches a distinct llvm.loop node with the given hints (a null value
+  // means a hint that takes no operand) to a loop's back edge.
+  void set_loop_hints(llvm::BranchInst* back_edge,
+                      std::initializer_list<std::pair<const char*, llvm::Constant*>> hints) {
+    std::vector<llvm::Metadata*> ops{nullptr};
+    for (const auto& [name, value] : hints) {
+      std::vector<llvm::Metadata*> hint{llvm::MDString::get(C, name)};
+      if (value) hint.push_back(llvm::ConstantAsMetadata::get(value));
+      ops.push_back(llvm::MDNode::get(C, hint));
+    }
+    llvm::MDNode* md = llvm::MDNode::getDistinct(C, ops);
+    md->replaceOperandWith(0, md);
+    back_edge->setMetadata(llvm::LLVMContext::MD_loop, md);
   }
 
   // Does some access of memory shared between threads (not a thread's
@@ -971,6 +995,7 @@ class Emitter {
   llvm::IRBuilder<> B;
   const lowering::LoweredKernel& k_;
   Var thread_;
+  bool inside_thread_loop_ = false;  // emitting the body of the thread loop
   llvm::Function* F = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
   std::unordered_map<const VarNode*, Value*> vars_;
