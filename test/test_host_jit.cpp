@@ -483,18 +483,20 @@ std::string optimized_llvm_ir(const lowering::LoweredKernel& k) {
   REQUIRE(fd >= 0);
   dup2(fd, 2);
   close(fd);
+  auto restore = [&] {
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    unsetenv("TX_HOST_DUMP_LLVM");
+    unsetenv("TX_HOST_CACHE");
+  };
   try {
     runtime::host_compile(k);
   } catch (...) {
-    dup2(saved, 2);
-    close(saved);
+    restore();
     throw;
   }
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  unsetenv("TX_HOST_DUMP_LLVM");
-  unsetenv("TX_HOST_CACHE");
+  restore();
   return test::read_file(file);
 }
 

@@ -859,7 +859,7 @@ class Emitter {
                             {"llvm.loop.interleave.count", B.getInt32(1)}});
     }
     // LLVM's automatic unroller is off (see optimize() in host_jit.cpp: it
-    // doubled compile times). What it bought is kept here: a short loop of
+    // made compiles up to 1.6x slower). What it bought is kept here: a short loop of
     // constant trip count inside a thread's work (a thread's vector of
     // elements, a per-thread reduction) is unrolled, so that the thread loop
     // around it becomes the innermost loop and vectorizes across threads.

@@ -140,8 +140,9 @@ void optimize(llvm::Module& m, llvm::TargetMachine* tm, bool libmvec) {
   pto.SLPVectorization = true;
   // Only loops that emit_llvm marks llvm.loop.unroll.full are unrolled. Left
   // to itself, O2 also unrolled the 32-lane loops of the warp emulation and
-  // the register copies' serial loops: half of all compile time (callgrind:
-  // 99M -> 56M instructions for warp_copy_reg) for no faster kernel.
+  // the register copies' serial loops: up to 1.6x the compile time
+  // (callgrind: 99M vs 62M instructions for warp_copy_reg) for no faster
+  // kernel (docs/host_jit.md).
   pto.LoopUnrolling = false;
   llvm::PassBuilder pb(tm, pto);
   pb.registerModuleAnalyses(mam);
