@@ -26,6 +26,14 @@ notebooks/repl/tx_repl_guard.cpp):
   * clang-repl dies all the same (an abort, a kill) or the cell is
     interrupted: a new clang-repl is started and the cells that succeeded
     before are replayed, output discarded; the cell reports what happened.
+  * a cell cannot be linked ("JIT session error: Symbols not found") after
+    an earlier cell had failed: the failed cell poisoned clang-repl-19's JIT
+    (the function templates it instantiated first never get code, so every
+    later cell that uses one fails to link, and nothing inside clang-repl
+    can repair that). A new clang-repl is started, the cells that succeeded
+    are replayed as above, and the cell runs again -- nothing of it had run,
+    since it never linked; its output says so. (tx-repl does the same for a
+    terminal session: notebooks/repl/tx_repl_supervisor.py.)
 
 Environment: TX_REPL (the tx-repl launcher; default: `tx-repl` on PATH),
 TX_KERNEL_DEBUG=1 (log the conversation with clang-repl to stderr).
@@ -74,7 +82,9 @@ class Repl:
         self.debug = debug
         self.token = uuid.uuid4().hex[:12]
         self.count = 0
-        args = [tx_repl, "-Xcc=-iquote" + cwd]
+        # --raw: clang-repl itself, not tx-repl's supervisor -- the kernel
+        # does the supervising (restart and replay) per cell
+        args = [tx_repl, "--raw", "-Xcc=-iquote" + cwd]
         self.proc = subprocess.Popen(
             args,
             stdin=subprocess.PIPE,
@@ -86,6 +96,9 @@ class Repl:
             start_new_session=True,
         )
         self.lib = None
+        # A cell failed in this process: it may have left the JIT without
+        # code that later cells need (see the module's docstring).
+        self.failed = False
 
     def _send(self, line):
         if self.debug:
@@ -230,7 +243,7 @@ class TxKernel(Kernel):
         os.makedirs(os.path.join(self.dir, "cells"))
         self.cells = 0
         self.names = {}  # cell file -> "cell[N]"
-        self.history = []  # inputs of the cells that succeeded, for replay
+        self.history = []  # inputs of the cells that succeeded, in order: what a new clang-repl replays
         self.repl = None
         self.start_error = None
         self._start()
@@ -257,7 +270,8 @@ class TxKernel(Kernel):
 
     def _restart_and_replay(self):
         """A new clang-repl with the cells that succeeded replayed; returns a
-        report (lines)."""
+        report (lines). Cells that fail on replay are left out from then on;
+        if replaying kills clang-repl, the session starts again empty."""
         if self.repl is not None:
             try:
                 self.repl.proc.kill()
@@ -267,19 +281,37 @@ class TxKernel(Kernel):
         self._start()
         if self.start_error:
             return ["restarting clang-repl failed: " + self.start_error]
-        failed = []
-        for n, inputs in enumerate(self.history):
+        replayed, failed = [], []
+        for n, inputs in enumerate(self.history, 1):
             try:
                 _, err = self.repl.run(inputs)
             except ReplDied as e:
+                count, self.history = len(self.history), []
+                self.repl.close()
                 self._start()
-                return ["replaying the earlier cells failed (%s); the session restarted empty" % e.how]
+                return [
+                    "restarted clang-repl, but replaying earlier cell %d of %d killed it too (%s): the "
+                    "session started again empty" % (n, count, e.how)
+                ]
             if self._errors(err):
-                failed.append(str(n + 1))
-        report = ["a new clang-repl replayed the %d cell(s) that had succeeded (output not shown)" % len(self.history)]
+                failed.append(self._cell_name(inputs))
+                self.repl.failed = True
+            else:
+                replayed.append(inputs)
+        report = [
+            "restarted clang-repl and replayed the %d earlier cell%s that had succeeded (output not shown)"
+            % (len(self.history), "" if len(self.history) == 1 else "s")
+        ]
         if failed:
-            report.append("cells that failed on replay: " + ", ".join(failed))
+            report.append("failed on replay, left out from now on: " + ", ".join(failed))
+        self.history = replayed
         return report
+
+    def _cell_name(self, inputs):
+        for path, name in self.names.items():
+            if any(path in i for i in inputs):
+                return name
+        return " ".join(inputs)[:40]
 
     # ---------------------------------------------------------------- output
 
@@ -351,20 +383,27 @@ class TxKernel(Kernel):
             if not silent:
                 self._stream("stdout", text)
 
-        try:
-            _, err = self.repl.run(inputs, on_stdout)
-        except ReplDied as e:
-            lines = self._clean(e.stderr)
+        was_failed = self.repl.failed
+        err, reply = self._run(inputs, on_stdout)
+        if reply is not None:
+            return reply
+        rerun = False
+        if was_failed and _JIT_ERROR.search(err):
+            # Poisoned by an earlier failed cell (the module's docstring).
+            # Nothing of this cell ran: it never linked.
             report = self._restart_and_replay()
-            tb = lines + [
-                "",
-                "the C++ session (clang-repl-19) died running this cell: %s" % e.how,
-            ] + report
-            return self._error_reply("ReplCrashed", "clang-repl died: " + e.how, tb)
-        except KeyboardInterrupt:
-            report = self._restart_and_replay()
-            tb = ["interrupted: clang-repl cannot stop JIT-ed code, so it was restarted"] + report
-            return self._error_reply("KeyboardInterrupt", "interrupted", tb)
+            note = (
+                "tx: this cell could not be linked (JIT session error: an earlier failed cell left "
+                "clang-repl-19 without code it needs): %s" % "; ".join(report)
+            )
+            if self.start_error or self.repl is None:
+                return self._error_reply("ReplCrashed", "restarting clang-repl failed", [note])
+            if not silent:
+                self._stream("stderr", note + "; running this cell again\n")
+            rerun = True
+            err, reply = self._run(inputs, on_stdout)
+            if reply is not None:
+                return reply
 
         lines = self._clean(err)
         errors = self._errors(err)
@@ -373,6 +412,8 @@ class TxKernel(Kernel):
                 self._stream("stderr", "\n".join(lines) + "\n")
             self.history.append(inputs)
             return self._ok()
+        # Only cells that succeeded are replayed.
+        self.repl.failed = True
 
         ename, evalue = "CompileError", ""
         for l in lines:
@@ -394,12 +435,35 @@ class TxKernel(Kernel):
         if any(_JIT_ERROR.search(l) for l in lines):
             if ename == "CompileError":
                 ename = "JITError"
+            if rerun:
+                why = "it did not link in the new clang-repl either"
+            else:
+                why = "no cell had failed before it in this clang-repl"
             lines.append(
-                "(an earlier failed template instantiation can leave clang-repl unable to link code "
-                "that uses the same template; if later cells fail like this, restart the kernel)"
+                "(%s, so the cause is in this cell: it uses a function or variable that is declared "
+                "but defined nowhere)" % why
             )
-        # Only cells that succeeded are replayed after a crash.
         return self._error_reply(ename, evalue, lines)
+
+    def _run(self, inputs, on_stdout):
+        """Runs a cell's inputs: (stderr, None), or (None, the error reply)
+        when clang-repl died or the cell was interrupted -- clang-repl has
+        been restarted then, the earlier cells replayed."""
+        try:
+            _, err = self.repl.run(inputs, on_stdout)
+            return err, None
+        except ReplDied as e:
+            lines = self._clean(e.stderr)
+            report = self._restart_and_replay()
+            tb = lines + [
+                "",
+                "the C++ session (clang-repl-19) died running this cell: %s" % e.how,
+            ] + report
+            return None, self._error_reply("ReplCrashed", "clang-repl died: " + e.how, tb)
+        except KeyboardInterrupt:
+            report = self._restart_and_replay()
+            tb = ["interrupted: clang-repl cannot stop JIT-ed code, so it was restarted"] + report
+            return None, self._error_reply("KeyboardInterrupt", "interrupted", tb)
 
     def do_shutdown(self, restart):
         if self.repl is not None:

@@ -1,5 +1,7 @@
 # clang-repl support, included from cmake/install.cmake (Linux only):
 #   libtx_repl_guard.so   LD_PRELOADed into clang-repl-19 (see tx_repl_guard.cpp)
+#   tx_repl_supervisor.py runs clang-repl for tx-repl; restarts and replays a
+#                         session whose JIT an earlier failed input poisoned
 #   tx-repl               clang-repl-19 with the guard, -std=c++20 and tx's
 #                         include paths: build/tx-repl uses this build tree,
 #                         <prefix>/bin/tx-repl the install it sits in.
@@ -12,6 +14,8 @@ target_link_libraries(tx_repl_guard PRIVATE ${CMAKE_DL_LIBS})
 target_compile_options(tx_repl_guard PRIVATE ${TX_WARNINGS})
 set_target_properties(tx_repl_guard PROPERTIES LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
 install(TARGETS tx_repl_guard LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/tx COMPONENT tx_repl)
+install(PROGRAMS ${CMAKE_CURRENT_LIST_DIR}/tx_repl_supervisor.py
+  DESTINATION ${CMAKE_INSTALL_LIBDIR}/tx COMPONENT tx_repl)
 
 # What the launcher passes to clang-repl besides the include paths: tx's
 # interface definitions, Boost where it is not in the default search path,
@@ -44,6 +48,7 @@ set(TX_REPL_SONAME ${CMAKE_SHARED_LIBRARY_PREFIX}tx${CMAKE_SHARED_LIBRARY_SUFFIX
 set(TX_REPL_MODE build)
 set(TX_REPL_BUILD_LIB "$<TARGET_SONAME_FILE:tx>")
 set(TX_REPL_BUILD_GUARD "$<TARGET_FILE:tx_repl_guard>")
+set(TX_REPL_BUILD_SUPERVISOR "${CMAKE_CURRENT_LIST_DIR}/tx_repl_supervisor.py")
 set(TX_REPL_BUILD_INCLUDES "")
 foreach(layer include dsl/include lowering/include runtime/include ops/include)
   if(IS_DIRECTORY ${PROJECT_SOURCE_DIR}/${layer})
@@ -58,6 +63,7 @@ file(GENERATE OUTPUT ${CMAKE_BINARY_DIR}/tx-repl INPUT ${CMAKE_BINARY_DIR}/CMake
 set(TX_REPL_MODE install)
 set(TX_REPL_BUILD_LIB "")
 set(TX_REPL_BUILD_GUARD "")
+set(TX_REPL_BUILD_SUPERVISOR "")
 set(TX_REPL_BUILD_INCLUDES "")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/tx-repl.in ${CMAKE_BINARY_DIR}/CMakeFiles/tx-repl.install @ONLY)
 install(PROGRAMS ${CMAKE_BINARY_DIR}/CMakeFiles/tx-repl.install DESTINATION ${CMAKE_INSTALL_BINDIR}

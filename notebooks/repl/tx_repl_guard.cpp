@@ -17,7 +17,11 @@
 //    symbols"), and the one after fails running the dead module's
 //    initializers. After a failed input the shim runs empty inputs
 //    (`(void)0;`) with stderr silenced until one runs cleanly (at most 4):
-//    they take that fall.
+//    they take that fall. What no input can repair: the function templates
+//    the failed input instantiated first never get code (clang dropped them
+//    with the input and does not instantiate them again), so later inputs
+//    that use them fail to link for good; tx-repl's supervisor
+//    (tx_repl_supervisor.py) and the Jupyter kernel restart clang-repl then.
 //
 // 3. clang-repl-19 crashes (SIGSEGV) on some invalid inputs -- a compile
 //    error in a global whose initializer holds a lambda, a lambda passed to

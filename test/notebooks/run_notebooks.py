@@ -11,7 +11,8 @@ folder with nbclient. A code cell
   * fails the test if it raises an error, unless it is tagged
     "raises-exception" -- then it must raise one;
   * must show, in its outputs (streams, results and error tracebacks), every
-    string in its metadata "tx": {"expect": [...]} list.
+    string in its metadata "tx": {"expect": [...]} list, and none in its
+    "tx": {"expect_not": [...]} list.
 
 Exit: 0 pass, 1 fail, 77 skipped (Jupyter or clang-repl-19 missing; the
 reason is printed).
@@ -78,11 +79,16 @@ def check_notebook(nb, name):
                 % (where, e.get("ename"), e.get("evalue"), "\n      ".join(e.get("traceback", [])[:20]))
             )
         text = cell_text(cell)
-        for want in cell.get("metadata", {}).get("tx", {}).get("expect", []):
+        shown = text if len(text) < 3000 else text[:1500] + "\n...\n" + text[-1500:]
+        tx = cell.get("metadata", {}).get("tx", {})
+        for want in tx.get("expect", []):
             checked += 1
             if want not in text:
-                shown = text if len(text) < 3000 else text[:1500] + "\n...\n" + text[-1500:]
                 problems.append("%s: expected output missing: %r\n      output was:\n%s" % (where, want, shown))
+        for unwanted in tx.get("expect_not", []):
+            checked += 1
+            if unwanted in text:
+                problems.append("%s: output shows %r\n      output was:\n%s" % (where, unwanted, shown))
     if checked == 0:
         problems.append(name + ": no expectations (tag a cell or give it metadata tx.expect)")
     return problems, checked
