@@ -243,7 +243,8 @@ class TxKernel(Kernel):
         os.makedirs(os.path.join(self.dir, "cells"))
         self.cells = 0
         self.names = {}  # cell file -> "cell[N]"
-        self.history = []  # inputs of the cells that succeeded, in order: what a new clang-repl replays
+        # inputs of the cells that succeeded, in order: what a new clang-repl replays
+        self.history = []
         self.repl = None
         self.start_error = None
         self._start()
@@ -290,17 +291,18 @@ class TxKernel(Kernel):
                 self.repl.close()
                 self._start()
                 return [
-                    "restarted clang-repl, but replaying earlier cell %d of %d killed it too (%s): the "
-                    "session started again empty" % (n, count, e.how)
+                    "restarted clang-repl, but replaying earlier cell %d of %d killed it too (%s): "
+                    "the session started again empty" % (n, count, e.how)
                 ]
             if self._errors(err):
                 failed.append(self._cell_name(inputs))
                 self.repl.failed = True
             else:
                 replayed.append(inputs)
+        n = len(self.history)
         report = [
-            "restarted clang-repl and replayed the %d earlier cell%s that had succeeded (output not shown)"
-            % (len(self.history), "" if len(self.history) == 1 else "s")
+            "restarted clang-repl and replayed the %d earlier cell%s that had succeeded "
+            "(output not shown)" % (n, "" if n == 1 else "s")
         ]
         if failed:
             report.append("failed on replay, left out from now on: " + ", ".join(failed))
@@ -440,8 +442,8 @@ class TxKernel(Kernel):
             else:
                 why = "no cell had failed before it in this clang-repl"
             lines.append(
-                "(%s, so the cause is in this cell: it uses a function or variable that is declared "
-                "but defined nowhere)" % why
+                "(%s, so the cause is in this cell: it uses a function or variable that is "
+                "declared but defined nowhere)" % why
             )
         return self._error_reply(ename, evalue, lines)
 

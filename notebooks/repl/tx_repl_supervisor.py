@@ -224,10 +224,10 @@ class Repl:
         except OSError:
             pass
         # what it prints on the way out (destructors of the session's globals)
-        for sink, f in ((out, self.proc.stdout), (err, self.proc.stderr)):
+        for name, sink, f in (("stdout", out, self.proc.stdout), ("stderr", err, self.proc.stderr)):
             try:
                 os.set_blocking(f.fileno(), True)
-                data = self.leftover["stdout" if f is self.proc.stdout else "stderr"] + (f.read() or b"")
+                data = self.leftover[name] + (f.read() or b"")
             except (OSError, ValueError):
                 data = b""
             if data:
