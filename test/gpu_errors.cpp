@@ -95,7 +95,7 @@ TEST_CASE("out of device memory is a tx error, and the GPU stays usable") {
       FAIL("allocated " << n << " floats on a " << dev.total_memory << "-byte device");
     } catch (const Error& e) {
       INFO(e.what());
-      CHECK(e.op() == "cuda");
+      CHECK(e.op() == "tx.cuda");
       CHECK(e.reason().find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos);
       CHECK(e.reason().find("no longer usable") == std::string::npos);
     }
@@ -230,7 +230,7 @@ TEST_CASE("trap_child") {
     FAIL("a kernel that executes __trap() completed");
   } catch (const Error& e) {
     INFO(e.what());
-    CHECK(e.op() == "cuda");
+    CHECK(e.op() == "tx.cuda");
     CHECK(e.operand() == "trap_now");
     CHECK(e.reason().find("CUDA_ERROR_LAUNCH_FAILED") != std::string::npos);
     CHECK(e.reason().find("restart the process") != std::string::npos);

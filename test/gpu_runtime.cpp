@@ -209,7 +209,7 @@ TEST_CASE("launch errors name the kernel and leave the context usable") {
     rt::launch(f, {1, 1, 1}, {4096, 1, 1}, 0, args, "affine");
     FAIL("expected a tx::Error");
   } catch (const tx::Error& e) {
-    CHECK(e.op() == "cuda");
+    CHECK(e.op() == "tx.cuda");
     CHECK(e.operand() == "affine");
     CHECK(e.reason().find("cuLaunchKernel failed: CUDA_ERROR_") != std::string::npos);
     CHECK(e.reason().find("no longer usable") == std::string::npos);

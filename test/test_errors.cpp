@@ -209,7 +209,7 @@ TEST_CASE("element access to a distributed register tile") {
           R(tid, 0) = A(tid, 0);
         });
       },
-      {"store", "R", "distributed over threads", line});
+      {"T.store", "R", "distributed over threads", line});
 }
 
 TEST_CASE("inconsistent scope ids") {

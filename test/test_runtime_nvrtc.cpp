@@ -102,7 +102,7 @@ TEST_CASE("a cubin needs a real architecture") {
     nvrtc_compile(kCopy128, "copy128.cu", "compute_90a", NvrtcTarget::cubin);
     FAIL("expected a tx::Error");
   } catch (const tx::Error& e) {
-    CHECK(e.op() == "nvrtc");
+    CHECK(e.op() == "tx.nvrtc");
     CHECK(e.operand() == "copy128.cu");
     CHECK(contains(e.reason(), "compute_90a"));
   }
@@ -142,9 +142,9 @@ TEST_CASE("a syntax error names the program, the log and the numbered source lin
     nvrtc_compile(src, "broken.cu", "sm_90a", NvrtcTarget::cubin);
     FAIL("expected a tx::Error");
   } catch (const tx::Error& e) {
-    CHECK(e.op() == "nvrtc");
+    CHECK(e.op() == "tx.nvrtc");
     CHECK(e.operand() == "broken.cu");
-    CHECK(e.reason() == "compilation failed (1 error)");
+    CHECK(e.reason() == "compilation failed (1 error): expected an expression");
     // The compiler's log...
     CHECK(contains(e.detail(), "broken.cu(4): error"));
     // ...then the line itself, numbered and marked, with its neighbours.
@@ -171,8 +171,29 @@ TEST_CASE("several errors are counted and each line is shown") {
     nvrtc_compile(src, "twice.cu", "sm_90a", NvrtcTarget::ptx);
     FAIL("expected a tx::Error");
   } catch (const tx::Error& e) {
-    CHECK(e.reason() == "compilation failed (2 errors)");
+    CHECK(e.reason() == "compilation failed (2 errors): identifier \"undefined_a\" is undefined");
     CHECK(contains(e.detail(), "> 2 |   x[0] = undefined_a;"));
     CHECK(contains(e.detail(), "> 8 |   x[6] = undefined_b;"));
+  }
+}
+
+TEST_CASE("an error comes before the warnings in the log") {
+  // Unused static helpers make NVRTC warn (#177-D); the error must not be
+  // buried under them.
+  std::string src;
+  for (int k = 0; k < 5; ++k)
+    src += "static __device__ float unused_" + std::to_string(k) + "(float v) { return v; }\n";
+  src +=
+      "extern \"C\" __global__ void late(float* x) {\n"
+      "  x[0] = missing_name;\n"
+      "}\n";
+  try {
+    nvrtc_compile(src, "late.cu", "sm_90a", NvrtcTarget::ptx);
+    FAIL("expected a tx::Error");
+  } catch (const tx::Error& e) {
+    CHECK(e.reason() == "compilation failed (1 error): identifier \"missing_name\" is undefined");
+    INFO(e.detail());
+    const std::string& d = e.detail();
+    CHECK(d.rfind("late.cu(7): error", 0) == 0);  // the first line of the log
   }
 }

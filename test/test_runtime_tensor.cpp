@@ -328,7 +328,7 @@ TEST_CASE("bad input raises tx::Error") {
     Tensor::from_doubles(v, {7}, tx::f32, Device::host());
     FAIL("expected a tx::Error");
   } catch (const tx::Error& e) {
-    CHECK(e.op() == "Tensor.from_doubles");
+    CHECK(e.op() == "tx.Tensor.from_doubles");
     CHECK(e.reason().find("6 values") != std::string::npos);
     CHECK(e.reason().find("7 elements") != std::string::npos);
   }
@@ -361,7 +361,7 @@ TEST_CASE("Device names and TX_DEVICE") {
       tx::default_device();
       FAIL("expected a tx::Error");
     } catch (const tx::Error& err) {
-      CHECK(err.operand() == "tpu");
+      CHECK(err.operand() == "TX_DEVICE=tpu");
       const std::string all = err.what();
       for (const char* valid : {"cuda", "gpu", "host", "cpu"})
         CHECK(all.find(valid) != std::string::npos);

@@ -10,6 +10,9 @@
 #include <map>
 #include <mutex>
 #include <regex>
+#include <unordered_map>
+
+#include "tx/ir_functor.hpp"
 
 namespace tx {
 
@@ -22,6 +25,15 @@ struct Item {
 
 struct Frame {
   std::vector<Item> items;
+  std::uint64_t id = 0;  // unique per frame instance (deep-expression parts check it)
+};
+
+// A part of a deep expression the builder bound to a T::let (spill_deep).
+struct Part {
+  std::uint64_t frame = 0;   // the frame whose let binds it
+  std::uint64_t writes = 0;  // BuildState::writes when it was made
+  bool reads_memory = false;
+  SourceLoc loc;
 };
 
 struct BuildState {
@@ -33,6 +45,13 @@ struct BuildState {
   SourceLoc stmt_loc;
   int buffer_counter = 0;
   BuildState* outer = nullptr;
+  std::uint64_t next_frame_id = 0;
+  std::uint64_t writes = 0;  // statements emitted so far that may write memory
+  std::unordered_map<const VarNode*, Part> parts;
+  void open_frame() {
+    frames.emplace_back();
+    frames.back().id = ++next_frame_id;
+  }
 };
 
 thread_local BuildState* g_state = nullptr;
@@ -122,9 +141,84 @@ std::vector<std::string> infer_handle_names(SourceLoc loc, std::size_t n) {
   return out;
 }
 
+// Depth at which the builder binds a part of an expression to a T::let: far
+// below kMaxExprDepth, so every later traversal stays shallow, and small
+// enough that per-node analyses quadratic in the depth stay cheap.
+constexpr std::uint32_t kSpillDepth = 256;
+
+bool reads_memory(const Expr& e) {
+  struct V : IRVisitor {
+    bool found = false;
+    void visit_node(const LoadNode*) override { found = true; }
+    using IRVisitor::visit_node;
+  } v;
+  v.visit(e);
+  return v.found;
+}
+
+// A part bound by spill_deep is evaluated where the expression was built. If
+// it reads memory, using it in another block (a loop would evaluate the
+// original every iteration) or after a statement that may write memory would
+// change the result: refuse that instead of computing something else.
+void check_parts(BuildState& s, const Stmt& st) {
+  if (s.parts.empty() || !st) return;
+  struct V : IRVisitor {
+    BuildState* s;
+    const Part* bad = nullptr;
+    const VarNode* var = nullptr;
+    void visit_node(const VarNode* v) override {
+      auto it = s->parts.find(v);
+      if (it == s->parts.end() || !it->second.reads_memory || bad) return;
+      if (it->second.frame != s->frames.back().id || it->second.writes != s->writes) {
+        bad = &it->second;
+        var = v;
+      }
+    }
+    using IRVisitor::visit_node;
+  } v;
+  v.s = &s;
+  v.visit(st);
+  if (v.bad)
+    fail("T.store", v.var->name, st->loc,
+         "this expression is more than " + std::to_string(kSpillDepth) +
+             " operations deep, so tx evaluated it in parts where it was built (" +
+             v.bad->loc.str() +
+             "); it reads memory, and between there and here a statement may write that memory "
+             "or a new block begins, which would change its value. Build the expression where "
+             "it is used, or bind it with T::let yourself");
+}
+
 }  // namespace
 
 namespace detail {
+
+[[noreturn]] void fail_undefined(const char* what) {
+  std::string op = what;  // "tx::Expr" -> "tx.Expr"
+  for (auto p = op.find("::"); p != std::string::npos; p = op.find("::")) op.replace(p, 2, ".");
+  fail(op, "", g_state ? g_state->stmt_loc : SourceLoc{},
+       std::string("an undefined (default-constructed) ") + what +
+           " was used; give it a value first (a builder such as T::match_buffer, "
+           "T::alloc_buffer, T::let, a loop or scope id)");
+}
+
+[[noreturn]] void fail_undefined_buffer(const char* op, SourceLoc loc) {
+  fail(op, "", loc,
+       "the buffer is an undefined (default-constructed) TileBuffer; create it with "
+       "T::match_buffer or T::alloc_buffer");
+}
+
+Expr spill_deep(Expr e) {
+  if (!g_state || !e.defined() || e.depth() < kSpillDepth) return e;
+  BuildState& s = *g_state;
+  Var v("part" + std::to_string(s.parts.size()), e.dtype(), s.stmt_loc);
+  Part p{s.frames.back().id, s.writes, reads_memory(e), s.stmt_loc};
+  SourceLoc l = s.stmt_loc;
+  // The value itself may hold earlier parts: the same rule applies to it.
+  check_parts(s, make_evaluate(e, l));
+  s.parts[v.get()] = p;
+  emit_binder([v, e, l](Stmt body) { return make_let(v, e, body, l); });
+  return v;
+}
 
 SourceLoc current_loc() { return g_state ? g_state->stmt_loc : SourceLoc{}; }
 void set_current_loc(SourceLoc loc) {
@@ -137,10 +231,10 @@ std::string infer_name(SourceLoc loc, const std::string& fallback) {
   return names.size() == 1 ? names[0] : fallback;
 }
 
-void push_frame() { state("block", {}).frames.emplace_back(); }
+void push_frame() { state("T.block", {}).open_frame(); }
 
 Stmt pop_frame() {
-  BuildState& s = state("block", {});
+  BuildState& s = state("T.block", {});
   Frame f = std::move(s.frames.back());
   s.frames.pop_back();
   return fold(std::move(f.items), s.stmt_loc);
@@ -151,12 +245,15 @@ void discard_frame() {
 }
 
 void emit(Stmt st) {
-  BuildState& s = state("statement", st ? st->loc : SourceLoc{});
+  BuildState& s = state("T.statement", st ? st->loc : SourceLoc{});
+  check_parts(s, st);
+  if (st.as<StoreNode>() || st.as<TileCallNode>() || st.as<BarrierNode>() || st.as<CopyBytesNode>())
+    ++s.writes;
   s.frames.back().items.push_back({std::move(st), nullptr});
 }
 
 void emit_binder(std::function<Stmt(Stmt)> wrap) {
-  BuildState& s = state("statement", {});
+  BuildState& s = state("T.statement", {});
   s.frames.back().items.push_back({Stmt(), std::move(wrap)});
 }
 
@@ -182,7 +279,7 @@ FuncScope::FuncScope(std::string name, SourceLoc loc) {
   s->name = std::move(name);
   s->loc = loc;
   s->stmt_loc = loc;
-  s->frames.emplace_back();
+  s->open_frame();
   s->outer = g_state;
   g_state = s;
 }
@@ -228,8 +325,15 @@ PrimFunc FuncScope::finish() {
 
 // ------------------------------------------------------------------ values
 
+BufferRegion TileOperand::whole(const TileBuffer& b, SourceLoc) {
+  // An undefined buffer becomes a region without one: make_tile_call then
+  // reports it under the tile op's own name and line.
+  if (!b.get()) return BufferRegion{};
+  return b.all();
+}
+
 Slice::Slice(std::initializer_list<std::int64_t> lohi) {
-  if (lohi.size() != 2) fail("slice", "", {}, "a slice is {start, stop}");
+  if (lohi.size() != 2) fail("T.slice", "", detail::current_loc(), "a slice is {start, stop}");
   start = make_int(*lohi.begin());
   extent = *(lohi.begin() + 1) - *lohi.begin();
 }
@@ -250,23 +354,33 @@ void BufferElem::operator=(const Expr& value) const {
 
 BufferElem TileBuffer::elem(std::vector<Idx> idx) const {
   SourceLoc loc = idx.empty() ? SourceLoc{} : idx[0].loc;
+  if (!get()) detail::fail_undefined_buffer("T.load", loc);
   if (idx.size() != get()->shape.size())
-    fail("load", get()->name, loc,
+    fail("T.load", get()->name, loc,
          "buffer has " + std::to_string(get()->shape.size()) + " dimensions but " +
              std::to_string(idx.size()) + " indices were given");
   std::vector<Expr> e;
   for (auto& i : idx) {
     Expr v = i.value;
+    if (!v.defined())
+      fail("T.load", get()->name, i.loc, "an index is an undefined (default-constructed) tx::Expr");
     if (!v.dtype().is_integer())
-      fail("load", get()->name, loc, "index of dtype " + v.dtype().name() + " is not an integer");
+      fail("T.load", get()->name, i.loc,
+           "index of dtype " + v.dtype().name() + " is not an integer");
     e.push_back(v);
   }
   return BufferElem(*this, std::move(e), loc);
 }
 
 BufferRegion TileBuffer::operator[](const Region& r) const {
+  SourceLoc loc = detail::current_loc();
+  if (!get()) detail::fail_undefined_buffer("T.region", loc);
+  for (const Slice& sl : r.slices)
+    if (!sl.start.defined())
+      fail("T.region", get()->name, loc,
+           "a slice start is an undefined (default-constructed) tx::Expr");
   if (r.slices.size() != get()->shape.size())
-    fail("region", get()->name, {},
+    fail("T.region", get()->name, loc,
          "region has " + std::to_string(r.slices.size()) + " dimensions but the buffer has " +
              std::to_string(get()->shape.size()));
   BufferRegion out{*this, {}};
@@ -275,6 +389,7 @@ BufferRegion TileBuffer::operator[](const Region& r) const {
 }
 
 BufferRegion TileBuffer::all() const {
+  if (!get()) detail::fail_undefined_buffer("T.region", detail::current_loc());
   BufferRegion out{*this, {}};
   for (auto e : get()->shape) out.ranges.push_back({make_int(0), e});
   return out;
@@ -284,11 +399,14 @@ BufferRegion TileBuffer::all() const {
 
 LoopRange::LoopRange(Expr min, Expr extent, ForKind kind, Name name, SourceLoc loc)
     : min_(std::move(min)), extent_(std::move(extent)), kind_(kind), loc_(loc) {
-  state("T.serial", loc);
+  const char* op = kind == ForKind::serial ? "T.serial" : "T.unroll";
+  state(op, loc);
   std::string n = name.value.empty() ? detail::infer_name(loc, "i") : name.value;
   var_ = Var(n, i32, loc);
+  if (!min_.defined() || !extent_.defined())
+    fail(op, n, loc, "a loop bound is an undefined (default-constructed) tx::Expr");
   if (!min_.dtype().is_integer() || !extent_.dtype().is_integer())
-    fail(kind == ForKind::serial ? "T.serial" : "T.unroll", n, loc, "loop bounds must be integers");
+    fail(op, n, loc, "loop bounds must be integers");
 }
 
 LoopRange::Iterator LoopRange::begin() {
@@ -396,6 +514,10 @@ PrimFunc prim_func_n(std::string name, std::vector<std::string> param_names,
 TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype, std::optional<TileLayout> layout,
                         Name name, Loc loc) {
   BuildState& s = state("T.match_buffer", loc);
+  if (!h.defined())
+    fail("T.match_buffer", "", loc,
+         "the handle is undefined (a default-constructed Handle); pass a parameter of the "
+         "T::prim_func lambda");
   Param* param = nullptr;
   for (Param& p : s.params)
     if (p.handle.same_as(h)) param = &p;
@@ -451,21 +573,25 @@ IdVars thread_id_in_wg(Shape e, Name n, Loc loc) {
   return bind_ids(ScopeIdKind::thread_id_in_wg, std::move(e), std::move(n), loc, {"tid_in_wg"});
 }
 
-LoopRange serial(Expr extent, Name name, Loc loc) {
-  return LoopRange(make_int(0), std::move(extent), ForKind::serial, std::move(name), loc);
+LoopRange serial(Value extent, Name name, Loc loc) {
+  return LoopRange(make_int(0), extent.value, ForKind::serial, std::move(name), loc);
 }
-LoopRange serial(Expr min, Expr extent, Name name, Loc loc) {
-  return LoopRange(std::move(min), std::move(extent), ForKind::serial, std::move(name), loc);
+LoopRange serial(Value min, Value extent, Name name, Loc loc) {
+  return LoopRange(min.value, extent.value, ForKind::serial, std::move(name), loc);
 }
-LoopRange unroll(Expr extent, Name name, Loc loc) {
-  return LoopRange(make_int(0), std::move(extent), ForKind::unrolled, std::move(name), loc);
+LoopRange unroll(Value extent, Name name, Loc loc) {
+  return LoopRange(make_int(0), extent.value, ForKind::unrolled, std::move(name), loc);
 }
 
-IfBuilder if_(Expr cond, const std::function<void()>& then_body, Loc loc) {
+IfBuilder if_(Value cond_arg, const std::function<void()>& then_body, Loc loc) {
   state("T.if_", loc);
   detail::set_current_loc(loc);
+  Expr cond = cond_arg.value;
+  if (!cond.defined())
+    fail("T.if_", "", loc, "the condition is an undefined (default-constructed) tx::Expr");
   if (!cond.dtype().is_bool())
     fail("T.if_", "", loc, "condition of dtype " + cond.dtype().name() + " is not bool");
+  if (!then_body) fail("T.if_", "", loc, "the body is an empty std::function");
   detail::push_frame();
   try {
     then_body();
@@ -478,9 +604,13 @@ IfBuilder if_(Expr cond, const std::function<void()>& then_body, Loc loc) {
   return IfBuilder(loc);
 }
 
-Var let(Expr value, Name name, Loc loc) {
+Var let(Value value_arg, Name name, Loc loc) {
   state("T.let", loc);
+  detail::set_current_loc(loc);
+  Expr value = value_arg.value;
   std::string n = name.value.empty() ? detail::infer_name(loc, "v") : name.value;
+  if (!value.defined())
+    fail("T.let", n, loc, "the value is an undefined (default-constructed) tx::Expr");
   Var v(n, value.dtype(), loc);
   SourceLoc l = loc;
   detail::emit_binder([v, value, l](Stmt body) { return make_let(v, value, body, l); });

@@ -50,7 +50,7 @@ DType dtype_from_string(std::string_view name) {
   for (const auto& s : kSpellings)
     if (name == s.name || name == s.short_name) return s.type;
   if (name == "float8_e4m3") return f8e4m3;
-  fail("dtype", std::string(name), {}, "unknown dtype name");
+  fail("tx.dtype", std::string(name), {}, "unknown dtype name");
 }
 
 double dtype_max_finite(DType t) {
@@ -64,7 +64,7 @@ double dtype_max_finite(DType t) {
     case TypeCode::Float8E5M2:
       return 57344.0;
     default:
-      fail("dtype_max_finite", t.name(), {}, "not a float dtype");
+      fail("tx.dtype_max_finite", t.name(), {}, "not a float dtype");
   }
 }
 

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <string_view>
 
 namespace tx {
 
@@ -39,9 +40,25 @@ int rank(DType t) {
 }
 }  // namespace
 
+SourceLoc use_loc(const Expr& a, const Expr& b) {
+  // A load records where the user wrote the element access (Idx), and nodes
+  // built here inherit it; variables and literals carry no use site.
+  auto site = [](const Expr& e) -> SourceLoc {
+    if (!e.defined() || e.as<VarNode>() || e.as<IntImmNode>() || e.as<FloatImmNode>()) return {};
+    return e->loc;
+  };
+  SourceLoc la = site(a), lb = site(b);
+  if (la.known() && lb.known() && std::string_view(la.file) == lb.file)
+    return la.line >= lb.line ? la : lb;  // the later line: the mistake is no earlier
+  if (la.known()) return la;
+  if (lb.known()) return lb;
+  return current_loc();
+}
+
 Expr combine(BinOp op, const Expr& a0, const Expr& b0) {
-  SourceLoc loc = current_loc();
-  Expr a = a0, b = b0;
+  if (!a0.defined() || !b0.defined()) fail_undefined("tx::Expr");
+  Expr a = spill_deep(a0), b = spill_deep(b0);
+  SourceLoc loc = use_loc(a, b);
   DType ta = a.dtype(), tb = b.dtype();
   if (ta != tb && !binop_is_logical(op)) {
     if (ta.is_float() && !tb.is_float() && !tb.is_handle()) {
@@ -64,7 +81,7 @@ namespace {
 
 struct MiniFloat {
   int exp_bits, man_bits, bias;
-  bool has_inf;    // IEEE-style Inf at the all-ones exponent
+  bool has_inf;  // IEEE-style Inf at the all-ones exponent
   double max_finite;
 };
 
@@ -73,12 +90,16 @@ MiniFloat format_of(DType t) {
     case TypeCode::Float:
       if (t.bits == 16) return {5, 10, 15, true, 65504.0};
       break;
-    case TypeCode::BFloat: return {8, 7, 127, true, 3.3895313892515355e38};
-    case TypeCode::Float8E4M3: return {4, 3, 7, false, 448.0};
-    case TypeCode::Float8E5M2: return {5, 2, 15, true, 57344.0};
-    default: break;
+    case TypeCode::BFloat:
+      return {8, 7, 127, true, 3.3895313892515355e38};
+    case TypeCode::Float8E4M3:
+      return {4, 3, 7, false, 448.0};
+    case TypeCode::Float8E5M2:
+      return {5, 2, 15, true, 57344.0};
+    default:
+      break;
   }
-  fail("quantize", t.name(), {}, "not a small float type");
+  fail("tx.quantize", t.name(), {}, "not a small float type");
 }
 
 // Round to nearest even in the format; returns the rounded magnitude (may be
@@ -176,11 +197,15 @@ std::uint64_t encode_bits(double v, DType t) {
       return encode_minifloat(v, t);
     case TypeCode::BFloat:
     case TypeCode::Float8E4M3:
-    case TypeCode::Float8E5M2: return encode_minifloat(v, t);
+    case TypeCode::Float8E5M2:
+      return encode_minifloat(v, t);
     case TypeCode::Int:
-    case TypeCode::UInt: return wrap_integer(v, t);
-    case TypeCode::Bool: return v != 0 ? 1 : 0;
-    default: fail("encode_bits", t.name(), {}, "not an element type");
+    case TypeCode::UInt:
+      return wrap_integer(v, t);
+    case TypeCode::Bool:
+      return v != 0 ? 1 : 0;
+    default:
+      fail("tx.encode_bits", t.name(), {}, "not an element type");
   }
 }
 
@@ -192,19 +217,22 @@ double decode_bits(std::uint64_t bits, DType t) {
       return decode_minifloat(bits, t);
     case TypeCode::BFloat:
     case TypeCode::Float8E4M3:
-    case TypeCode::Float8E5M2: return decode_minifloat(bits, t);
+    case TypeCode::Float8E5M2:
+      return decode_minifloat(bits, t);
     case TypeCode::UInt:
       return static_cast<double>(t.bits < 64 ? bits & ((1ull << t.bits) - 1) : bits);
     case TypeCode::Int: {
       if (t.bits == 64) return static_cast<double>(static_cast<std::int64_t>(bits));
       std::uint64_t m = bits & ((1ull << t.bits) - 1);
       std::int64_t s = (m >> (t.bits - 1)) ? static_cast<std::int64_t>(m) -
-                                                   static_cast<std::int64_t>(1ull << t.bits)
-                                             : static_cast<std::int64_t>(m);
+                                                 static_cast<std::int64_t>(1ull << t.bits)
+                                           : static_cast<std::int64_t>(m);
       return static_cast<double>(s);
     }
-    case TypeCode::Bool: return bits ? 1.0 : 0.0;
-    default: fail("decode_bits", t.name(), {}, "not an element type");
+    case TypeCode::Bool:
+      return bits ? 1.0 : 0.0;
+    default:
+      fail("tx.decode_bits", t.name(), {}, "not an element type");
   }
 }
 

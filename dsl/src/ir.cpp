@@ -3,6 +3,8 @@
 
 #include <atomic>
 
+#include "tx/printer.hpp"
+
 namespace tx {
 
 ExprNode::~ExprNode() = default;
@@ -12,6 +14,28 @@ namespace {
 std::uint64_t next_var_id() {
   static std::atomic<std::uint64_t> counter{0};
   return ++counter;
+}
+
+std::string binop_op_name(BinOp op) { return std::string("T.") + binop_name(op); }
+
+// An operand as the user would read it, shortened for a message.
+std::string operand_text(const Expr& e) {
+  if (!e) return "<undefined>";
+  std::string s = e.depth() > 64 ? std::string("<expression>") : to_string(e);
+  if (s.size() > 72) s = s.substr(0, 69) + "...";
+  return s;
+}
+
+// Every traversal of the IR (printer, passes, code generators, destructors)
+// recurses into operands; a bounded depth keeps them all within the stack.
+// The builder splits deeper expressions into T::let parts before they get
+// here (builder.cpp), so this fires only for IR made by other means.
+Expr checked_depth(Expr e, const char* op, SourceLoc loc) {
+  if (e.depth() > kMaxExprDepth)
+    fail(op, "", loc,
+         "expression nests " + std::to_string(e.depth()) + " operations deep; tx takes at most " +
+             std::to_string(kMaxExprDepth) + " (bind parts of it with T::let)");
+  return e;
 }
 }  // namespace
 
@@ -29,9 +53,12 @@ Expr::Expr(float v) : Expr(make_float(v)) {}
 
 const char* mem_scope_name(MemScope s) {
   switch (s) {
-    case MemScope::global: return "global";
-    case MemScope::shared: return "shared";
-    case MemScope::local: return "local";
+    case MemScope::global:
+      return "global";
+    case MemScope::shared:
+      return "shared";
+    case MemScope::local:
+      return "local";
   }
   return "?";
 }
@@ -106,56 +133,100 @@ std::int64_t BufferRegion::numel() const {
 
 const char* binop_symbol(BinOp op) {
   switch (op) {
-    case BinOp::Add: return "+";
-    case BinOp::Sub: return "-";
-    case BinOp::Mul: return "*";
-    case BinOp::Div: return "/";
-    case BinOp::Mod: return "%";
-    case BinOp::FloorDiv: return "//";
-    case BinOp::FloorMod: return "floormod";
-    case BinOp::Min: return "min";
-    case BinOp::Max: return "max";
-    case BinOp::EQ: return "==";
-    case BinOp::NE: return "!=";
-    case BinOp::LT: return "<";
-    case BinOp::LE: return "<=";
-    case BinOp::GT: return ">";
-    case BinOp::GE: return ">=";
-    case BinOp::And: return "and";
-    case BinOp::Or: return "or";
-    case BinOp::BitAnd: return "&";
-    case BinOp::BitOr: return "|";
-    case BinOp::BitXor: return "^";
-    case BinOp::Shl: return "<<";
-    case BinOp::Shr: return ">>";
+    case BinOp::Add:
+      return "+";
+    case BinOp::Sub:
+      return "-";
+    case BinOp::Mul:
+      return "*";
+    case BinOp::Div:
+      return "/";
+    case BinOp::Mod:
+      return "%";
+    case BinOp::FloorDiv:
+      return "//";
+    case BinOp::FloorMod:
+      return "floormod";
+    case BinOp::Min:
+      return "min";
+    case BinOp::Max:
+      return "max";
+    case BinOp::EQ:
+      return "==";
+    case BinOp::NE:
+      return "!=";
+    case BinOp::LT:
+      return "<";
+    case BinOp::LE:
+      return "<=";
+    case BinOp::GT:
+      return ">";
+    case BinOp::GE:
+      return ">=";
+    case BinOp::And:
+      return "and";
+    case BinOp::Or:
+      return "or";
+    case BinOp::BitAnd:
+      return "&";
+    case BinOp::BitOr:
+      return "|";
+    case BinOp::BitXor:
+      return "^";
+    case BinOp::Shl:
+      return "<<";
+    case BinOp::Shr:
+      return ">>";
   }
   return "?";
 }
 
 const char* binop_name(BinOp op) {
   switch (op) {
-    case BinOp::Add: return "add";
-    case BinOp::Sub: return "sub";
-    case BinOp::Mul: return "mul";
-    case BinOp::Div: return "div";
-    case BinOp::Mod: return "mod";
-    case BinOp::FloorDiv: return "floordiv";
-    case BinOp::FloorMod: return "floormod";
-    case BinOp::Min: return "min";
-    case BinOp::Max: return "max";
-    case BinOp::EQ: return "eq";
-    case BinOp::NE: return "ne";
-    case BinOp::LT: return "lt";
-    case BinOp::LE: return "le";
-    case BinOp::GT: return "gt";
-    case BinOp::GE: return "ge";
-    case BinOp::And: return "logical_and";
-    case BinOp::Or: return "logical_or";
-    case BinOp::BitAnd: return "bitwise_and";
-    case BinOp::BitOr: return "bitwise_or";
-    case BinOp::BitXor: return "bitwise_xor";
-    case BinOp::Shl: return "shift_left";
-    case BinOp::Shr: return "shift_right";
+    case BinOp::Add:
+      return "add";
+    case BinOp::Sub:
+      return "sub";
+    case BinOp::Mul:
+      return "mul";
+    case BinOp::Div:
+      return "div";
+    case BinOp::Mod:
+      return "mod";
+    case BinOp::FloorDiv:
+      return "floordiv";
+    case BinOp::FloorMod:
+      return "floormod";
+    case BinOp::Min:
+      return "min";
+    case BinOp::Max:
+      return "max";
+    case BinOp::EQ:
+      return "eq";
+    case BinOp::NE:
+      return "ne";
+    case BinOp::LT:
+      return "lt";
+    case BinOp::LE:
+      return "le";
+    case BinOp::GT:
+      return "gt";
+    case BinOp::GE:
+      return "ge";
+    case BinOp::And:
+      return "logical_and";
+    case BinOp::Or:
+      return "logical_or";
+    case BinOp::BitAnd:
+      return "bitwise_and";
+    case BinOp::BitOr:
+      return "bitwise_or";
+    case BinOp::BitXor:
+      return "bitwise_xor";
+    case BinOp::Shl:
+      return "shift_left";
+    case BinOp::Shr:
+      return "shift_right";
   }
   return "?";
 }
@@ -187,80 +258,96 @@ int intrinsic_arity(Intrinsic i) {
 
 Expr make_int(std::int64_t v, DType t, SourceLoc loc) {
   if (!t.is_integer() && !t.is_bool())
-    fail("IntImm", "", loc, "dtype " + t.name() + " is not an integer type");
+    fail("tx.make_int", "", loc, "dtype " + t.name() + " is not an integer type");
   return Expr(std::make_shared<const IntImmNode>(t, v, loc));
 }
 
 Expr make_float(double v, DType t, SourceLoc loc) {
-  if (!t.is_float()) fail("FloatImm", "", loc, "dtype " + t.name() + " is not a float type");
+  if (!t.is_float()) fail("tx.make_float", "", loc, "dtype " + t.name() + " is not a float type");
   return Expr(std::make_shared<const FloatImmNode>(t, v, loc));
 }
 
 Expr make_bool(bool v, SourceLoc loc) { return make_int(v ? 1 : 0, boolean, loc); }
 
 Expr make_cast(DType t, Expr v, SourceLoc loc) {
-  if (!v) fail("cast", "", loc, "undefined operand");
+  if (!v) fail("T.cast", "", loc, "the operand is an undefined (default-constructed) tx::Expr");
   if (t.is_void() || t.is_handle() || v.dtype().is_handle() || v.dtype().is_void())
-    fail("cast", "", loc, "cannot cast " + v.dtype().name() + " to " + t.name());
+    fail("T.cast", operand_text(v), loc, "cannot cast " + v.dtype().name() + " to " + t.name());
   if (v.dtype() == t) return v;
-  return Expr(std::make_shared<const CastNode>(t, std::move(v), loc));
+  return checked_depth(Expr(std::make_shared<const CastNode>(t, std::move(v), loc)), "T.cast", loc);
 }
 
 Expr make_binary(BinOp op, Expr a, Expr b, SourceLoc loc) {
-  if (!a || !b) fail(binop_name(op), "", loc, "undefined operand");
+  const std::string name = binop_op_name(op);
+  if (!a || !b)
+    fail(name, "", loc,
+         std::string("the ") + (a ? "right" : "left") +
+             " operand is an undefined (default-constructed) tx::Expr");
   DType ta = a.dtype(), tb = b.dtype();
   if (ta != tb)
-    fail(binop_name(op), "", loc,
-         "operand dtypes " + ta.name() + " and " + tb.name() + " differ; cast one explicitly");
+    fail(name, operand_text(b), loc,
+         "dtype " + tb.name() + " differs from the other operand's " + ta.name() + " (" +
+             operand_text(a) + "); cast one of them explicitly: cast(x, " + ta.name() + ")");
   if (ta.is_handle() || ta.is_void())
-    fail(binop_name(op), "", loc, "operands of dtype " + ta.name() + " have no arithmetic");
+    fail(name, operand_text(a), loc, "operands of dtype " + ta.name() + " have no arithmetic");
   DType result = ta;
   if (binop_is_comparison(op)) {
     result = boolean;
   } else if (binop_is_logical(op)) {
     if (!ta.is_bool())
-      fail(binop_name(op), "", loc, "logical operators take bool operands, got " + ta.name());
-  } else if (op == BinOp::BitAnd || op == BinOp::BitOr || op == BinOp::BitXor ||
-             op == BinOp::Shl || op == BinOp::Shr) {
+      fail(name, operand_text(a), loc, "logical operators take bool operands, got " + ta.name());
+  } else if (op == BinOp::BitAnd || op == BinOp::BitOr || op == BinOp::BitXor || op == BinOp::Shl ||
+             op == BinOp::Shr) {
     if (!ta.is_integer() && !ta.is_bool())
-      fail(binop_name(op), "", loc, "bitwise operators take integer operands, got " + ta.name());
+      fail(name, operand_text(a), loc, "bitwise operators take integer operands, got " + ta.name());
   } else if (ta.is_bool()) {
-    fail(binop_name(op), "", loc, "arithmetic on bool operands; cast to an integer type first");
+    fail(name, operand_text(a), loc, "arithmetic on bool operands; cast to an integer type first");
   }
-  return Expr(std::make_shared<const BinaryNode>(op, result, std::move(a), std::move(b), loc));
+  return checked_depth(
+      Expr(std::make_shared<const BinaryNode>(op, result, std::move(a), std::move(b), loc)),
+      binop_op_name(op).c_str(), loc);
 }
 
 Expr make_unary(UnOp op, Expr a, SourceLoc loc) {
-  if (!a) fail("unary", "", loc, "undefined operand");
+  const char* name = op == UnOp::Neg   ? "T.neg"
+                     : op == UnOp::Not ? "T.logical_not"
+                                       : "T.bitwise_not";
+  if (!a) fail(name, "", loc, "the operand is an undefined (default-constructed) tx::Expr");
   DType t = a.dtype();
   if (op == UnOp::Not && !t.is_bool())
-    fail("logical_not", "", loc, "takes a bool operand, got " + t.name());
+    fail(name, operand_text(a), loc, "takes a bool operand, got " + t.name());
   if (op == UnOp::BitNot && !t.is_integer() && !t.is_bool())
-    fail("bitwise_not", "", loc, "takes an integer operand, got " + t.name());
+    fail(name, operand_text(a), loc, "takes an integer operand, got " + t.name());
   if (op == UnOp::Neg && (t.is_bool() || t.is_handle()))
-    fail("neg", "", loc, "cannot negate a " + t.name());
-  return Expr(std::make_shared<const UnaryNode>(op, t, std::move(a), loc));
+    fail(name, operand_text(a), loc, "cannot negate a " + t.name());
+  return checked_depth(Expr(std::make_shared<const UnaryNode>(op, t, std::move(a), loc)), name,
+                       loc);
 }
 
 Expr make_select(Expr c, Expr t, Expr f, SourceLoc loc) {
-  if (!c || !t || !f) fail("select", "", loc, "undefined operand");
+  if (!c || !t || !f)
+    fail("T.select", "", loc, "an operand is an undefined (default-constructed) tx::Expr");
   if (!c.dtype().is_bool())
-    fail("select", "", loc, "condition must be bool, got " + c.dtype().name());
+    fail("T.select", operand_text(c), loc, "the condition must be bool, got " + c.dtype().name());
   if (t.dtype() != f.dtype())
-    fail("select", "", loc,
-         "branches have dtypes " + t.dtype().name() + " and " + f.dtype().name());
+    fail("T.select", operand_text(f), loc,
+         "the branches have dtypes " + t.dtype().name() + " and " + f.dtype().name() +
+             "; cast one of them explicitly");
   DType ty = t.dtype();
-  return Expr(std::make_shared<const SelectNode>(ty, std::move(c), std::move(t), std::move(f), loc));
+  return checked_depth(
+      Expr(std::make_shared<const SelectNode>(ty, std::move(c), std::move(t), std::move(f), loc)),
+      "T.select", loc);
 }
 
 Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
-  const char* name = intrinsic_name(op);
+  const std::string qname = std::string("T.") + intrinsic_name(op);
+  const char* name = qname.c_str();
   if (static_cast<int>(args.size()) != intrinsic_arity(op))
     fail(name, "", loc,
          "takes " + std::to_string(intrinsic_arity(op)) + " arguments, got " +
              std::to_string(args.size()));
   for (const Expr& a : args)
-    if (!a) fail(name, "", loc, "undefined operand");
+    if (!a) fail(name, "", loc, "an operand is an undefined (default-constructed) tx::Expr");
   switch (op) {
     case Intrinsic::thread_idx:
     case Intrinsic::block_idx:
@@ -268,7 +355,7 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
       break;
     case Intrinsic::shfl_xor:
       if (args[0].dtype().bytes() > 8 || args[0].dtype().is_handle())
-        fail(name, "", loc, "cannot shuffle a " + args[0].dtype().name());
+        fail(name, operand_text(args[0]), loc, "cannot shuffle a " + args[0].dtype().name());
       t = args[0].dtype();
       break;
     case Intrinsic::reinterpret:
@@ -279,37 +366,43 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
     case Intrinsic::isinf:
     case Intrinsic::isfinite:
       if (!args[0].dtype().is_float())
-        fail(name, "", loc, "takes a float operand, got " + args[0].dtype().name());
+        fail(name, operand_text(args[0]), loc,
+             "takes a float operand, got " + args[0].dtype().name());
       t = boolean;
       break;
     case Intrinsic::fabs:
-      if (args[0].dtype().is_bool()) fail(name, "", loc, "takes a numeric operand");
+      if (args[0].dtype().is_bool())
+        fail(name, operand_text(args[0]), loc, "takes a numeric operand");
       t = args[0].dtype();
       break;
     default:
       for (const Expr& a : args) {
         if (!a.dtype().is_float())
-          fail(name, "", loc, "takes float operands, got " + a.dtype().name());
+          fail(name, operand_text(a), loc, "takes float operands, got " + a.dtype().name());
         if (a.dtype() != args[0].dtype())
-          fail(name, "", loc,
-               "operand dtypes " + args[0].dtype().name() + " and " + a.dtype().name() +
-                   " differ");
+          fail(name, operand_text(a), loc,
+               "dtype " + a.dtype().name() + " differs from the first operand's " +
+                   args[0].dtype().name() + "; cast one of them explicitly");
       }
       t = args[0].dtype();
   }
-  return Expr(std::make_shared<const CallNode>(op, t, std::move(args), loc));
+  return checked_depth(Expr(std::make_shared<const CallNode>(op, t, std::move(args), loc)),
+                       ("T." + std::string(name)).c_str(), loc);
 }
 
 Expr make_load(Buffer b, std::vector<Expr> indices, SourceLoc loc) {
-  if (!b) fail("load", "", loc, "undefined buffer");
+  if (!b) fail("T.load", "", loc, "the buffer is an undefined (default-constructed) tx::Buffer");
   if (indices.size() != b->shape.size())
-    fail("load", b->name, loc,
+    fail("T.load", b->name, loc,
          "buffer has " + std::to_string(b->shape.size()) + " dimensions but " +
              std::to_string(indices.size()) + " indices were given");
   for (const Expr& i : indices)
     if (!i || !i.dtype().is_integer())
-      fail("load", b->name, loc, "indices must be integers");
-  return Expr(std::make_shared<const LoadNode>(std::move(b), std::move(indices), loc));
+      fail("T.load", b->name, loc,
+           i ? "index " + operand_text(i) + " of dtype " + i.dtype().name() + " is not an integer"
+             : std::string("an index is an undefined (default-constructed) tx::Expr"));
+  return checked_depth(
+      Expr(std::make_shared<const LoadNode>(std::move(b), std::move(indices), loc)), "T.load", loc);
 }
 
 std::optional<std::int64_t> as_const_int(const Expr& e) {
@@ -326,33 +419,48 @@ bool is_const_int(const Expr& e, std::int64_t v) {
 
 const char* scope_id_name(ScopeIdKind k) {
   switch (k) {
-    case ScopeIdKind::cta_id: return "cta_id";
-    case ScopeIdKind::warpgroup_id: return "warpgroup_id";
-    case ScopeIdKind::warp_id: return "warp_id";
-    case ScopeIdKind::lane_id: return "lane_id";
-    case ScopeIdKind::thread_id: return "thread_id";
-    case ScopeIdKind::warp_id_in_wg: return "warp_id_in_wg";
-    case ScopeIdKind::thread_id_in_wg: return "thread_id_in_wg";
+    case ScopeIdKind::cta_id:
+      return "cta_id";
+    case ScopeIdKind::warpgroup_id:
+      return "warpgroup_id";
+    case ScopeIdKind::warp_id:
+      return "warp_id";
+    case ScopeIdKind::lane_id:
+      return "lane_id";
+    case ScopeIdKind::thread_id:
+      return "thread_id";
+    case ScopeIdKind::warp_id_in_wg:
+      return "warp_id_in_wg";
+    case ScopeIdKind::thread_id_in_wg:
+      return "thread_id_in_wg";
   }
   return "?";
 }
 
 const char* exec_scope_name(ExecScope s) {
   switch (s) {
-    case ExecScope::thread: return "thread";
-    case ExecScope::warp: return "warp";
-    case ExecScope::warpgroup: return "warpgroup";
-    case ExecScope::cta: return "cta";
+    case ExecScope::thread:
+      return "thread";
+    case ExecScope::warp:
+      return "warp";
+    case ExecScope::warpgroup:
+      return "warpgroup";
+    case ExecScope::cta:
+      return "cta";
   }
   return "?";
 }
 
 int exec_scope_threads(ExecScope s, int cta_threads) {
   switch (s) {
-    case ExecScope::thread: return 1;
-    case ExecScope::warp: return 32;
-    case ExecScope::warpgroup: return 128;
-    case ExecScope::cta: return cta_threads;
+    case ExecScope::thread:
+      return 1;
+    case ExecScope::warp:
+      return 32;
+    case ExecScope::warpgroup:
+      return 128;
+    case ExecScope::cta:
+      return cta_threads;
   }
   return 1;
 }
@@ -362,40 +470,47 @@ std::string TileCallNode::qualified_name() const {
 }
 
 Stmt make_store(Buffer b, Expr value, std::vector<Expr> indices, SourceLoc loc) {
-  if (!b) fail("store", "", loc, "undefined buffer");
-  if (!value) fail("store", b->name, loc, "undefined value");
+  if (!b) fail("T.store", "", loc, "the buffer is an undefined (default-constructed) tx::Buffer");
+  if (!value)
+    fail("T.store", b->name, loc, "the value is an undefined (default-constructed) tx::Expr");
   if (indices.size() != b->shape.size())
-    fail("store", b->name, loc,
+    fail("T.store", b->name, loc,
          "buffer has " + std::to_string(b->shape.size()) + " dimensions but " +
              std::to_string(indices.size()) + " indices were given");
   for (const Expr& i : indices)
-    if (!i || !i.dtype().is_integer()) fail("store", b->name, loc, "indices must be integers");
+    if (!i || !i.dtype().is_integer())
+      fail("T.store", b->name, loc,
+           i ? "index " + operand_text(i) + " of dtype " + i.dtype().name() + " is not an integer"
+             : std::string("an index is an undefined (default-constructed) tx::Expr"));
   if (value.dtype() != b->dtype)
-    fail("store", b->name, loc,
-         "value dtype " + value.dtype().name() + " differs from buffer dtype " + b->dtype.name() +
-             "; use cast()");
-  return Stmt(std::make_shared<const StoreNode>(std::move(b), std::move(value), std::move(indices),
-                                                loc));
+    fail("T.store", b->name, loc,
+         "value dtype " + value.dtype().name() + " differs from the buffer's " + b->dtype.name() +
+             "; cast it: cast(value, " + b->dtype.name() + ")");
+  return Stmt(
+      std::make_shared<const StoreNode>(std::move(b), std::move(value), std::move(indices), loc));
 }
 
 Stmt make_evaluate(Expr v, SourceLoc loc) {
-  if (!v) fail("evaluate", "", loc, "undefined value");
+  if (!v) fail("T.evaluate", "", loc, "the value is an undefined (default-constructed) tx::Expr");
   return Stmt(std::make_shared<const EvaluateNode>(std::move(v), loc));
 }
 
 Stmt make_for(Var v, Expr min, Expr extent, ForKind k, Stmt body, SourceLoc loc) {
+  if (!v) fail("T.serial", "", loc, "the loop variable is an undefined tx::Var");
   if (!min || !extent || !min.dtype().is_integer() || !extent.dtype().is_integer())
-    fail("for", v.name(), loc, "loop bounds must be integers");
+    fail("T.serial", v.name(), loc, "loop bounds must be integers");
   if (auto e = as_const_int(extent); e && *e < 0)
-    fail("for", v.name(), loc, "negative extent " + std::to_string(*e));
+    fail("T.serial", v.name(), loc, "negative extent " + std::to_string(*e));
   if (!body) body = make_seq({}, loc);
   return Stmt(std::make_shared<const ForNode>(std::move(v), std::move(min), std::move(extent), k,
                                               std::move(body), loc));
 }
 
 Stmt make_if(Expr cond, Stmt then_case, Stmt else_case, SourceLoc loc) {
-  if (!cond || !cond.dtype().is_bool())
-    fail("if", "", loc, "condition must be a bool expression");
+  if (!cond) fail("T.if_", "", loc, "the condition is an undefined (default-constructed) tx::Expr");
+  if (!cond.dtype().is_bool())
+    fail("T.if_", operand_text(cond), loc,
+         "the condition must be a bool expression, got " + cond.dtype().name());
   if (!then_case) then_case = make_seq({}, loc);
   return Stmt(std::make_shared<const IfThenElseNode>(std::move(cond), std::move(then_case),
                                                      std::move(else_case), loc));
@@ -415,17 +530,19 @@ Stmt make_seq(std::vector<Stmt> seq, SourceLoc loc) {
 }
 
 Stmt make_let(Var v, Expr value, Stmt body, SourceLoc loc) {
-  if (!value) fail("let", v.name(), loc, "undefined value");
+  if (!v) fail("T.let", "", loc, "the variable is an undefined tx::Var");
+  if (!value)
+    fail("T.let", v.name(), loc, "the value is an undefined (default-constructed) tx::Expr");
   if (value.dtype() != v.dtype())
-    fail("let", v.name(), loc,
+    fail("T.let", v.name(), loc,
          "value dtype " + value.dtype().name() + " differs from var dtype " + v.dtype().name());
   if (!body) body = make_seq({}, loc);
-  return Stmt(std::make_shared<const LetStmtNode>(std::move(v), std::move(value), std::move(body),
-                                                  loc));
+  return Stmt(
+      std::make_shared<const LetStmtNode>(std::move(v), std::move(value), std::move(body), loc));
 }
 
 Stmt make_allocate(Buffer b, Stmt body, SourceLoc loc) {
-  if (!b) fail("allocate", "", loc, "undefined buffer");
+  if (!b) fail("T.alloc_buffer", "", loc, "the buffer is an undefined tx::Buffer");
   if (b->scope == MemScope::global)
     fail("T.alloc_buffer", b->name, loc,
          "global buffers come from kernel arguments (T.match_buffer), not alloc_buffer");
@@ -462,8 +579,8 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
         const Range& rg = r->ranges[d];
         if (rg.extent <= 0)
           fail(qn, r->buffer->name, loc,
-               "region extent " + std::to_string(rg.extent) + " in dimension " +
-                   std::to_string(d) + " is not positive");
+               "region extent " + std::to_string(rg.extent) + " in dimension " + std::to_string(d) +
+                   " is not positive");
         if (!rg.start || !rg.start.dtype().is_integer())
           fail(qn, r->buffer->name, loc, "region start must be an integer");
         if (auto s = as_const_int(rg.start)) {
@@ -483,21 +600,21 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
 }
 
 Stmt make_barrier(ExecScope s, SourceLoc loc) {
-  if (s == ExecScope::thread) fail("barrier", "", loc, "a thread has nothing to synchronize");
+  if (s == ExecScope::thread) fail("T.cuda.sync", "", loc, "a thread has nothing to synchronize");
   return Stmt(std::make_shared<const BarrierNode>(s, loc));
 }
 
-Stmt make_copy_bytes(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes,
-                     SourceLoc loc) {
+Stmt make_copy_bytes(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes, SourceLoc loc) {
+  const char* op = "T.cuda.copy_bytes";
+  if (!dst || !src || !dst_off || !src_off) fail(op, "", loc, "an operand is undefined");
   if (bytes != 1 && bytes != 2 && bytes != 4 && bytes != 8 && bytes != 16)
-    fail("copy_bytes", "", loc, "unsupported transfer width " + std::to_string(bytes));
+    fail(op, "", loc, "unsupported transfer width " + std::to_string(bytes));
   if (dst->dtype.bytes() != src->dtype.bytes())
-    fail("copy_bytes", dst->name, loc, "element sizes differ between source and destination");
+    fail(op, dst->name, loc, "element sizes differ between source and destination");
   if (bytes % dst->dtype.bytes() != 0)
-    fail("copy_bytes", dst->name, loc, "width is not a multiple of the element size");
-  return Stmt(std::make_shared<const CopyBytesNode>(std::move(dst), std::move(dst_off),
-                                                    std::move(src), std::move(src_off), bytes,
-                                                    loc));
+    fail(op, dst->name, loc, "width is not a multiple of the element size");
+  return Stmt(std::make_shared<const CopyBytesNode>(
+      std::move(dst), std::move(dst_off), std::move(src), std::move(src_off), bytes, loc));
 }
 
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {

@@ -9,13 +9,20 @@ namespace tx {
 
 const char* axis_name(Axis a) {
   switch (a) {
-    case Axis::m: return "m";
-    case Axis::laneid: return "laneid";
-    case Axis::warpid: return "warpid";
-    case Axis::tx: return "tx";
-    case Axis::wgid: return "wgid";
-    case Axis::tid_in_wg: return "tid_in_wg";
-    case Axis::wid_in_wg: return "wid_in_wg";
+    case Axis::m:
+      return "m";
+    case Axis::laneid:
+      return "laneid";
+    case Axis::warpid:
+      return "warpid";
+    case Axis::tx:
+      return "tx";
+    case Axis::wgid:
+      return "wgid";
+    case Axis::tid_in_wg:
+      return "tid_in_wg";
+    case Axis::wid_in_wg:
+      return "wid_in_wg";
   }
   return "?";
 }
@@ -33,15 +40,15 @@ std::vector<Iter> make_iters(const char* what, const std::vector<std::int64_t>& 
     }
   }
   if (strides.size() != extents.size())
-    fail("TileLayout", what, {},
+    fail("tx.TileLayout", what, {},
          std::to_string(extents.size()) + " extents but " + std::to_string(strides.size()) +
              " strides");
   std::vector<Iter> iters;
   for (std::size_t k = 0; k < extents.size(); ++k) {
     if (extents[k] <= 0)
-      fail("TileLayout", what, {}, "extent " + std::to_string(extents[k]) + " is not positive");
+      fail("tx.TileLayout", what, {}, "extent " + std::to_string(extents[k]) + " is not positive");
     if (strides[k].stride < 0)
-      fail("TileLayout", what, {}, "negative stride " + std::to_string(strides[k].stride));
+      fail("tx.TileLayout", what, {}, "negative stride " + std::to_string(strides[k].stride));
     iters.push_back({extents[k], strides[k].stride, strides[k].axis});
   }
   return iters;
@@ -84,7 +91,7 @@ ShardSpec S(std::vector<std::int64_t> extents, std::vector<AxisStride> strides) 
 }
 
 ReplicaSpec R(std::vector<std::int64_t> extents, std::vector<AxisStride> strides) {
-  if (strides.empty()) fail("TileLayout", "R", {}, "a replica needs explicit strides");
+  if (strides.empty()) fail("tx.TileLayout", "R", {}, "a replica needs explicit strides");
   return {make_iters("R", extents, std::move(strides))};
 }
 
@@ -155,11 +162,11 @@ std::vector<Location> TileLayout::apply_linear(std::int64_t index) const {
 std::vector<Location> TileLayout::apply(const std::vector<std::int64_t>& coord,
                                         const std::vector<std::int64_t>& shape) const {
   if (coord.size() != shape.size())
-    fail("TileLayout.apply", "", {}, "coordinate rank differs from shape rank");
+    fail("tx.TileLayout.apply", "", {}, "coordinate rank differs from shape rank");
   std::int64_t idx = 0;
   for (std::size_t k = 0; k < shape.size(); ++k) {
     if (coord[k] < 0 || coord[k] >= shape[k])
-      fail("TileLayout.apply", "", {}, "coordinate out of the shape");
+      fail("tx.TileLayout.apply", "", {}, "coordinate out of the shape");
     idx = idx * shape[k] + coord[k];
   }
   return apply_linear(idx);

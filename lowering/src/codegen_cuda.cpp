@@ -1,5 +1,6 @@
 #include "tx/lowering/codegen_cuda.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -18,27 +19,55 @@ namespace {
 // with a bit-identical software path below it; e5m2 in software because it
 // must keep Inf (the hardware only has satfinite). The host fallback rounds
 // the same way, bit for bit.
-const char* kPrelude = R"(typedef unsigned short tx_f16;
-typedef unsigned short tx_bf16;
-typedef unsigned char tx_f8e4m3;
-typedef unsigned char tx_f8e5m2;
+// The CUDA prelude, one helper per entry: a kernel's source holds only the
+// helpers it calls (and what they call), so the printed CUDA is the kernel
+// and NVRTC has no unused definitions to warn about.
+struct Helper {
+  std::vector<std::string> names;  // identifiers that make the kernel need it
+  const char* code;
+};
 
-static __device__ __forceinline__ float tx_f16_to_f32(tx_f16 h) {
+const std::vector<Helper>& helpers() {
+  static const std::vector<Helper> table = {
+      {{"tx_f16"},
+       R"(typedef unsigned short tx_f16;
+)"},
+      {{"tx_bf16"},
+       R"(typedef unsigned short tx_bf16;
+)"},
+      {{"tx_f8e4m3"},
+       R"(typedef unsigned char tx_f8e4m3;
+)"},
+      {{"tx_f8e5m2"},
+       R"(typedef unsigned char tx_f8e5m2;
+)"},
+      {{"tx_f16_to_f32"},
+       R"(static __device__ __forceinline__ float tx_f16_to_f32(tx_f16 h) {
   float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
 }
-static __device__ __forceinline__ tx_f16 tx_f32_to_f16(float f) {
+)"},
+      {{"tx_f32_to_f16"},
+       R"(static __device__ __forceinline__ tx_f16 tx_f32_to_f16(float f) {
   tx_f16 h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-static __device__ __forceinline__ float tx_bf16_to_f32(tx_bf16 h) {
+)"},
+      {{"tx_bf16_to_f32"},
+       R"(static __device__ __forceinline__ float tx_bf16_to_f32(tx_bf16 h) {
   return __uint_as_float(((unsigned)h) << 16);
 }
-static __device__ __forceinline__ tx_bf16 tx_f32_to_bf16(float f) {
+)"},
+      {{"tx_f32_to_bf16"},
+       R"(static __device__ __forceinline__ tx_bf16 tx_f32_to_bf16(float f) {
   tx_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
 }
-static __device__ __forceinline__ float tx_f8e5m2_to_f32(tx_f8e5m2 v) {
+)"},
+      {{"tx_f8e5m2_to_f32"},
+       R"(static __device__ __forceinline__ float tx_f8e5m2_to_f32(tx_f8e5m2 v) {
   return tx_f16_to_f32((tx_f16)(((unsigned)v) << 8));
 }
-static __device__ __forceinline__ tx_f8e5m2 tx_f32_to_f8e5m2(float x) {
+)"},
+      {{"tx_f32_to_f8e5m2"},
+       R"(static __device__ __forceinline__ tx_f8e5m2 tx_f32_to_f8e5m2(float x) {
   unsigned s = (__float_as_uint(x) >> 24) & 0x80u;
   float a = fabsf(x);
 #if __CUDA_ARCH__ >= 890
@@ -56,7 +85,9 @@ static __device__ __forceinline__ tx_f8e5m2 tx_f32_to_f8e5m2(float x) {
   u += 0xFFFFFu + ((u >> 21) & 1u);
   return (tx_f8e5m2)(s | ((((u >> 23) - 112u) << 2) | ((u >> 21) & 3u)));
 }
-static __device__ __forceinline__ float tx_f8e4m3_to_f32(tx_f8e4m3 v) {
+)"},
+      {{"tx_f8e4m3_to_f32"},
+       R"(static __device__ __forceinline__ float tx_f8e4m3_to_f32(tx_f8e4m3 v) {
 #if __CUDA_ARCH__ >= 890
   unsigned h2;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"((unsigned short)v));
@@ -69,7 +100,9 @@ static __device__ __forceinline__ float tx_f8e4m3_to_f32(tx_f8e4m3 v) {
   else r = __uint_as_float(((e + 120u) << 23) | (m << 20));
   return __uint_as_float(__float_as_uint(r) | s);
 }
-static __device__ __forceinline__ tx_f8e4m3 tx_f32_to_f8e4m3(float x) {
+)"},
+      {{"tx_f32_to_f8e4m3"},
+       R"(static __device__ __forceinline__ tx_f8e4m3 tx_f32_to_f8e4m3(float x) {
 #if __CUDA_ARCH__ >= 890
   unsigned short r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
@@ -86,7 +119,9 @@ static __device__ __forceinline__ tx_f8e4m3 tx_f32_to_f8e4m3(float x) {
   if (e > 15u || (e == 15u && m == 7u)) return (tx_f8e4m3)(s | 0x7Eu);
   return (tx_f8e4m3)(s | (e << 3) | m);
 }
-// maximum/minimum propagate NaN (as torch.maximum), unlike fmaxf.
+)"},
+      {{"tx_max", "tx_min"},
+       R"(// maximum/minimum propagate NaN (as torch.maximum), unlike fmaxf.
 static __device__ __forceinline__ float tx_max(float a, float b) {
 #if __CUDA_ARCH__ >= 800
   float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
@@ -105,10 +140,14 @@ static __device__ __forceinline__ double tx_max(double a, double b) { return (a 
 static __device__ __forceinline__ double tx_min(double a, double b) { return (a != a || b != b) ? a + b : fmin(a, b); }
 template <class T> static __device__ __forceinline__ T tx_max(T a, T b) { return a > b ? a : b; }
 template <class T> static __device__ __forceinline__ T tx_min(T a, T b) { return a < b ? a : b; }
-template <class U, class T> static __device__ __forceinline__ U tx_bitcast(T x) {
+)"},
+      {{"tx_bitcast"},
+       R"(template <class U, class T> static __device__ __forceinline__ U tx_bitcast(T x) {
   union { T a; U b; } u; u.a = x; return u.b;
 }
-// erfc(|x|) = t exp(-x^2 + P(t)), t = 1 / (1 + |x| / 2). tx_erfc: the
+)"},
+      {{"tx_erfc"},
+       R"(// erfc(|x|) = t exp(-x^2 + P(t)), t = 1 / (1 + |x| / 2). tx_erfc: the
 // degree-9 P of Numerical Recipes (fractional error < 1.2e-7; a few f32 ulp
 // as evaluated). tx_erfc_fast: a degree-5 P fitted for approx_math (< 1.6e-5
 // relative: 1/60 of an f16 ulp) with the hardware exp.
@@ -131,7 +170,9 @@ static __device__ __forceinline__ float tx_erfc(float x) {
   r = z >= 10.0f ? 0.0f : r;  // past 10 erfc underflows (and inf would give 0 * NaN); NaN passes
   return x >= 0.0f ? r : 2.0f - r;
 }
-static __device__ __forceinline__ float tx_erfc_fast(float x) {
+)"},
+      {{"tx_erfc_fast"},
+       R"(static __device__ __forceinline__ float tx_erfc_fast(float x) {
   float z = fabsf(x);
   float t = __fdividef(1.0f, 1.0f + 0.5f * z);
   float p = -0.710691319f + t * 0.229265266f;
@@ -142,7 +183,9 @@ static __device__ __forceinline__ float tx_erfc_fast(float x) {
   r = z >= 10.0f ? 0.0f : r;
   return x >= 0.0f ? r : 2.0f - r;
 }
-// normcdf(x) = erfc(-x / sqrt2) / 2 with the same fit, in the variable
+)"},
+      {{"tx_rcp_approx"},
+       R"(// normcdf(x) = erfc(-x / sqrt2) / 2 with the same fit, in the variable
 // u = |x| / sqrt2: r = t 2^(log2e (P(t) - ln 2 - x^2 / 2)), t = 1 / (1 + u / 2).
 // tx_normcdf (f32) keeps x^2 / 2 exact (x*x and its fma remainder) and the
 // exponent as a two-float sum through its conversion to base 2, so one
@@ -155,10 +198,14 @@ static __device__ __forceinline__ float tx_erfc_fast(float x) {
 static __device__ __forceinline__ float tx_rcp_approx(float x) {
   float r; asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
 }
-static __device__ __forceinline__ float tx_ex2_approx_ftz(float x) {
+)"},
+      {{"tx_ex2_approx_ftz"},
+       R"(static __device__ __forceinline__ float tx_ex2_approx_ftz(float x) {
   float r; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x)); return r;
 }
-static __device__ __forceinline__ float tx_normcdf(float x) {
+)"},
+      {{"tx_normcdf"},
+       R"(static __device__ __forceinline__ float tx_normcdf(float x) {
   const float L = 1.44269502f, L_lo = 1.925963e-8f;  // log2(e) = L + L_lo
   float z = fabsf(x);
   float t = tx_rcp_approx(fmaf(z, 0.353553391f, 1.0f));
@@ -181,7 +228,9 @@ static __device__ __forceinline__ float tx_normcdf(float x) {
   r = z >= 14.2f ? 0.0f : r;  // past it the CDF underflows (and x^2 = inf gives NaN); NaN passes
   return x >= 0.0f ? 1.0f - r : r;
 }
-static __device__ __forceinline__ float tx_normcdf_fast(float x) {
+)"},
+      {{"tx_normcdf_fast"},
+       R"(static __device__ __forceinline__ float tx_normcdf_fast(float x) {
   float t = tx_rcp_approx(fmaf(fabsf(x), 0.353553391f, 1.0f));
   float p = fmaf(t, 0.330759862f, -1.02531084f);  // the tx_erfc_fast fit times log2e,
   p = fmaf(t, p, 0.687140514f);                    // minus 1 for the 1/2
@@ -191,58 +240,121 @@ static __device__ __forceinline__ float tx_normcdf_fast(float x) {
   float r = t * tx_ex2_approx_ftz(fmaf(x * -0.72134752f, x, p));
   return x >= 0.0f ? 1.0f - r : r;
 }
-template <class T> static __device__ __forceinline__ T tx_floordiv(T a, T b) {
+)"},
+      {{"tx_floordiv"},
+       R"(template <class T> static __device__ __forceinline__ T tx_floordiv(T a, T b) {
   T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-template <class T> static __device__ __forceinline__ T tx_floormod(T a, T b) {
+)"},
+      {{"tx_floormod"},
+       R"(template <class T> static __device__ __forceinline__ T tx_floormod(T a, T b) {
   T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-)";
+)"},
+  };
+  return table;
+}
+
+// The helpers `code` needs, with the helpers they need, in table order (each
+// before its users).
+std::string prelude_for(const std::string& code) {
+  const auto& table = helpers();
+  std::vector<bool> need(table.size(), false);
+  std::unordered_set<std::string> idents;
+  auto scan = [&](const std::string& text) {
+    for (std::size_t i = text.find("tx_"); i != std::string::npos; i = text.find("tx_", i + 1)) {
+      if (i > 0 && (std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'))
+        continue;
+      std::size_t j = i;
+      while (j < text.size() &&
+             (std::isalnum(static_cast<unsigned char>(text[j])) || text[j] == '_'))
+        ++j;
+      idents.insert(text.substr(i, j - i));
+    }
+  };
+  scan(code);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t k = 0; k < table.size(); ++k) {
+      if (need[k]) continue;
+      for (const std::string& n : table[k].names)
+        if (idents.count(n)) {
+          need[k] = changed = true;
+          scan(table[k].code);
+          break;
+        }
+    }
+  }
+  std::string out;
+  for (std::size_t k = 0; k < table.size(); ++k)
+    if (need[k]) out += table[k].code;
+  return out;
+}
 
 const char* c_type(DType t) {
   switch (t.code) {
-    case TypeCode::Float: return t.bits == 64 ? "double" : t.bits == 32 ? "float" : "tx_f16";
-    case TypeCode::BFloat: return "tx_bf16";
-    case TypeCode::Float8E4M3: return "tx_f8e4m3";
-    case TypeCode::Float8E5M2: return "tx_f8e5m2";
-    case TypeCode::Bool: return "bool";
+    case TypeCode::Float:
+      return t.bits == 64 ? "double" : t.bits == 32 ? "float" : "tx_f16";
+    case TypeCode::BFloat:
+      return "tx_bf16";
+    case TypeCode::Float8E4M3:
+      return "tx_f8e4m3";
+    case TypeCode::Float8E5M2:
+      return "tx_f8e5m2";
+    case TypeCode::Bool:
+      return "bool";
     case TypeCode::Int:
-      return t.bits == 8 ? "signed char" : t.bits == 16 ? "short" : t.bits == 32 ? "int" : "long long";
+      return t.bits == 8    ? "signed char"
+             : t.bits == 16 ? "short"
+             : t.bits == 32 ? "int"
+                            : "long long";
     case TypeCode::UInt:
       return t.bits == 8    ? "unsigned char"
              : t.bits == 16 ? "unsigned short"
              : t.bits == 32 ? "unsigned"
                             : "unsigned long long";
-    default: return "void";
+    default:
+      return "void";
   }
 }
 
 // Suffix of the conversion helpers for a storage-only float type.
 const char* small_name(DType t) {
   switch (t.code) {
-    case TypeCode::Float: return "f16";
-    case TypeCode::BFloat: return "bf16";
-    case TypeCode::Float8E4M3: return "f8e4m3";
-    case TypeCode::Float8E5M2: return "f8e5m2";
-    default: return "";
+    case TypeCode::Float:
+      return "f16";
+    case TypeCode::BFloat:
+      return "bf16";
+    case TypeCode::Float8E4M3:
+      return "f8e4m3";
+    case TypeCode::Float8E5M2:
+      return "f8e5m2";
+    default:
+      return "";
   }
 }
 
 const char* vec_type(int bytes) {
   switch (bytes) {
-    case 16: return "uint4";
-    case 8: return "uint2";
-    case 4: return "unsigned";
-    case 2: return "unsigned short";
-    default: return "unsigned char";
+    case 16:
+      return "uint4";
+    case 8:
+      return "uint2";
+    case 4:
+      return "unsigned";
+    case 2:
+      return "unsigned short";
+    default:
+      return "unsigned char";
   }
 }
 
 std::string float_literal(double v, DType t) {
   if (t == f64) {
     if (std::isnan(v)) return "__longlong_as_double(0x7ff8000000000000ll)";
-    if (std::isinf(v)) return v > 0 ? "__longlong_as_double(0x7ff0000000000000ll)"
-                                     : "__longlong_as_double(0xfff0000000000000ll)";
+    if (std::isinf(v))
+      return v > 0 ? "__longlong_as_double(0x7ff0000000000000ll)"
+                   : "__longlong_as_double(0xfff0000000000000ll)";
     char b[64];
     std::snprintf(b, sizeof b, "%.17g", v);
     std::string s = b;
@@ -251,7 +363,8 @@ std::string float_literal(double v, DType t) {
   }
   if (t == f32) {
     if (std::isnan(v)) return "__uint_as_float(0x7fc00000u)";
-    if (std::isinf(v)) return v > 0 ? "__uint_as_float(0x7f800000u)" : "__uint_as_float(0xff800000u)";
+    if (std::isinf(v))
+      return v > 0 ? "__uint_as_float(0x7f800000u)" : "__uint_as_float(0xff800000u)";
     char b[64];
     std::snprintf(b, sizeof b, "%.9g", static_cast<double>(static_cast<float>(v)));
     std::string s = b;
@@ -283,14 +396,16 @@ std::string int_literal(std::int64_t v, DType t) {
 
 const std::unordered_set<std::string>& reserved() {
   static const std::unordered_set<std::string> r = {
-      "auto", "bool", "break", "case", "char", "const", "continue", "default", "do", "double",
-      "else", "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long",
-      "register", "restrict", "return", "short", "signed", "sizeof", "static", "struct",
-      "switch", "typedef", "union", "unsigned", "void", "volatile", "while", "class",
-      "namespace", "template", "this", "new", "delete", "true", "false", "threadIdx",
-      "blockIdx", "blockDim", "gridDim", "warpSize", "min", "max", "asm", "operator",
-      "private", "public", "protected", "virtual", "friend", "using", "typename", "uint4",
-      "uint2", "float4", "dim3", "main", "tx_smem"};
+      "auto",     "bool",      "break",    "case",     "char",    "const",     "continue",
+      "default",  "do",        "double",   "else",     "enum",    "extern",    "float",
+      "for",      "goto",      "if",       "inline",   "int",     "long",      "register",
+      "restrict", "return",    "short",    "signed",   "sizeof",  "static",    "struct",
+      "switch",   "typedef",   "union",    "unsigned", "void",    "volatile",  "while",
+      "class",    "namespace", "template", "this",     "new",     "delete",    "true",
+      "false",    "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",  "min",
+      "max",      "asm",       "operator", "private",  "public",  "protected", "virtual",
+      "friend",   "using",     "typename", "uint4",    "uint2",   "float4",    "dim3",
+      "main",     "tx_smem"};
   return r;
 }
 
@@ -308,22 +423,24 @@ class CudaEmitter : public IRVisitor {
     head << "\n// launch: grid (" << k_.launch.grid[0] << ", " << k_.launch.grid[1] << ", "
          << k_.launch.grid[2] << "), block " << k_.launch.block << ", dynamic shared memory "
          << k_.shared_bytes << " bytes\n";
-    head << kPrelude << "\n";
+    std::ostringstream sig;
     written_ = written_buffers(f->body);
-    head << "extern \"C\" __global__ void __launch_bounds__(" << k_.launch.block << ") "
-         << kernel_name << "(";
+    sig << "extern \"C\" __global__ void __launch_bounds__(" << k_.launch.block << ") "
+        << kernel_name << "(";
     for (std::size_t i = 0; i < f->params.size(); ++i) {
       const Buffer& b = f->params[i].buffer;
       bool ro = !written_.count(b->data.get());
-      head << (i ? ", " : "") << (ro ? "const " : "") << c_type(b->dtype) << "* "
-           << name_of(b->data.get(), b->name);
+      sig << (i ? ", " : "") << (ro ? "const " : "") << c_type(b->dtype) << "* "
+          << name_of(b->data.get(), b->name);
     }
-    head << ") {\n";
+    sig << ") {\n";
     indent_ = 1;
     if (k_.shared_bytes > 0) line("extern __shared__ __align__(16) unsigned char tx_smem[];");
     visit(f->body);
     out_ << "}\n";
-    return head.str() + out_.str();
+    std::string kernel = sig.str() + out_.str();
+    std::string prelude = prelude_for(kernel);
+    return head.str() + prelude + (prelude.empty() ? "" : "\n") + kernel;
   }
 
  private:
@@ -401,8 +518,12 @@ class CudaEmitter : public IRVisitor {
     DType t = n->a.dtype();
     std::string a = op(n->a), b = op(n->b);
     switch (n->op) {
-      case BinOp::Min: eo_ << "tx_min(" << e(n->a) << ", " << e(n->b) << ")"; return;
-      case BinOp::Max: eo_ << "tx_max(" << e(n->a) << ", " << e(n->b) << ")"; return;
+      case BinOp::Min:
+        eo_ << "tx_min(" << e(n->a) << ", " << e(n->b) << ")";
+        return;
+      case BinOp::Max:
+        eo_ << "tx_max(" << e(n->a) << ", " << e(n->b) << ")";
+        return;
       case BinOp::FloorDiv:
         if (t.is_float())
           eo_ << (t == f64 ? "floor(" : "floorf(") << a << " / " << b << ")";
@@ -411,8 +532,8 @@ class CudaEmitter : public IRVisitor {
         return;
       case BinOp::FloorMod:
         if (t.is_float())
-          eo_ << "(" << a << " - " << (t == f64 ? "floor(" : "floorf(") << a << " / " << b
-              << ") * " << b << ")";
+          eo_ << "(" << a << " - " << (t == f64 ? "floor(" : "floorf(") << a << " / " << b << ") * "
+              << b << ")";
         else
           eo_ << "tx_floormod(" << e(n->a) << ", " << e(n->b) << ")";
         return;
@@ -428,17 +549,28 @@ class CudaEmitter : public IRVisitor {
           return;
         }
         break;
-      case BinOp::And: eo_ << a << " && " << b; return;
-      case BinOp::Or: eo_ << a << " || " << b; return;
-      default: break;
+      case BinOp::And:
+        eo_ << a << " && " << b;
+        return;
+      case BinOp::Or:
+        eo_ << a << " || " << b;
+        return;
+      default:
+        break;
     }
     eo_ << a << " " << binop_symbol(n->op) << " " << b;
   }
   void visit_node(const UnaryNode* n) override {
     switch (n->op) {
-      case UnOp::Neg: eo_ << "-" << op(n->a); break;
-      case UnOp::Not: eo_ << "!" << op(n->a); break;
-      case UnOp::BitNot: eo_ << "~" << op(n->a); break;
+      case UnOp::Neg:
+        eo_ << "-" << op(n->a);
+        break;
+      case UnOp::Not:
+        eo_ << "!" << op(n->a);
+        break;
+      case UnOp::BitNot:
+        eo_ << "~" << op(n->a);
+        break;
     }
   }
   void visit_node(const SelectNode* n) override {
@@ -453,10 +585,13 @@ class CudaEmitter : public IRVisitor {
     DType t = n->args.empty() ? i32 : n->args[0].dtype();
     bool is_f32 = t == f32;
     switch (n->op) {
-      case Intrinsic::thread_idx: eo_ << "((int)threadIdx.x)"; return;
+      case Intrinsic::thread_idx:
+        eo_ << "((int)threadIdx.x)";
+        return;
       case Intrinsic::block_idx: {
         auto d = as_const_int(n->args[0]).value_or(0);
-        eo_ << "((int)blockIdx." << "xyz"[d] << ")";
+        eo_ << "((int)blockIdx."
+            << "xyz"[d] << ")";
         return;
       }
       case Intrinsic::shfl_xor: {
@@ -473,7 +608,9 @@ class CudaEmitter : public IRVisitor {
         return;
       case Intrinsic::isnan:
       case Intrinsic::isinf:
-      case Intrinsic::isfinite: eo_ << intrinsic_name(n->op) << "(" << args() << ")"; return;
+      case Intrinsic::isfinite:
+        eo_ << intrinsic_name(n->op) << "(" << args() << ")";
+        return;
       case Intrinsic::fabs:
         if (t.is_float())
           eo_ << (is_f32 ? "fabsf(" : "fabs(") << args() << ")";
@@ -482,16 +619,27 @@ class CudaEmitter : public IRVisitor {
         else
           eo_ << (t.bits == 64 ? "llabs(" : "abs(") << args() << ")";
         return;
-      case Intrinsic::round: eo_ << (is_f32 ? "rintf(" : "rint(") << args() << ")"; return;
+      case Intrinsic::round:
+        eo_ << (is_f32 ? "rintf(" : "rint(") << args() << ")";
+        return;
       default:
         if (approx_ && is_f32) {
           const char* fast = nullptr;
           switch (n->op) {
-            case Intrinsic::exp: fast = "__expf("; break;
-            case Intrinsic::log: fast = "__logf("; break;
-            case Intrinsic::erfc: fast = "tx_erfc_fast("; break;
-            case Intrinsic::normcdf: fast = "tx_normcdf_fast("; break;
-            default: break;
+            case Intrinsic::exp:
+              fast = "__expf(";
+              break;
+            case Intrinsic::log:
+              fast = "__logf(";
+              break;
+            case Intrinsic::erfc:
+              fast = "tx_erfc_fast(";
+              break;
+            case Intrinsic::normcdf:
+              fast = "tx_normcdf_fast(";
+              break;
+            default:
+              break;
           }
           if (fast) {
             eo_ << fast << args() << ")";
@@ -516,8 +664,8 @@ class CudaEmitter : public IRVisitor {
 
   // ------------------------------------------------------------ stmts
   void visit_node(const StoreNode* n) override {
-    line(name_of(n->buffer->data.get(), n->buffer->name) + "[" + e(n->indices[0]) + "] = " +
-         e(n->value) + ";");
+    line(name_of(n->buffer->data.get(), n->buffer->name) + "[" + e(n->indices[0]) +
+         "] = " + e(n->value) + ";");
   }
   void visit_node(const EvaluateNode* n) override { line(e(n->value) + ";"); }
   void visit_node(const ForNode* n) override {
@@ -540,8 +688,8 @@ class CudaEmitter : public IRVisitor {
     line("}");
   }
   void visit_node(const LetStmtNode* n) override {
-    line(std::string("const ") + c_type(n->var.dtype()) + " " + name_of(n->var.get(), n->var.name()) +
-         " = " + e(n->value) + ";");
+    line(std::string("const ") + c_type(n->var.dtype()) + " " +
+         name_of(n->var.get(), n->var.name()) + " = " + e(n->value) + ";");
     visit(n->body);
   }
   void visit_node(const AllocateNode* n) override {
@@ -558,12 +706,19 @@ class CudaEmitter : public IRVisitor {
   }
   void visit_node(const BarrierNode* n) override {
     switch (n->scope) {
-      case ExecScope::cta: line("__syncthreads();"); break;
-      case ExecScope::warpgroup:
-        line("asm volatile(\"bar.sync %0, 128;\" :: \"r\"(1 + ((int)threadIdx.x >> 7)) : \"memory\");");
+      case ExecScope::cta:
+        line("__syncthreads();");
         break;
-      case ExecScope::warp: line("__syncwarp();"); break;
-      case ExecScope::thread: break;
+      case ExecScope::warpgroup:
+        line(
+            "asm volatile(\"bar.sync %0, 128;\" :: \"r\"(1 + ((int)threadIdx.x >> 7)) : "
+            "\"memory\");");
+        break;
+      case ExecScope::warp:
+        line("__syncwarp();");
+        break;
+      case ExecScope::thread:
+        break;
     }
   }
   void visit_node(const CopyBytesNode* n) override {
@@ -580,10 +735,10 @@ class CudaEmitter : public IRVisitor {
     visit(n->body);
   }
   void visit_node(const TileCallNode* n) override {
-    fail("codegen_cuda", "", n->loc, "tile call left after lowering");
+    fail("tx.codegen_cuda", "", n->loc, "tile call left after lowering");
   }
   void visit_node(const ScopeIdBindNode* n) override {
-    fail("codegen_cuda", "", n->loc, "scope id left after lowering");
+    fail("tx.codegen_cuda", "", n->loc, "scope id left after lowering");
   }
 
   void block(const Stmt& s) {

@@ -24,7 +24,9 @@ Registry& Registry::global() {
   return *r;
 }
 
-void Registry::add(std::string op, Variant v) { entries_.emplace_back(std::move(op), std::move(v)); }
+void Registry::add(std::string op, Variant v) {
+  entries_.emplace_back(std::move(op), std::move(v));
+}
 
 std::vector<const Variant*> Registry::variants(const std::string& op,
                                                const std::string& target) const {
@@ -46,6 +48,31 @@ std::vector<std::string> Registry::ops() const {
 }
 
 namespace {
+// Reasons about one operand read "operand NAME: what".
+std::string operand_of(const std::string& reason) {
+  if (reason.rfind("operand ", 0) != 0) return {};
+  auto colon = reason.find(':');
+  return colon == std::string::npos ? std::string() : reason.substr(8, colon - 8);
+}
+std::string strip_operand(const std::string& reason) {
+  if (operand_of(reason).empty()) return reason;
+  return reason.substr(reason.find(':') + 2);
+}
+
+// A fix the user can apply, where the call shows one.
+std::string dispatch_hint(const TileCallNode* call, std::string* operand) {
+  bool copy = call->op == "copy";
+  for (const TileArg& a : call->args) {
+    auto* r = std::get_if<BufferRegion>(&a);
+    if (!r || !r->buffer || r->buffer->scope != MemScope::global || copy) continue;
+    *operand = r->buffer->name;
+    return "tile primitives other than copy work on shared memory or registers: stage " +
+           r->buffer->name + " through a T::alloc_buffer(..., scope::shared) or a register tile (" +
+           "scope::local) with Tx." + exec_scope_name(call->scope) + ".copy first";
+  }
+  return {};
+}
+
 std::string try_variant(const Variant& v, const DispatchContext& ctx, Stmt* out) {
   for (const auto& [name, pred] : v.when)
     if (Check c = pred(ctx)) return *c;
@@ -90,17 +117,49 @@ DispatchResult dispatch(const DispatchContext& ctx) {
     result.rejected.emplace_back(v, reason);
   }
 
+  // One line per distinct reason (variants that fail for the same reason
+  // share it), the best variant first.
+  std::vector<std::pair<std::string, std::string>> groups;  // reason -> variants
+  for (const auto& [v, reason] : result.rejected) {
+    std::string name = v->qualified() + " [" + std::to_string(v->priority) + "]";
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == reason; });
+    if (it == groups.end())
+      groups.emplace_back(reason, name);
+    else
+      it->second += ", " + name;
+  }
   std::string detail = "  call: " + tile_call_str(call);
-  for (const auto& [v, reason] : result.rejected)
-    detail += "\n  " + v->qualified() + " [" + std::to_string(v->priority) + "]: " + reason;
-  // The first reason is the one of the best-suited variant; name it in the headline.
+  // The headline carries the reason when there is only one.
   std::string headline = forced.empty() ? "no variant accepts this call"
                                         : "forced variant \"" + forced + "\" does not apply";
-  if (result.rejected.size() == 1) headline += ": " + result.rejected[0].second;
-  // Reasons about one operand start with "operand NAME: "; the best variant's names it.
-  std::string operand;
-  const std::string& best = result.rejected.front().second;
-  if (best.rfind("operand ", 0) == 0) operand = best.substr(8, best.find(':') - 8);
+  if (groups.size() == 1) {
+    headline += ": " + strip_operand(groups[0].first);
+    detail += "\n  tried: " + groups[0].second;
+  } else {
+    for (const auto& [reason, names] : groups) detail += "\n  " + names + ": " + reason;
+  }
+  std::string global_operand;
+  if (std::string hint = dispatch_hint(call, &global_operand); !hint.empty())
+    detail += "\n  hint: " + hint;
+  // The operand at fault: a global operand of a primitive that needs it
+  // staged; else the one most reasons name (the best variant's on a tie).
+  std::string operand = global_operand;
+  if (operand.empty()) {
+    std::vector<std::pair<std::string, int>> votes;
+    for (const auto& [v, reason] : result.rejected) {
+      std::string o = operand_of(reason);
+      if (o.empty()) continue;
+      auto it = std::find_if(votes.begin(), votes.end(), [&](auto& p) { return p.first == o; });
+      if (it == votes.end())
+        votes.emplace_back(o, 1);
+      else
+        ++it->second;
+    }
+    int best = 0;
+    for (auto& [o, n] : votes)
+      if (n > best) operand = o, best = n;
+  }
   fail(qn, operand, call->loc, headline, detail);
 }
 

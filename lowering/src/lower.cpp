@@ -49,6 +49,8 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   k.source = f;
   if (debug) log << "# ---- IR as written ----\n" << to_string(f);
   k.launch = verify_kernel(f);
+  verify_scopes(f);
+  check_bounds(f, k.launch);
   Stmt s = f->body;
   s = lower_tile_ops(s, k.launch, &k.dispatched);
   step("lower_tile_ops", s);

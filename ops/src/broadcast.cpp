@@ -22,7 +22,8 @@ Coalesced coalesce_broadcast(const std::vector<std::vector<std::int64_t>>& shape
   // Right-aligned extents per input.
   std::vector<std::vector<std::int64_t>> ext(shapes.size(), std::vector<std::int64_t>(rank, 1));
   for (std::size_t i = 0; i < shapes.size(); ++i)
-    for (std::size_t d = 0; d < shapes[i].size(); ++d) ext[i][rank - shapes[i].size() + d] = shapes[i][d];
+    for (std::size_t d = 0; d < shapes[i].size(); ++d)
+      ext[i][rank - shapes[i].size() + d] = shapes[i][d];
   for (std::size_t d = 0; d < rank; ++d)
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       std::int64_t e = ext[i][d];
@@ -30,9 +31,9 @@ Coalesced coalesce_broadcast(const std::vector<std::vector<std::int64_t>>& shape
       if (c.out_shape[d] != 1) {
         std::string all;
         for (const auto& s : shapes) all += (all.empty() ? "" : " and ") + shape_str(s);
-        fail("broadcast", "input " + std::to_string(i), {},
-             "shapes " + all + " do not broadcast: dimension " + std::to_string(d) + " has extents " +
-                 std::to_string(c.out_shape[d]) + " and " + std::to_string(e));
+        fail("tx.ops.broadcast", "input " + std::to_string(i), {},
+             "shapes " + all + " do not broadcast: dimension " + std::to_string(d) +
+                 " has extents " + std::to_string(c.out_shape[d]) + " and " + std::to_string(e));
       }
       c.out_shape[d] = e;
     }

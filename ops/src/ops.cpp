@@ -39,6 +39,29 @@ std::vector<std::string> op_names() {
 
 namespace {
 
+// Errors raised while running an op (its checks, its kernel's build and
+// launch) are errors of the op at the caller's line: "tx.ops.gelu ... at
+// app.cpp:12", not a line inside tx.
+template <class F>
+auto at_call(const std::string& op, SourceLoc loc, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    const std::string qn = "tx.ops." + op;
+    if (e.op() == qn && e.loc().line == loc.line) throw;
+    std::string detail = e.detail();
+    if (e.op() != qn && e.op().rfind("tx.ops", 0) != 0)
+      detail = "  raised by " + e.op() + (detail.empty() ? "" : "\n" + detail);
+    throw Error(qn, e.operand(), loc.known() ? loc : e.loc(), e.reason(), detail);
+  }
+}
+
+bool has_zero_extent(const std::vector<std::int64_t>& s) {
+  for (auto e : s)
+    if (e == 0) return true;
+  return false;
+}
+
 std::string shape_str(const std::vector<std::int64_t>& s) {
   std::string r = "(";
   for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
@@ -269,14 +292,56 @@ CacheStats cache_stats() {
           cache_compiles.load(std::memory_order_relaxed)};
 }
 
+// The result shape of an op with a zero-size input: NumPy broadcasting, in
+// which an extent 0 meets 0 or 1 (gated ops halve the last dimension).
+static std::vector<std::int64_t> empty_result_shape(
+    const OpInfo& op, const std::vector<std::vector<std::int64_t>>& shapes) {
+  if (op.tmpl == optable::Template::gated) {
+    std::vector<std::int64_t> out = shapes.at(0);
+    if (out.empty() || out.back() % 2 != 0)
+      fail("tx.ops." + op.name, "x", {},
+           "input " + shape_str(out) + " needs an even last dimension (gate | value)");
+    out.back() /= 2;
+    return out;
+  }
+  std::size_t rank = 0;
+  for (const auto& s : shapes) rank = std::max(rank, s.size());
+  std::vector<std::int64_t> out(rank, 1);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto& s = shapes[i];
+    for (std::size_t k = 0; k < s.size(); ++k) {
+      std::int64_t& o = out[rank - s.size() + k];
+      std::int64_t e = s[k];
+      if (e == o || e == 1) continue;
+      if (o == 1) {
+        o = e;
+        continue;
+      }
+      fail("tx.ops." + op.name, "input " + std::to_string(i), {},
+           "shapes do not broadcast: dimension " + std::to_string(k) + " has extents " +
+               std::to_string(o) + " and " + std::to_string(e));
+    }
+  }
+  return out;
+}
+
+static void cast_into(const Tensor& x, Tensor& out, const Config& cfg);
+static void alibi_into(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c);
+static void sinusoidal_into(std::int64_t positions, std::int64_t dim, Tensor& out, const Config& c);
+
 // ------------------------------------------------------------ Elementwise
 
 Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
-                         DType dtype, Params params, Config cfg, std::optional<Device> device)
+                         DType dtype, Params params, Config cfg, std::optional<Device> device,
+                         Loc loc)
     : op_(std::move(op)),
       in_shapes_(std::move(input_shapes)),
       dtype_(dtype),
       params_(std::move(params)) {
+  at_call(op_, loc, [&] { build(cfg, device); });
+}
+
+void Elementwise::build(const Config& cfg, std::optional<Device> device) {
   const OpInfo& info = lookup(op_);
   std::string qn = "tx.ops." + op_;
   if (static_cast<int>(in_shapes_.size()) != info.inputs)
@@ -287,13 +352,26 @@ Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> 
     fail(qn, "", {},
          "takes " + std::to_string(info.params) + " parameters, got " +
              std::to_string(params_.size()));
-  if (!optable::accepts(info.dtypes, dtype))
-    fail(qn, "", {}, "dtype " + dtype.name() + " is not supported");
+  if (!optable::accepts(info.dtypes, dtype_))
+    fail(qn, "", {}, "dtype " + dtype_.name() + " is not supported");
   device_ = device ? *device : default_device();
+  const DType dtype = dtype_;
   std::vector<DType> dts;
   for (std::size_t i = 0; i < in_shapes_.size(); ++i) {
     bool mask = (op_ == "where" && i == 0) || (op_ == "masked_fill" && i == 1);
     dts.push_back(mask ? boolean : dtype);
+  }
+  for (const auto& sh : in_shapes_)
+    for (auto e : sh)
+      if (e < 0) fail("tx.ops." + op_, "", {}, "negative extent in shape " + shape_str(sh));
+  // Zero-size: the result's shape and dtype, and no kernel (nothing to launch).
+  bool empty = false;
+  for (const auto& sh : in_shapes_) empty = empty || has_zero_extent(sh);
+  if (empty) {
+    cfg_ = resolve(cfg, dtype, &info);
+    out_dtype_ = out_dtype_for(info, dtype);
+    out_shape_ = empty_result_shape(info, in_shapes_);
+    return;
   }
   cfg_ = cfg.tune ? detail::tuned_config(info, dtype, in_shapes_, params_, device_, cfg)
                   : resolve(cfg, dtype, &info);
@@ -304,13 +382,17 @@ Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> 
   out_dtype_ = p.out_dtype;
 }
 
-Tensor Elementwise::operator()(const std::vector<Tensor>& inputs) const {
+Tensor Elementwise::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
   Tensor out = Tensor::empty(out_shape_, out_dtype_, device_);
-  (*this)(inputs, out);
+  (*this)(inputs, out, loc);
   return out;
 }
 
-void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) const {
+void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out, Loc loc) const {
+  at_call(op_, loc, [&] { launch(inputs, out); });
+}
+
+void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
   // Messages are built only on failure: this is the hot path of a launch.
   if (inputs.size() != in_shapes_.size())
     fail("tx.ops." + op_, "", {},
@@ -333,6 +415,7 @@ void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) con
     args[n] = &flat[n];
     ++n;
   }
+  if (out.numel() == 0) return;  // a zero-size op: nothing to compute
   flat[n] = as_flat(out);
   args[n] = &flat[n];
   kernel_.launch(args.data(), n + 1);
@@ -341,34 +424,38 @@ void Elementwise::operator()(const std::vector<Tensor>& inputs, Tensor& out) con
 // ------------------------------------------------------------------- run
 
 Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params,
-           const Config& cfg) {
-  const OpInfo& info = lookup(op);
-  DType t = check_inputs(info, inputs);
-  std::vector<std::vector<std::int64_t>> shapes;
-  for (const Tensor& x : inputs) shapes.push_back(x.shape());
-  Elementwise e(op, shapes, t, params, cfg,
-                inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
-  return e(inputs);
+           const Config& cfg, Loc loc) {
+  return at_call(op, loc, [&] {
+    const OpInfo& info = lookup(op);
+    DType t = check_inputs(info, inputs);
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const Tensor& x : inputs) shapes.push_back(x.shape());
+    Elementwise e(op, shapes, t, params, cfg,
+                  inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()), loc);
+    return e(inputs, loc);
+  });
 }
 
 void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
-         const Params& params, const Config& cfg) {
-  const OpInfo& info = lookup(op);
-  DType t = check_inputs(info, inputs);
-  std::vector<std::vector<std::int64_t>> shapes;
-  for (const Tensor& x : inputs) shapes.push_back(x.shape());
-  if (out.defined() && !inputs.empty() && !(out.device() == inputs[0].device()))
-    fail("tx.ops." + op, "out", {},
-         "is on " + out.device().str() + " but the inputs are on " + inputs[0].device().str());
-  Elementwise e(op, shapes, t, params, cfg,
-                inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()));
-  e(inputs, out);
+         const Params& params, const Config& cfg, Loc loc) {
+  at_call(op, loc, [&] {
+    const OpInfo& info = lookup(op);
+    DType t = check_inputs(info, inputs);
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const Tensor& x : inputs) shapes.push_back(x.shape());
+    if (out.defined() && !inputs.empty() && !(out.device() == inputs[0].device()))
+      fail("tx.ops." + op, "out", {},
+           "is on " + out.device().str() + " but the inputs are on " + inputs[0].device().str());
+    Elementwise e(op, shapes, t, params, cfg,
+                  inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()), loc);
+    e(inputs, out, loc);
+  });
 }
 
 Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf,
-                  std::optional<double> neginf, const Config& c) {
+                  std::optional<double> neginf, const Config& c, Loc loc) {
   double big = x.defined() && x.dtype().is_float() ? dtype_max_finite(x.dtype()) : 0.0;
-  return run("nan_to_num", {x}, {nan, posinf.value_or(big), neginf.value_or(-big)}, c);
+  return run("nan_to_num", {x}, {nan, posinf.value_or(big), neginf.value_or(-big)}, c, loc);
 }
 
 // ------------------------------------------------------ generative ops
@@ -421,7 +508,11 @@ void generate(const std::string& op, const std::vector<std::int64_t>& shape, Ten
 }
 }  // namespace
 
-void cast(const Tensor& x, Tensor& out, const Config& cfg) {
+void cast(const Tensor& x, Tensor& out, const Config& cfg, Loc loc) {
+  at_call("cast", loc, [&] { cast_into(x, out, cfg); });
+}
+
+void cast_into(const Tensor& x, Tensor& out, const Config& cfg) {
   if (!x.defined() || !out.defined()) fail("tx.ops.cast", "", {}, "tensor is undefined");
   if (x.shape() != out.shape())
     fail("tx.ops.cast", "out", {},
@@ -438,6 +529,7 @@ void cast(const Tensor& x, Tensor& out, const Config& cfg) {
     want.num_per_thread = std::max(1, 16 / wide.bytes()) * (to.bytes() < from.bytes() ? 2 : 1);
   Config c = resolve(want, wide);
   std::int64_t n = x.numel();
+  if (n == 0) return;  // zero-size: nothing to convert
   detail::NarySpec s;
   s.name = std::string("tx_cast_") + from.short_name() + "_to_" + to.short_name() + "_" +
            strategy_name(*c.strategy) + "_t" + std::to_string(c.threads) + "_v" +
@@ -458,14 +550,20 @@ void cast(const Tensor& x, Tensor& out, const Config& cfg) {
   k(as_flat(x), as_flat(out));
 }
 
-Tensor cast(const Tensor& x, DType to, const Config& cfg) {
-  if (!x.defined()) fail("tx.ops.cast", "", {}, "tensor is undefined");
-  Tensor out = Tensor::empty(x.shape(), to, x.device());
-  cast(x, out, cfg);
-  return out;
+Tensor cast(const Tensor& x, DType to, const Config& cfg, Loc loc) {
+  return at_call("cast", loc, [&] {
+    if (!x.defined()) fail("tx.ops.cast", "", {}, "tensor is undefined");
+    Tensor out = Tensor::empty(x.shape(), to, x.device());
+    cast_into(x, out, cfg);
+    return out;
+  });
 }
 
-void alibi(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c) {
+void alibi(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c, Loc loc) {
+  at_call("alibi", loc, [&] { alibi_into(heads, seq, out, c); });
+}
+
+void alibi_into(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c) {
   if (heads <= 0 || seq <= 0)
     fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
   const double h_count = static_cast<double>(heads);
@@ -476,15 +574,21 @@ void alibi(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c) {
 }
 
 Tensor alibi(std::int64_t heads, std::int64_t seq, DType dtype, std::optional<Device> device,
-             const Config& c) {
-  if (heads <= 0 || seq <= 0)
-    fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
-  Tensor out = Tensor::empty({heads, seq, seq}, dtype, device ? *device : default_device());
-  alibi(heads, seq, out, c);
-  return out;
+             const Config& c, Loc loc) {
+  return at_call("alibi", loc, [&] {
+    if (heads <= 0 || seq <= 0)
+      fail("tx.ops.alibi", "", {}, "num_heads and seq_len must be positive");
+    Tensor out = Tensor::empty({heads, seq, seq}, dtype, device ? *device : default_device());
+    alibi_into(heads, seq, out, c);
+    return out;
+  });
 }
 
-void sinusoidal(std::int64_t positions, std::int64_t dim, Tensor& out, const Config& c) {
+void sinusoidal(std::int64_t positions, std::int64_t dim, Tensor& out, const Config& c, Loc loc) {
+  at_call("sinusoidal", loc, [&] { sinusoidal_into(positions, dim, out, c); });
+}
+
+void sinusoidal_into(std::int64_t positions, std::int64_t dim, Tensor& out, const Config& c) {
   if (positions <= 0 || dim <= 0 || dim % 2 != 0)
     fail("tx.ops.sinusoidal", "dim", {},
          "num_positions must be positive and dim positive and even");
@@ -496,13 +600,15 @@ void sinusoidal(std::int64_t positions, std::int64_t dim, Tensor& out, const Con
 }
 
 Tensor sinusoidal(std::int64_t positions, std::int64_t dim, DType dtype,
-                  std::optional<Device> device, const Config& c) {
-  if (positions <= 0 || dim <= 0 || dim % 2 != 0)
-    fail("tx.ops.sinusoidal", "dim", {},
-         "num_positions must be positive and dim positive and even");
-  Tensor out = Tensor::empty({positions, dim}, dtype, device ? *device : default_device());
-  sinusoidal(positions, dim, out, c);
-  return out;
+                  std::optional<Device> device, const Config& c, Loc loc) {
+  return at_call("sinusoidal", loc, [&] {
+    if (positions <= 0 || dim <= 0 || dim % 2 != 0)
+      fail("tx.ops.sinusoidal", "dim", {},
+           "num_positions must be positive and dim positive and even");
+    Tensor out = Tensor::empty({positions, dim}, dtype, device ? *device : default_device());
+    sinusoidal_into(positions, dim, out, c);
+    return out;
+  });
 }
 
 }  // namespace tx::ops

@@ -128,7 +128,7 @@ const Driver& driver() {
 
 const Driver& need() {
   const Driver& d = driver();
-  if (!d.error.empty()) fail("cuda", "", {}, "no usable GPU: " + d.error);
+  if (!d.error.empty()) fail("tx.cuda", "", {}, "no usable GPU: " + d.error);
   return d;
 }
 
@@ -169,7 +169,7 @@ void check(CUresult r, const char* call, const std::string& what, const std::str
         " (a kernel fault: the GPU is unusable in this process from now on -- every later GPU "
         "call fails, the driver allows no reset -- restart the process; host kernels still run)";
   }
-  fail("cuda", what, {}, reason, detail);
+  fail("tx.cuda", what, {}, reason, detail);
 }
 
 // TX_CUDA_DEVICE, validated once against the device count.
@@ -182,7 +182,7 @@ int device_ordinal() {
     errno = 0;
     long n = std::strtol(v, &end, 10);
     if (*end != '\0' || errno != 0 || n < 0 || n >= d.device_count)
-      fail("TX_CUDA_DEVICE", v, {},
+      fail("tx.cuda", "TX_CUDA_DEVICE=" + std::string(v), {},
            "not a device ordinal: this machine has " + std::to_string(d.device_count) +
                " CUDA device(s), numbered from 0");
     return static_cast<int>(n);
@@ -214,7 +214,7 @@ const Driver& make_current() {
   const Driver& d = need();
   if (g_lost.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(g_lost_mu);
-    fail("cuda", "", {},
+    fail("tx.cuda", "", {},
          "the GPU is unusable in this process since an earlier kernel fault: " + g_lost_reason,
          "a kernel fault is sticky for the whole process in the CUDA driver; restart the process "
          "to use the GPU again (kernels compiled for Device::host() still run)");
@@ -303,7 +303,7 @@ const DeviceInfo& current_device() {
 
 std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::string& name) {
   const Driver& d = make_current();
-  if (cubin.empty()) fail("cuda", name, {}, "cuModuleLoadData: the binary is empty");
+  if (cubin.empty()) fail("tx.cuda", name, {}, "cuModuleLoadData: the binary is empty");
   CUmodule mod = nullptr;
   CUresult r = d.p_cuModuleLoadData(&mod, cubin.data());
   if (r != CUDA_SUCCESS) {
@@ -319,8 +319,7 @@ std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::
 }
 
 Module::~Module() {
-  if (module_ && make_current_noexcept())
-    driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
+  if (module_ && make_current_noexcept()) driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
 }
 
 void* Module::function(const std::string& kernel_name) const {
@@ -334,11 +333,11 @@ void* Module::function(const std::string& kernel_name) const {
 void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, void** args,
             const std::string& kernel_name) {
   const Driver& d = make_current();
-  if (!function) fail("cuda", kernel_name, {}, "launch: no CUfunction (module not loaded?)");
+  if (!function) fail("tx.cuda", kernel_name, {}, "launch: no CUfunction (module not loaded?)");
   // The configuration text is built only for an error message: launches are hot.
   auto config = [&] {
-    return "grid " + dim_str(grid) + ", block " + dim_str(block) + ", " + std::to_string(shared_bytes) +
-           " bytes of dynamic shared memory";
+    return "grid " + dim_str(grid) + ", block " + dim_str(block) + ", " +
+           std::to_string(shared_bytes) + " bytes of dynamic shared memory";
   };
   auto f = static_cast<CUfunction>(function);
   // Beyond 48 KiB of dynamic shared memory the kernel must opt in.
@@ -367,8 +366,7 @@ DevicePtr device_alloc(std::size_t bytes) {
 }
 
 void device_free(DevicePtr p) noexcept {
-  if (p && make_current_noexcept())
-    driver().p_cuMemFree(cu(p));
+  if (p && make_current_noexcept()) driver().p_cuMemFree(cu(p));
 }
 
 void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes) {

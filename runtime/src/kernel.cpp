@@ -121,7 +121,7 @@ std::string Kernel::prepare_gpu() const {
   return origin;
 }
 
-void Kernel::launch(const std::vector<Tensor>& args) const {
+void Kernel::launch(const std::vector<Tensor>& args, std::source_location loc) const {
   // Pointers on the stack: a launch allocates nothing on the fast path.
   std::array<const Tensor*, 32> small{};
   std::vector<const Tensor*> big;
@@ -131,7 +131,7 @@ void Kernel::launch(const std::vector<Tensor>& args) const {
     p = big.data();
   }
   for (std::size_t i = 0; i < args.size(); ++i) p[i] = &args[i];
-  launch(p, args.size());
+  launch(p, args.size(), loc);
 }
 
 namespace {
@@ -144,11 +144,13 @@ bool sync_after_launch() {
 }
 }  // namespace
 
-void Kernel::launch(const Tensor* const* args, std::size_t n) const {
-  if (!state_) fail("launch", "", {}, "launch of an empty Kernel (use tx::compile)");
+void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc) const {
+  if (!state_)
+    fail("tx.Kernel.launch", "", call_loc, "launch of an empty Kernel (use tx::compile)");
   const State& s = *state_;
   const auto& params = s.info.params;
-  SourceLoc loc = s.info.source->loc;
+  // The caller's line; the kernel's own where no call site is known.
+  SourceLoc loc = call_loc.known() ? call_loc : s.info.source->loc;
   auto bad = [&](std::size_t i, const std::string& reason) {
     fail("launch " + s.kernel_name,
          i < params.size() ? params[i].name + " (argument " + std::to_string(i) + ")" : "", loc,
@@ -168,6 +170,10 @@ void Kernel::launch(const Tensor* const* args, std::size_t n) const {
     const Tensor& t = *args[i];
     const auto& pi = params[i];
     if (!t.defined()) bad(i, "tensor is undefined");
+    if (t.numel() == 0)
+      bad(i, "tensor is empty (shape " + shape_str(t.shape()) +
+                 "); a kernel's buffers have fixed, positive extents (the kernel declares " +
+                 shape_str(pi.shape) + ")");
     if (t.dtype() != pi.dtype)
       bad(i, "dtype " + t.dtype().name() + " but the kernel declares " + pi.dtype.name());
     if (t.shape() != pi.shape)
@@ -259,7 +265,7 @@ bool host_jit_available(std::string* why) {
   return false;
 }
 std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, const std::string&) {
-  fail("host_compile", k.source->name, {}, "tx was built without the LLVM host JIT");
+  fail("tx.host_jit", k.source->name, {}, "tx was built without the LLVM host JIT");
 }
 #endif
 

@@ -111,13 +111,13 @@ const NvrtcApi& api() {
 
 const NvrtcApi& need() {
   const NvrtcApi& a = api();
-  if (!a.handle) fail("nvrtc", "", {}, a.error);
+  if (!a.handle) fail("tx.nvrtc", "", {}, a.error);
   return a;
 }
 
 void check(const NvrtcApi& a, nvrtcResult r, const char* call, const std::string& program) {
   if (r != NVRTC_SUCCESS)
-    fail("nvrtc", program, {}, std::string(call) + " failed: " + a.error_string(r));
+    fail("tx.nvrtc", program, {}, std::string(call) + " failed: " + a.error_string(r));
 }
 
 // Line numbers of NVRTC diagnostics "<program>(<line>): error: ...". The
@@ -138,6 +138,34 @@ std::vector<int> error_lines(const std::string& log) {
     lines.push_back(std::atoi(digits.c_str()));
   }
   return lines;
+}
+
+// The log with its errors first: each diagnostic ("prog(12): error: ...")
+// with the lines that continue it, errors before warnings and remarks, so
+// the reason a compilation failed is the first thing read.
+std::string errors_first(const std::string& log, std::string* first_error) {
+  std::vector<std::pair<bool, std::string>> blocks;  // (is error, text)
+  std::istringstream in(log);
+  for (std::string l; std::getline(in, l);) {
+    bool is_error = l.find("): error") != std::string::npos ||
+                    l.find("): catastrophic error") != std::string::npos;
+    bool starts = is_error || l.find("): warning") != std::string::npos ||
+                  l.find("): remark") != std::string::npos;
+    if (starts || blocks.empty()) {
+      blocks.emplace_back(is_error, l + "\n");
+      if (is_error && first_error && first_error->empty()) {
+        auto colon = l.find("error: ");
+        *first_error = colon == std::string::npos ? l : l.substr(colon + 7);
+      }
+    } else {
+      blocks.back().second += l + "\n";
+    }
+  }
+  std::string out;
+  for (bool want : {true, false})
+    for (const auto& [err, text] : blocks)
+      if (err == want) out += text;
+  return out;
 }
 
 // The log, then the source around each error, numbered, the error lines
@@ -201,7 +229,7 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_
   // NVRTC only emits SASS for a real architecture; say so before compiling
   // rather than failing in nvrtcGetCUBIN with a generic "invalid input".
   if (target == NvrtcTarget::cubin && arch.rfind("sm_", 0) != 0)
-    fail("nvrtc", program_name, {},
+    fail("tx.nvrtc", program_name, {},
          "a cubin needs a real architecture (sm_XY or sm_XYa), got '" + arch + "'");
   const NvrtcApi& a = need();
   nvrtcProgram prog = nullptr;
@@ -233,8 +261,11 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_
     std::string count = bad.empty()
                             ? std::string(a.error_string(r))
                             : std::to_string(bad.size()) + (bad.size() == 1 ? " error" : " errors");
-    fail("nvrtc", program_name, {}, "compilation failed (" + count + ")",
-         describe_failure(out.log, source, bad) + "options:" + options);
+    std::string first;
+    std::string log = errors_first(out.log, &first);
+    fail("tx.nvrtc", program_name, {},
+         "compilation failed (" + count + ")" + (first.empty() ? "" : ": " + first),
+         describe_failure(log, source, bad) + "options:" + options);
   }
 
   if (target == NvrtcTarget::ptx) {

@@ -42,7 +42,8 @@ Device default_device() {
     for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     if (s == "cuda" || s == "gpu") return Device::cuda();
     if (s == "host" || s == "cpu") return Device::host();
-    fail("TX_DEVICE", v, {}, "unknown device", "valid values: cuda, gpu, host, cpu");
+    fail("tx.default_device", "TX_DEVICE=" + std::string(v), {}, "unknown device",
+         "valid values: cuda, gpu, host, cpu");
   }
   return runtime::cuda_available() ? Device::cuda() : Device::host();
 }
@@ -70,22 +71,22 @@ std::string shape_str(const std::vector<std::int64_t>& shape) {
 
 Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device) {
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
-    fail("Tensor.empty", "", {}, "dtype " + dtype.name() + " has no elements");
+    fail("tx.Tensor.empty", "", {}, "dtype " + dtype.name() + " has no elements");
   const std::int64_t n = element_count(shape, "Tensor.empty");
   const auto es = static_cast<std::size_t>(dtype.bytes());
   if (static_cast<std::uint64_t>(n) > std::numeric_limits<std::size_t>::max() / es)
-    fail("Tensor.empty", "", {}, "shape " + shape_str(shape) + " is too large");
+    fail("tx.Tensor.empty", "", {}, "shape " + shape_str(shape) + " is too large");
   auto st = std::make_shared<Storage>();
   st->device = device;
   st->bytes = static_cast<std::size_t>(n) * es;
   if (device.is_cuda()) {
     std::string why;
     if (!runtime::cuda_available(&why))
-      fail("Tensor.empty", device.str(), {}, "no usable GPU: " + why,
+      fail("tx.Tensor.empty", device.str(), {}, "no usable GPU: " + why,
            "create the tensor on Device::host(), or set TX_DEVICE=host");
     const int ordinal = runtime::current_device().ordinal;
     if (device.index != ordinal)
-      fail("Tensor.empty", device.str(), {},
+      fail("tx.Tensor.empty", device.str(), {},
            "tx uses one GPU per process, cuda:" + std::to_string(ordinal) +
                " (select another with TX_CUDA_DEVICE)");
     st->dev = runtime::device_alloc(st->bytes);
@@ -95,7 +96,8 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
     const std::size_t rounded = st->bytes == 0 ? 64 : (st->bytes + 63) / 64 * 64;
     st->host = std::aligned_alloc(64, rounded);
     if (!st->host)
-      fail("Tensor.empty", "host", {}, "out of memory (" + std::to_string(st->bytes) + " bytes)");
+      fail("tx.Tensor.empty", "host", {},
+           "out of memory (" + std::to_string(st->bytes) + " bytes)");
   }
   Tensor t;
   t.storage_ = std::move(st);
@@ -107,11 +109,11 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
 Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<std::int64_t> shape,
                           DType dtype, Device device) {
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
-    fail("Tensor.from_bytes", "", {}, "dtype " + dtype.name() + " has no elements");
+    fail("tx.Tensor.from_bytes", "", {}, "dtype " + dtype.name() + " has no elements");
   const auto want = static_cast<std::uint64_t>(element_count(shape, "Tensor.from_bytes")) *
                     static_cast<std::uint64_t>(dtype.bytes());
   if (nbytes != want)
-    fail("Tensor.from_bytes", "", {},
+    fail("tx.Tensor.from_bytes", "", {},
          std::to_string(nbytes) + " bytes given for shape " + shape_str(shape) + " of " +
              dtype.name() + ", which needs " + std::to_string(want));
   Tensor t = empty(std::move(shape), dtype, device);
@@ -123,11 +125,11 @@ Tensor Tensor::from_doubles(const std::vector<double>& values, std::vector<std::
                             DType dtype, Device device) {
   const std::int64_t n = element_count(shape, "Tensor.from_doubles");
   if (static_cast<std::uint64_t>(values.size()) != static_cast<std::uint64_t>(n))
-    fail("Tensor.from_doubles", "", {},
+    fail("tx.Tensor.from_doubles", "", {},
          std::to_string(values.size()) + " values given for shape " + shape_str(shape) +
              ", which has " + std::to_string(n) + " elements");
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
-    fail("Tensor.from_doubles", "", {}, "dtype " + dtype.name() + " has no elements");
+    fail("tx.Tensor.from_doubles", "", {}, "dtype " + dtype.name() + " has no elements");
   const auto es = static_cast<std::size_t>(dtype.bytes());
   std::vector<unsigned char> bytes(values.size() * es);
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -147,10 +149,10 @@ std::int64_t Tensor::numel() const {
 }
 
 Tensor Tensor::reshape(std::vector<std::int64_t> shape) const {
-  if (!storage_) fail("Tensor.reshape", "", {}, "the tensor is undefined");
+  if (!storage_) fail("tx.Tensor.reshape", "", {}, "the tensor is undefined");
   std::int64_t n = element_count(shape, "Tensor.reshape");
   if (n != numel())
-    fail("Tensor.reshape", "", {},
+    fail("tx.Tensor.reshape", "", {},
          "shape " + shape_str(shape) + " holds " + std::to_string(n) + " elements, the tensor " +
              std::to_string(numel()));
   Tensor t = *this;
@@ -168,7 +170,7 @@ void* Tensor::data_ptr() const {
 }
 
 void Tensor::copy_from_bytes(const void* data, std::size_t nbytes) {
-  if (!storage_) fail("Tensor.copy_from_bytes", "", {}, "the tensor is undefined");
+  if (!storage_) fail("tx.Tensor.copy_from_bytes", "", {}, "the tensor is undefined");
   if (nbytes != storage_->bytes)
     fail(
         "Tensor.copy_from_bytes", "", {},
@@ -191,7 +193,7 @@ std::vector<std::uint8_t> Tensor::to_bytes() const {
 }
 
 std::vector<double> Tensor::to_doubles() const {
-  if (!storage_) fail("Tensor.to_doubles", "", {}, "the tensor is undefined");
+  if (!storage_) fail("tx.Tensor.to_doubles", "", {}, "the tensor is undefined");
   const std::vector<std::uint8_t> bytes = to_bytes();
   const auto es = static_cast<std::size_t>(dtype_.bytes());
   std::vector<double> out(bytes.size() / es);
@@ -204,7 +206,7 @@ std::vector<double> Tensor::to_doubles() const {
 }
 
 Tensor Tensor::to(Device d) const {
-  if (!storage_) fail("Tensor.to", "", {}, "the tensor is undefined");
+  if (!storage_) fail("tx.Tensor.to", "", {}, "the tensor is undefined");
   if (d == device()) return *this;
   Tensor t = empty(shape_, dtype_, d);
   if (storage_->device.is_cuda() && d.is_cuda()) {
@@ -220,7 +222,7 @@ Tensor Tensor::to(Device d) const {
 }
 
 void Tensor::fill_bits(std::uint64_t pattern) {
-  if (!storage_) fail("Tensor.fill_bits", "", {}, "the tensor is undefined");
+  if (!storage_) fail("tx.Tensor.fill_bits", "", {}, "the tensor is undefined");
   const auto es = static_cast<std::size_t>(dtype_.bytes());
   std::vector<std::uint8_t> bytes(storage_->bytes);
   for (std::size_t i = 0; i + es <= bytes.size(); i += es)

@@ -33,7 +33,7 @@ using Shape = std::vector<std::int64_t>;
 struct Name {
   std::string value;
   Name() = default;
-  Name(const char* s) : value(s) {}         // NOLINT: implicit by design
+  Name(const char* s) : value(s) {}             // NOLINT: implicit by design
   Name(std::string s) : value(std::move(s)) {}  // NOLINT
 };
 
@@ -54,7 +54,6 @@ struct Slice {
   Slice(Expr s, std::int64_t ext) : start(std::move(s)), extent(ext) {}
 };
 inline Slice slice(std::int64_t lo, std::int64_t hi) { return Slice(lo, hi); }
-inline Slice span(Expr start, std::int64_t extent) { return Slice(std::move(start), extent); }
 
 struct Region {
   std::vector<Slice> slices;
@@ -66,6 +65,33 @@ inline Region region(Slice a, Slice b, Slice c) { return Region{{a, b, c}}; }
 inline Region region(Slice a, Slice b, Slice c, Slice d) { return Region{{a, b, c, d}}; }
 
 class TileBuffer;
+
+namespace detail {
+void set_current_loc(SourceLoc loc);
+// Materializes a DSL value or literal as the statement at `loc`: errors in
+// the expression (a dtype mismatch, an undefined operand) then name the
+// user's line rather than the previous statement's.
+template <class V>
+Expr materialize_at(const V& v, SourceLoc loc) {
+  set_current_loc(loc);
+  return to_expr(v);
+}
+[[noreturn]] void fail_undefined_buffer(const char* op, SourceLoc loc);
+}  // namespace detail
+
+// An expression argument of a builder that remembers the line it was written
+// on (T::let, T::if_, T::serial, span, fill, scalar tile operands).
+struct Value {
+  Expr value;
+  SourceLoc loc;
+  template <class V>
+  requires(DslValue<V> || Literal<V>)
+      Value(const V& v, Loc l = Loc::current())  // NOLINT: implicit by design
+      : value(detail::materialize_at(v, l)), loc(l) {}
+  operator Expr() const { return value; }  // NOLINT
+};
+
+inline Slice span(Value start, std::int64_t extent) { return Slice(start.value, extent); }
 
 // A buffer element: reads as a value, assigns as a store.
 class BufferElem : public ExprTemplateTag {
@@ -80,8 +106,8 @@ class BufferElem : public ExprTemplateTag {
   void operator=(const Expr& value) const;  // NOLINT: assignment records a store
   void operator=(const BufferElem& value) const { *this = value.materialize(); }
   template <class V>
-    requires(DslValue<V> || Literal<V>)
-  void operator=(const V& value) const {
+  requires(DslValue<V> || Literal<V>) void operator=(const V& value) const {
+    detail::set_current_loc(loc_);
     if constexpr (Literal<V>)
       *this = to_expr_like(value, make_load(buffer_, indices_, loc_));
     else
@@ -99,8 +125,9 @@ struct Idx {
   Expr value;
   SourceLoc loc;
   template <class V>
-    requires(DslValue<V> || Literal<V>)
-  Idx(const V& v, Loc l = Loc::current()) : value(to_expr(v)), loc(l) {}  // NOLINT
+  requires(DslValue<V> || Literal<V>)
+      Idx(const V& v, Loc l = Loc::current())  // NOLINT: implicit by design
+      : value(detail::materialize_at(v, l)), loc(l) {}
 };
 
 class TileBuffer : public Buffer {
@@ -134,20 +161,24 @@ class IdVars : public Var {
 };
 
 // A tile-primitive operand: a region, or a whole buffer.
+// (A default-constructed TileBuffer is a tx error naming the line.)
 struct TileOperand {
   BufferRegion region;
-  TileOperand(const BufferRegion& r) : region(r) {}  // NOLINT: implicit by design
-  TileOperand(const TileBuffer& b) : region(b.all()) {}  // NOLINT
+  TileOperand(const BufferRegion& r) : region(r) {}         // NOLINT: implicit by design
+  TileOperand(const TileBuffer& b, Loc l = Loc::current())  // NOLINT
+      : region(whole(b, l)) {}
+  static BufferRegion whole(const TileBuffer& b, SourceLoc loc);
 };
 
 // An operand that may also be a scalar (binary ops, fma, fill).
 struct TileOrScalar {
   TileArg arg;
-  TileOrScalar(const BufferRegion& r) : arg(r) {}  // NOLINT: implicit by design
-  TileOrScalar(const TileBuffer& b) : arg(b.all()) {}  // NOLINT
+  TileOrScalar(const BufferRegion& r) : arg(r) {}            // NOLINT: implicit by design
+  TileOrScalar(const TileBuffer& b, Loc l = Loc::current())  // NOLINT
+      : arg(TileOperand::whole(b, l)) {}
   template <class V>
-    requires(DslValue<V> || Literal<V>)
-  TileOrScalar(const V& v) : arg(to_expr(v)) {}  // NOLINT
+  requires(DslValue<V> || Literal<V>) TileOrScalar(const V& v, Loc l = Loc::current())  // NOLINT
+      : arg(detail::materialize_at(v, l)) {}
 };
 
 namespace detail {
@@ -161,7 +192,6 @@ void emit_binder(std::function<Stmt(Stmt)> wrap);
 Stmt take_last();
 std::string infer_name(SourceLoc loc, const std::string& fallback);
 bool building();
-void set_current_loc(SourceLoc loc);
 void emit_tile(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
                SourceLoc loc);
 
@@ -244,9 +274,8 @@ PrimFunc prim_func(std::string name, F&& body, Loc loc = Loc::current()) {
   // Handles are made first, in order (argument evaluation order is unspecified).
   std::array<Handle, n> handles;
   for (std::size_t i = 0; i < n; ++i) handles[i] = scope.param(i, n);
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    body(handles[I]...);
-  }(std::make_index_sequence<n>{});
+  [&]<std::size_t... I>(std::index_sequence<I...>) { body(handles[I]...); }
+  (std::make_index_sequence<n>{});
   return scope.finish();
 }
 
@@ -271,14 +300,14 @@ IdVars thread_id(Shape extents, Name name = {}, Loc loc = Loc::current());
 IdVars warp_id_in_wg(Shape extents, Name name = {}, Loc loc = Loc::current());
 IdVars thread_id_in_wg(Shape extents, Name name = {}, Loc loc = Loc::current());
 
-LoopRange serial(Expr extent, Name name = {}, Loc loc = Loc::current());
-LoopRange serial(Expr min, Expr extent, Name name, Loc loc = Loc::current());
-LoopRange unroll(Expr extent, Name name = {}, Loc loc = Loc::current());
+LoopRange serial(Value extent, Name name = {}, Loc loc = Loc::current());
+LoopRange serial(Value min, Value extent, Name name, Loc loc = Loc::current());
+LoopRange unroll(Value extent, Name name = {}, Loc loc = Loc::current());
 
-IfBuilder if_(Expr cond, const std::function<void()>& then_body, Loc loc = Loc::current());
+IfBuilder if_(Value cond, const std::function<void()>& then_body, Loc loc = Loc::current());
 
 // Binds a value to a new variable (a LetStmt over the rest of the block).
-Var let(Expr value, Name name = {}, Loc loc = Loc::current());
+Var let(Value value, Name name = {}, Loc loc = Loc::current());
 
 namespace cuda {
 void cta_sync(Loc loc = Loc::current());
@@ -294,52 +323,50 @@ void warp_sync(Loc loc = Loc::current());
 
 namespace Tx {
 
-#define TX_TILE_OPS(SCOPE)                                                                   \
+#define TX_TILE_OPS(SCOPE)                                                                         \
   inline void copy(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
-    detail::emit_tile("copy", SCOPE, {dst.region, src.region}, std::move(a), loc);          \
-  }                                                                                          \
-  inline void zero(TileOperand dst, TileAttrs a = {}, Loc loc = Loc::current()) {          \
-    detail::emit_tile("zero", SCOPE, {dst.region}, std::move(a), loc);                      \
-  }                                                                                          \
-  inline void fill(TileOperand dst, Expr value, TileAttrs a = {}, Loc loc = Loc::current()) { \
-    detail::emit_tile("fill", SCOPE, {dst.region, value}, std::move(a), loc);               \
-  }                                                                                          \
+    detail::emit_tile("copy", SCOPE, {dst.region, src.region}, std::move(a), loc);                 \
+  }                                                                                                \
+  inline void zero(TileOperand dst, TileAttrs a = {}, Loc loc = Loc::current()) {                  \
+    detail::emit_tile("zero", SCOPE, {dst.region}, std::move(a), loc);                             \
+  }                                                                                                \
+  inline void fill(TileOperand dst, Value value, TileAttrs a = {}, Loc loc = Loc::current()) {     \
+    detail::emit_tile("fill", SCOPE, {dst.region, value.value}, std::move(a), loc);                \
+  }                                                                                                \
   inline void cast(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
-    detail::emit_tile("cast", SCOPE, {dst.region, src.region}, std::move(a), loc);          \
-  }                                                                                          \
-  TX_TILE_UNARY(SCOPE, sqrt)                                                                 \
-  TX_TILE_UNARY(SCOPE, exp)                                                                  \
-  TX_TILE_UNARY(SCOPE, exp2)                                                                 \
-  TX_TILE_UNARY(SCOPE, reciprocal)                                                           \
-  TX_TILE_UNARY(SCOPE, silu)                                                                 \
-  TX_TILE_BINARY(SCOPE, add)                                                                 \
-  TX_TILE_BINARY(SCOPE, sub)                                                                 \
-  TX_TILE_BINARY(SCOPE, mul)                                                                 \
-  TX_TILE_BINARY(SCOPE, fdiv)                                                                \
-  TX_TILE_BINARY(SCOPE, maximum)                                                             \
-  TX_TILE_BINARY(SCOPE, minimum)                                                             \
-  inline void fma(TileOperand dst, TileOrScalar a, TileOrScalar b, TileOrScalar c,           \
-                  TileAttrs at = {}, Loc loc = Loc::current()) {                             \
-    detail::emit_tile("fma", SCOPE, {dst.region, a.arg, b.arg, c.arg}, std::move(at), loc); \
-  }                                                                                          \
-  TX_TILE_REDUCE(SCOPE, sum)                                                                 \
-  TX_TILE_REDUCE(SCOPE, max)                                                                 \
+    detail::emit_tile("cast", SCOPE, {dst.region, src.region}, std::move(a), loc);                 \
+  }                                                                                                \
+  TX_TILE_UNARY(SCOPE, sqrt)                                                                       \
+  TX_TILE_UNARY(SCOPE, exp)                                                                        \
+  TX_TILE_UNARY(SCOPE, exp2)                                                                       \
+  TX_TILE_UNARY(SCOPE, reciprocal)                                                                 \
+  TX_TILE_UNARY(SCOPE, silu)                                                                       \
+  TX_TILE_BINARY(SCOPE, add)                                                                       \
+  TX_TILE_BINARY(SCOPE, sub)                                                                       \
+  TX_TILE_BINARY(SCOPE, mul)                                                                       \
+  TX_TILE_BINARY(SCOPE, fdiv)                                                                      \
+  TX_TILE_BINARY(SCOPE, maximum)                                                                   \
+  TX_TILE_BINARY(SCOPE, minimum)                                                                   \
+  inline void fma(TileOperand dst, TileOrScalar a, TileOrScalar b, TileOrScalar c,                 \
+                  TileAttrs at = {}, Loc loc = Loc::current()) {                                   \
+    detail::emit_tile("fma", SCOPE, {dst.region, a.arg, b.arg, c.arg}, std::move(at), loc);        \
+  }                                                                                                \
+  TX_TILE_REDUCE(SCOPE, sum)                                                                       \
+  TX_TILE_REDUCE(SCOPE, max)                                                                       \
   TX_TILE_REDUCE(SCOPE, min)
 
-#define TX_TILE_UNARY(SCOPE, NAME)                                                         \
-  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {},                     \
-                   Loc loc = Loc::current()) {                                             \
-    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);         \
+#define TX_TILE_UNARY(SCOPE, NAME)                                                                 \
+  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
+    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);                  \
   }
-#define TX_TILE_BINARY(SCOPE, NAME)                                                        \
-  inline void NAME(TileOperand dst, TileOrScalar a, TileOrScalar b, TileAttrs at = {},     \
-                   Loc loc = Loc::current()) {                                             \
-    detail::emit_tile(#NAME, SCOPE, {dst.region, a.arg, b.arg}, std::move(at), loc);      \
+#define TX_TILE_BINARY(SCOPE, NAME)                                                    \
+  inline void NAME(TileOperand dst, TileOrScalar a, TileOrScalar b, TileAttrs at = {}, \
+                   Loc loc = Loc::current()) {                                         \
+    detail::emit_tile(#NAME, SCOPE, {dst.region, a.arg, b.arg}, std::move(at), loc);   \
   }
-#define TX_TILE_REDUCE(SCOPE, NAME)                                                        \
-  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {},                     \
-                   Loc loc = Loc::current()) {                                             \
-    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);         \
+#define TX_TILE_REDUCE(SCOPE, NAME)                                                                \
+  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
+    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);                  \
   }
 
 namespace thread {

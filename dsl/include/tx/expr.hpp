@@ -30,7 +30,7 @@ template <class T>
 concept Literal = std::is_arithmetic_v<std::remove_cvref_t<T>>;
 template <class T>
 concept DslValue = std::is_base_of_v<Expr, std::remove_cvref_t<T>> ||
-                   std::is_base_of_v<ExprTemplateTag, std::remove_cvref_t<T>>;
+    std::is_base_of_v<ExprTemplateTag, std::remove_cvref_t<T>>;
 template <class T>
 concept Operand = DslValue<T> || Literal<T>;
 
@@ -42,16 +42,21 @@ Expr literal_like(double v, bool is_integral, DType like);
 Expr literal_default(double v, bool is_integral, bool is_bool);
 // Binary materialization with literal adaptation and int->float promotion.
 Expr combine(BinOp op, const Expr& a, const Expr& b);
+// While a kernel is being built, an operand deeper than the builder's limit
+// is bound to a T::let part and replaced by its variable (builder.cpp), so
+// that no IR traversal recurses deeper than that.
+Expr spill_deep(Expr e);
+// The location for a node built from these operands: where one of them was
+// written (an element access), else the statement being recorded.
+SourceLoc use_loc(const Expr& a, const Expr& b = Expr());
+[[noreturn]] void fail_undefined(const char* what);
 }  // namespace detail
 
 // ------------------------------------------------------------ materialize
 
 inline Expr to_expr(const Expr& e) { return e; }
 template <class T>
-  requires std::is_base_of_v<ExprTemplateTag, T>
-Expr to_expr(const T& t) {
-  return t.materialize();
-}
+requires std::is_base_of_v<ExprTemplateTag, T> Expr to_expr(const T& t) { return t.materialize(); }
 template <Literal T>
 Expr to_expr(T v) {
   return detail::literal_default(static_cast<double>(v), std::is_integral_v<T>,
@@ -61,10 +66,12 @@ Expr to_expr(T v) {
 // Materialize `x` next to `other` (literals take other's dtype).
 template <Operand X>
 Expr to_expr_like(const X& x, const Expr& other) {
-  if constexpr (Literal<X>)
+  if constexpr (Literal<X>) {
+    if (!other.defined()) detail::fail_undefined("tx::Expr");
     return detail::literal_like(static_cast<double>(x), std::is_integral_v<X>, other.dtype());
-  else
+  } else {
     return to_expr(x);
+  }
 }
 
 template <BinOp Op, class A, class B>
@@ -90,7 +97,10 @@ template <UnOp Op, class A>
 struct UnaryET : ExprTemplateTag {
   A a;
   explicit UnaryET(A x) : a(std::move(x)) {}
-  Expr materialize() const { return make_unary(Op, to_expr(a), detail::current_loc()); }
+  Expr materialize() const {
+    Expr x = detail::spill_deep(to_expr(a));
+    return make_unary(Op, x, detail::use_loc(x));
+  }
   operator Expr() const { return materialize(); }  // NOLINT
 };
 
@@ -101,18 +111,19 @@ struct CallET : ExprTemplateTag {
   Expr materialize() const {
     // Literals take the dtype of the first DSL argument.
     Expr anchor;
-    std::apply(
-        [&](const auto&... x) {
-          ((anchor = anchor ? anchor : materialize_if_dsl(x)), ...);
-        },
-        args);
+    std::apply([&](const auto&... x) { ((anchor = anchor ? anchor : materialize_if_dsl(x)), ...); },
+               args);
     std::vector<Expr> out;
     std::apply([&](const auto&... x) { (out.push_back(to_expr_like(x, anchor)), ...); }, args);
+    SourceLoc loc = detail::use_loc(anchor);
     // An integer argument to a float math function is converted to f32.
-    if (Op != Intrinsic::fabs && Op != Intrinsic::shfl_xor)
-      for (Expr& e : out)
-        if (e.dtype().is_integer()) e = make_cast(f32, e, detail::current_loc());
-    return make_call(Op, std::move(out), detail::current_loc());
+    for (Expr& e : out) {
+      if (!e.defined()) detail::fail_undefined("tx::Expr");
+      e = detail::spill_deep(e);
+      if (Op != Intrinsic::fabs && Op != Intrinsic::shfl_xor && e.dtype().is_integer())
+        e = make_cast(f32, e, loc);
+    }
+    return make_call(Op, std::move(out), loc);
   }
   operator Expr() const { return materialize(); }  // NOLINT
 
@@ -132,11 +143,13 @@ struct CastET : ExprTemplateTag {
   DType to;
   CastET(A x, DType t) : a(std::move(x)), to(t) {}
   Expr materialize() const {
-    if constexpr (Literal<A>)
+    if constexpr (Literal<A>) {
       return make_cast(to, detail::literal_like(static_cast<double>(a), std::is_integral_v<A>, to),
                        detail::current_loc());
-    else
-      return make_cast(to, to_expr(a), detail::current_loc());
+    } else {
+      Expr x = detail::spill_deep(to_expr(a));
+      return make_cast(to, x, detail::use_loc(x));
+    }
   }
   operator Expr() const { return materialize(); }  // NOLINT
 };
@@ -148,16 +161,21 @@ struct SelectET : ExprTemplateTag {
   B b;
   SelectET(C x, A y, B z) : c(std::move(x)), a(std::move(y)), b(std::move(z)) {}
   Expr materialize() const {
-    Expr cond = to_expr(c);
+    Expr cond = detail::spill_deep(to_expr(c));
+    Expr x, y;
     if constexpr (Literal<A> && Literal<B>) {
-      return make_select(cond, to_expr(a), to_expr(b), detail::current_loc());
+      x = to_expr(a);
+      y = to_expr(b);
     } else if constexpr (Literal<A>) {
-      Expr eb = to_expr(b);
-      return make_select(cond, to_expr_like(a, eb), eb, detail::current_loc());
+      y = to_expr(b);
+      x = to_expr_like(a, y);
     } else {
-      Expr ea = to_expr(a);
-      return make_select(cond, ea, to_expr_like(b, ea), detail::current_loc());
+      x = to_expr(a);
+      y = to_expr_like(b, x);
     }
+    x = detail::spill_deep(x);
+    y = detail::spill_deep(y);
+    return make_select(cond, x, y, detail::use_loc(x, y));
   }
   operator Expr() const { return materialize(); }  // NOLINT
 };
@@ -167,13 +185,13 @@ template <class T>
 using et_store_t = std::remove_cvref_t<T>;
 
 template <class A, class B>
-concept MixedOperands = Operand<A> && Operand<B> && (DslValue<A> || DslValue<B>);
+concept MixedOperands = Operand<A> && Operand<B> &&(DslValue<A> || DslValue<B>);
 
-#define TX_ET_BINARY(SYM, OP)                                                   \
-  template <class A, class B>                                                   \
-    requires MixedOperands<A, B>                                                \
-  auto operator SYM(const A& a, const B& b) {                                   \
-    return BinaryET<BinOp::OP, et_store_t<A>, et_store_t<B>>(a, b);             \
+#define TX_ET_BINARY(SYM, OP)                                       \
+  template <class A, class B>                                       \
+  requires MixedOperands<A, B>                                      \
+  auto operator SYM(const A& a, const B& b) {                       \
+    return BinaryET<BinOp::OP, et_store_t<A>, et_store_t<B>>(a, b); \
   }
 TX_ET_BINARY(+, Add)
 TX_ET_BINARY(-, Sub)
@@ -213,14 +231,14 @@ auto operator~(const A& a) {
 // Each function takes DSL values (building IR) or plain numbers (computing
 // the reference in double precision).
 
-#define TX_ET_MATH1(NAME, INTR, HOST)                                    \
-  template <DslValue A>                                                  \
-  auto NAME(const A& a) {                                                \
-    return CallET<Intrinsic::INTR, et_store_t<A>>(a);                    \
-  }                                                                      \
-  template <Literal A>                                                   \
-  auto NAME(A a) {                                                       \
-    return HOST;                                                         \
+#define TX_ET_MATH1(NAME, INTR, HOST)                 \
+  template <DslValue A>                               \
+  auto NAME(const A& a) {                             \
+    return CallET<Intrinsic::INTR, et_store_t<A>>(a); \
+  }                                                   \
+  template <Literal A>                                \
+  auto NAME(A a) {                                    \
+    return HOST;                                      \
   }
 TX_ET_MATH1(sqrt, sqrt, std::sqrt(static_cast<double>(a)))
 TX_ET_MATH1(rsqrt, rsqrt, 1.0 / std::sqrt(static_cast<double>(a)))
@@ -250,15 +268,15 @@ TX_ET_MATH1(isinf, isinf, std::isinf(static_cast<double>(a)))
 TX_ET_MATH1(isfinite, isfinite, std::isfinite(static_cast<double>(a)))
 #undef TX_ET_MATH1
 
-#define TX_ET_MATH2(NAME, INTR, HOST)                                              \
-  template <class A, class B>                                                      \
-    requires MixedOperands<A, B>                                                   \
-  auto NAME(const A& a, const B& b) {                                              \
-    return CallET<Intrinsic::INTR, et_store_t<A>, et_store_t<B>>(a, b);            \
-  }                                                                                \
-  template <Literal A, Literal B>                                                  \
-  auto NAME(A a, B b) {                                                            \
-    return HOST;                                                                   \
+#define TX_ET_MATH2(NAME, INTR, HOST)                                   \
+  template <class A, class B>                                           \
+  requires MixedOperands<A, B>                                          \
+  auto NAME(const A& a, const B& b) {                                   \
+    return CallET<Intrinsic::INTR, et_store_t<A>, et_store_t<B>>(a, b); \
+  }                                                                     \
+  template <Literal A, Literal B>                                       \
+  auto NAME(A a, B b) {                                                 \
+    return HOST;                                                        \
   }
 TX_ET_MATH2(pow, pow, std::pow(static_cast<double>(a), static_cast<double>(b)))
 TX_ET_MATH2(fmod, fmod, std::fmod(static_cast<double>(a), static_cast<double>(b)))
@@ -266,7 +284,7 @@ TX_ET_MATH2(copysign, copysign, std::copysign(static_cast<double>(a), static_cas
 #undef TX_ET_MATH2
 
 template <class A, class B>
-  requires MixedOperands<A, B>
+requires MixedOperands<A, B>
 auto min(const A& a, const B& b) {
   return BinaryET<BinOp::Min, et_store_t<A>, et_store_t<B>>(a, b);
 }
@@ -280,7 +298,7 @@ auto min(A a, B b) {
   return x < y ? x : y;
 }
 template <class A, class B>
-  requires MixedOperands<A, B>
+requires MixedOperands<A, B>
 auto max(const A& a, const B& b) {
   return BinaryET<BinOp::Max, et_store_t<A>, et_store_t<B>>(a, b);
 }
@@ -294,7 +312,7 @@ auto max(A a, B b) {
 }
 
 template <class A, class B>
-  requires MixedOperands<A, B>
+requires MixedOperands<A, B>
 auto floordiv(const A& a, const B& b) {
   return BinaryET<BinOp::FloorDiv, et_store_t<A>, et_store_t<B>>(a, b);
 }
@@ -308,7 +326,7 @@ auto floordiv(A a, B b) {
   }
 }
 template <class A, class B>
-  requires MixedOperands<A, B>
+requires MixedOperands<A, B>
 auto floormod(const A& a, const B& b) {
   return BinaryET<BinOp::FloorMod, et_store_t<A>, et_store_t<B>>(a, b);
 }
@@ -324,8 +342,8 @@ auto floormod(A a, B b) {
 }
 
 template <class A, class B, class C>
-  requires(Operand<A> && Operand<B> && Operand<C> && (DslValue<A> || DslValue<B> || DslValue<C>))
-auto fma(const A& a, const B& b, const C& c) {
+requires(Operand<A>&& Operand<B>&& Operand<C> &&
+         (DslValue<A> || DslValue<B> || DslValue<C>)) auto fma(const A& a, const B& b, const C& c) {
   return CallET<Intrinsic::fma, et_store_t<A>, et_store_t<B>, et_store_t<C>>(a, b, c);
 }
 template <Literal A, Literal B, Literal C>
@@ -334,8 +352,9 @@ double fma(A a, B b, C c) {
 }
 
 template <class C, class A, class B>
-  requires(Operand<C> && Operand<A> && Operand<B> && (DslValue<C> || DslValue<A> || DslValue<B>))
-auto select(const C& c, const A& a, const B& b) {
+requires(Operand<C>&& Operand<A>&& Operand<B> &&
+         (DslValue<C> || DslValue<A> || DslValue<B>)) auto select(const C& c, const A& a,
+                                                                  const B& b) {
   return SelectET<et_store_t<C>, et_store_t<A>, et_store_t<B>>(c, a, b);
 }
 template <Literal C, Literal A, Literal B>

@@ -8,6 +8,7 @@
 // follow that list.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -50,7 +51,8 @@ enum class ExprKind : std::uint8_t {
 #define TX_ENUM(N) N,
   TX_EXPR_NODES(TX_ENUM)
 };
-enum class StmtKind : std::uint8_t { TX_STMT_NODES(TX_ENUM)
+enum class StmtKind : std::uint8_t {
+  TX_STMT_NODES(TX_ENUM)
 #undef TX_ENUM
 };
 
@@ -60,9 +62,15 @@ struct ExprNode {
   ExprKind kind;
   DType dtype;
   SourceLoc loc;
-  ExprNode(ExprKind k, DType t, SourceLoc l) : kind(k), dtype(t), loc(l) {}
+  // Nesting depth (a leaf is 1). Every traversal of the IR recurses, so the
+  // factories refuse expressions deeper than kMaxExprDepth, and the builder
+  // splits deeper ones into T::let parts as they are built (builder.cpp).
+  std::uint32_t depth = 1;
+  ExprNode(ExprKind k, DType t, SourceLoc l, std::uint32_t d = 1)
+      : kind(k), dtype(t), loc(l), depth(d) {}
   virtual ~ExprNode();
 };
+inline constexpr std::uint32_t kMaxExprDepth = 2048;
 
 struct StmtNode {
   StmtKind kind;
@@ -73,6 +81,12 @@ struct StmtNode {
 
 class VarNode;
 class BufferNode;
+
+namespace detail {
+// Raised by the accessors of a default-constructed (undefined) handle, so a
+// misused builder object is a tx error, never a null dereference.
+[[noreturn]] void fail_undefined(const char* what);
+}  // namespace detail
 
 // A handle to an immutable expression node (may be empty).
 class Expr {
@@ -88,8 +102,17 @@ class Expr {
   const ExprNode* operator->() const { return node_.get(); }
   explicit operator bool() const { return node_ != nullptr; }
   bool defined() const { return node_ != nullptr; }
-  DType dtype() const { return node_->dtype; }
-  ExprKind kind() const { return node_->kind; }
+  DType dtype() const {
+    if (!node_) [[unlikely]]
+      detail::fail_undefined("tx::Expr");
+    return node_->dtype;
+  }
+  ExprKind kind() const {
+    if (!node_) [[unlikely]]
+      detail::fail_undefined("tx::Expr");
+    return node_->kind;
+  }
+  std::uint32_t depth() const { return node_ ? node_->depth : 0; }
   template <class T>
   const T* as() const {
     return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
@@ -109,7 +132,11 @@ class Stmt {
   const StmtNode* operator->() const { return node_.get(); }
   explicit operator bool() const { return node_ != nullptr; }
   bool defined() const { return node_ != nullptr; }
-  StmtKind kind() const { return node_->kind; }
+  StmtKind kind() const {
+    if (!node_) [[unlikely]]
+      detail::fail_undefined("tx::Stmt");
+    return node_->kind;
+  }
   template <class T>
   const T* as() const {
     return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
@@ -136,9 +163,16 @@ class Var : public Expr {
   explicit Var(std::shared_ptr<const VarNode> n) : Expr(n) {}
   Var(std::string name, DType t = i32, SourceLoc loc = std::source_location::current());
   const VarNode* get() const { return static_cast<const VarNode*>(Expr::get()); }
-  const VarNode* operator->() const { return get(); }
-  const std::string& name() const { return get()->name; }
+  const VarNode* operator->() const { return checked(); }
+  const std::string& name() const { return checked()->name; }
   bool operator==(const Var& o) const { return get() == o.get(); }
+
+ private:
+  const VarNode* checked() const {
+    if (!get()) [[unlikely]]
+      detail::fail_undefined("tx::Var");
+    return get();
+  }
 };
 
 struct VarHash {
@@ -181,12 +215,17 @@ class Buffer {
   Buffer() = default;
   explicit Buffer(std::shared_ptr<const BufferNode> n) : node_(std::move(n)) {}
   const BufferNode* get() const { return node_.get(); }
-  const BufferNode* operator->() const { return node_.get(); }
+  const BufferNode* operator->() const {
+    if (!node_) [[unlikely]]
+      detail::fail_undefined("tx::Buffer");
+    return node_.get();
+  }
   explicit operator bool() const { return node_ != nullptr; }
+  bool defined() const { return node_ != nullptr; }
   bool same_as(const Buffer& o) const { return node_ == o.node_; }
   bool operator==(const Buffer& o) const { return node_ == o.node_; }
   // Same storage (this buffer or a view of it).
-  bool aliases(const Buffer& o) const { return node_->data == o->data; }
+  bool aliases(const Buffer& o) const { return (*this)->data == o->data; }
   const std::shared_ptr<const BufferNode>& node() const { return node_; }
 
  private:
@@ -214,6 +253,12 @@ struct BufferRegion {
 
 // ------------------------------------------------------------ expressions
 
+inline std::uint32_t max_depth(const std::vector<Expr>& es) {
+  std::uint32_t d = 0;
+  for (const Expr& e : es) d = std::max(d, e.depth());
+  return d;
+}
+
 class IntImmNode : public ExprNode {
  public:
   static constexpr ExprKind kKind = ExprKind::IntImm;
@@ -232,12 +277,33 @@ class CastNode : public ExprNode {
  public:
   static constexpr ExprKind kKind = ExprKind::Cast;
   const Expr value;
-  CastNode(DType t, Expr v, SourceLoc l) : ExprNode(kKind, t, l), value(std::move(v)) {}
+  CastNode(DType t, Expr v, SourceLoc l)
+      : ExprNode(kKind, t, l, 1 + v.depth()), value(std::move(v)) {}
 };
 
 enum class BinOp : std::uint8_t {
-  Add, Sub, Mul, Div, Mod, FloorDiv, FloorMod, Min, Max,
-  EQ, NE, LT, LE, GT, GE, And, Or, BitAnd, BitOr, BitXor, Shl, Shr,
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Mod,
+  FloorDiv,
+  FloorMod,
+  Min,
+  Max,
+  EQ,
+  NE,
+  LT,
+  LE,
+  GT,
+  GE,
+  And,
+  Or,
+  BitAnd,
+  BitOr,
+  BitXor,
+  Shl,
+  Shr,
 };
 const char* binop_symbol(BinOp op);  // "+", "//", "min", ...
 const char* binop_name(BinOp op);    // "add", "floordiv", ...
@@ -250,7 +316,10 @@ class BinaryNode : public ExprNode {
   const BinOp op;
   const Expr a, b;
   BinaryNode(BinOp o, DType t, Expr x, Expr y, SourceLoc l)
-      : ExprNode(kKind, t, l), op(o), a(std::move(x)), b(std::move(y)) {}
+      : ExprNode(kKind, t, l, 1 + std::max(x.depth(), y.depth())),
+        op(o),
+        a(std::move(x)),
+        b(std::move(y)) {}
 };
 
 enum class UnOp : std::uint8_t { Neg, Not, BitNot };
@@ -259,7 +328,8 @@ class UnaryNode : public ExprNode {
   static constexpr ExprKind kKind = ExprKind::Unary;
   const UnOp op;
   const Expr a;
-  UnaryNode(UnOp o, DType t, Expr x, SourceLoc l) : ExprNode(kKind, t, l), op(o), a(std::move(x)) {}
+  UnaryNode(UnOp o, DType t, Expr x, SourceLoc l)
+      : ExprNode(kKind, t, l, 1 + x.depth()), op(o), a(std::move(x)) {}
 };
 
 class SelectNode : public ExprNode {
@@ -267,15 +337,19 @@ class SelectNode : public ExprNode {
   static constexpr ExprKind kKind = ExprKind::Select;
   const Expr cond, t, f;
   SelectNode(DType ty, Expr c, Expr x, Expr y, SourceLoc l)
-      : ExprNode(kKind, ty, l), cond(std::move(c)), t(std::move(x)), f(std::move(y)) {}
+      : ExprNode(kKind, ty, l, 1 + std::max({c.depth(), x.depth(), y.depth()})),
+        cond(std::move(c)),
+        t(std::move(x)),
+        f(std::move(y)) {}
 };
 
-#define TX_INTRINSICS(X)                                                                       \
-  X(sqrt, 1) X(rsqrt, 1) X(exp, 1) X(exp2, 1) X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1)     \
-  X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1)       \
-  X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1)        \
-  X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) \
-  X(reinterpret, 1)
+#define TX_INTRINSICS(X)                                                                          \
+  X(sqrt, 1)                                                                                      \
+  X(rsqrt, 1) X(exp, 1) X(exp2, 1) X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1)         \
+      X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1)    \
+          X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2)     \
+              X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) \
+                  X(reinterpret, 1)
 
 enum class Intrinsic : std::uint8_t {
 #define TX_ENUM(N, A) N,
@@ -291,7 +365,7 @@ class CallNode : public ExprNode {
   const Intrinsic op;
   const std::vector<Expr> args;
   CallNode(Intrinsic o, DType t, std::vector<Expr> a, SourceLoc l)
-      : ExprNode(kKind, t, l), op(o), args(std::move(a)) {}
+      : ExprNode(kKind, t, l, 1 + max_depth(a)), op(o), args(std::move(a)) {}
 };
 
 class LoadNode : public ExprNode {
@@ -300,7 +374,9 @@ class LoadNode : public ExprNode {
   const Buffer buffer;
   const std::vector<Expr> indices;
   LoadNode(Buffer b, std::vector<Expr> i, SourceLoc l)
-      : ExprNode(kKind, b->dtype, l), buffer(std::move(b)), indices(std::move(i)) {}
+      : ExprNode(kKind, b->dtype, l, 1 + max_depth(i)),
+        buffer(std::move(b)),
+        indices(std::move(i)) {}
 };
 
 // Factories. They check operand types and throw tx::Error naming `loc`.
@@ -346,8 +422,12 @@ class ForNode : public StmtNode {
   const ForKind for_kind;
   const Stmt body;
   ForNode(Var v, Expr mn, Expr ex, ForKind k, Stmt b, SourceLoc l)
-      : StmtNode(kKind, l), var(std::move(v)), min(std::move(mn)), extent(std::move(ex)),
-        for_kind(k), body(std::move(b)) {}
+      : StmtNode(kKind, l),
+        var(std::move(v)),
+        min(std::move(mn)),
+        extent(std::move(ex)),
+        for_kind(k),
+        body(std::move(b)) {}
 };
 
 class IfThenElseNode : public StmtNode {
@@ -387,7 +467,13 @@ class AllocateNode : public StmtNode {
 
 // T.cta_id([2, 4]), T.warp_id([8]), T.lane_id([32]), T.thread_id([256]), ...
 enum class ScopeIdKind : std::uint8_t {
-  cta_id, warpgroup_id, warp_id, lane_id, thread_id, warp_id_in_wg, thread_id_in_wg
+  cta_id,
+  warpgroup_id,
+  warp_id,
+  lane_id,
+  thread_id,
+  warp_id_in_wg,
+  thread_id_in_wg
 };
 const char* scope_id_name(ScopeIdKind k);
 class ScopeIdBindNode : public StmtNode {
@@ -399,7 +485,10 @@ class ScopeIdBindNode : public StmtNode {
   const Stmt body;
   ScopeIdBindNode(ScopeIdKind k, std::vector<Var> v, std::vector<std::int64_t> e, Stmt b,
                   SourceLoc l)
-      : StmtNode(kKind, l), id_kind(k), vars(std::move(v)), extents(std::move(e)),
+      : StmtNode(kKind, l),
+        id_kind(k),
+        vars(std::move(v)),
+        extents(std::move(e)),
         body(std::move(b)) {}
 };
 
@@ -414,10 +503,10 @@ using TileArg = std::variant<BufferRegion, Expr>;
 struct TileAttrs {
   Expr scale{};  // elementwise: op(x * scale + bias)
   Expr bias{};
-  bool accum = false;      // reductions: fold into the destination's old value
+  bool accum = false;       // reductions: fold into the destination's old value
   std::vector<int> axes{};  // reductions: source axes to reduce (empty: inferred)
   std::string variant{};    // force a dispatch variant by name
-  DType dtype = void_t;    // cast: destination dtype is the buffer's; kept for printing
+  DType dtype = void_t;     // cast: destination dtype is the buffer's; kept for printing
 };
 
 class TileCallNode : public StmtNode {
@@ -452,8 +541,12 @@ class CopyBytesNode : public StmtNode {
   const Expr src_offset;
   const int bytes;
   CopyBytesNode(Buffer d, Expr doff, Buffer s, Expr soff, int n, SourceLoc l)
-      : StmtNode(kKind, l), dst(std::move(d)), dst_offset(std::move(doff)), src(std::move(s)),
-        src_offset(std::move(soff)), bytes(n) {}
+      : StmtNode(kKind, l),
+        dst(std::move(d)),
+        dst_offset(std::move(doff)),
+        src(std::move(s)),
+        src_offset(std::move(soff)),
+        bytes(n) {}
 };
 
 // Marks lowered code with the tile call it came from (printed as a comment).
@@ -505,7 +598,11 @@ class PrimFunc {
  public:
   PrimFunc() = default;
   explicit PrimFunc(std::shared_ptr<const PrimFuncNode> n) : node_(std::move(n)) {}
-  const PrimFuncNode* operator->() const { return node_.get(); }
+  const PrimFuncNode* operator->() const {
+    if (!node_) [[unlikely]]
+      detail::fail_undefined("tx::PrimFunc");
+    return node_.get();
+  }
   const PrimFuncNode* get() const { return node_.get(); }
   explicit operator bool() const { return node_ != nullptr; }
   PrimFunc with_body(Stmt body, bool lowered) const;

@@ -17,13 +17,17 @@ namespace tx {
 
 namespace hana = boost::hana;
 
-inline constexpr auto kCppDTypes = hana::make_map(
-    hana::make_pair(hana::type_c<float>, f32), hana::make_pair(hana::type_c<double>, f64),
-    hana::make_pair(hana::type_c<std::int8_t>, i8), hana::make_pair(hana::type_c<std::int16_t>, i16),
-    hana::make_pair(hana::type_c<std::int32_t>, i32), hana::make_pair(hana::type_c<std::int64_t>, i64),
-    hana::make_pair(hana::type_c<std::uint8_t>, u8), hana::make_pair(hana::type_c<std::uint16_t>, u16),
-    hana::make_pair(hana::type_c<std::uint32_t>, u32), hana::make_pair(hana::type_c<std::uint64_t>, u64),
-    hana::make_pair(hana::type_c<bool>, boolean));
+inline constexpr auto kCppDTypes = hana::make_map(hana::make_pair(hana::type_c<float>, f32),
+                                                  hana::make_pair(hana::type_c<double>, f64),
+                                                  hana::make_pair(hana::type_c<std::int8_t>, i8),
+                                                  hana::make_pair(hana::type_c<std::int16_t>, i16),
+                                                  hana::make_pair(hana::type_c<std::int32_t>, i32),
+                                                  hana::make_pair(hana::type_c<std::int64_t>, i64),
+                                                  hana::make_pair(hana::type_c<std::uint8_t>, u8),
+                                                  hana::make_pair(hana::type_c<std::uint16_t>, u16),
+                                                  hana::make_pair(hana::type_c<std::uint32_t>, u32),
+                                                  hana::make_pair(hana::type_c<std::uint64_t>, u64),
+                                                  hana::make_pair(hana::type_c<bool>, boolean));
 
 template <class T>
 inline constexpr bool has_dtype = hana::contains(kCppDTypes, hana::type_c<T>);
@@ -35,7 +39,7 @@ constexpr DType dtype_of() {
   if constexpr (has_dtype<T>)
     return kCppDTypes[hana::type_c<T>];
   else
-    fail("dtype_of", "", {}, "this C++ type has no tx dtype (use Tensor::from_doubles)");
+    fail("tx.dtype_of", "", {}, "this C++ type has no tx dtype (use Tensor::from_doubles)");
 }
 
 }  // namespace tx

@@ -23,7 +23,7 @@ class Flattener : public IRMutator {
     if (is_flat(n->buffer)) return IRMutator::mutate_node(self, n);
     std::vector<Expr> idx;
     for (const Expr& i : n->indices) idx.push_back(mutate(i));
-    return make_load(flat_view(n->buffer), {offset(n->buffer, idx, n->loc, "load")}, n->loc);
+    return make_load(flat_view(n->buffer), {offset(n->buffer, idx, n->loc, "T.load")}, n->loc);
   }
 
   Stmt mutate_node(const Stmt& self, const StoreNode* n) override {
@@ -31,7 +31,7 @@ class Flattener : public IRMutator {
     std::vector<Expr> idx;
     for (const Expr& i : n->indices) idx.push_back(mutate(i));
     return make_store(flat_view(n->buffer), mutate(n->value),
-                      {offset(n->buffer, idx, n->loc, "store")}, n->loc);
+                      {offset(n->buffer, idx, n->loc, "T.store")}, n->loc);
   }
 
   Stmt mutate_node(const Stmt&, const AllocateNode* n) override {

@@ -17,15 +17,15 @@ class LoweredCheck : public IRVisitor {
 
   void check(const Buffer& b, SourceLoc loc) {
     if (b->shape.size() != 1 || !(b->layout == TileLayout::row_major(b->shape)))
-      fail("verify_lowered", b->name, loc, "buffer is not flat after lowering");
+      fail("tx.verify_lowered", b->name, loc, "buffer is not flat after lowering");
     if (!known.count(b->data.get()))
-      fail("verify_lowered", b->name, loc, "buffer used outside its allocation");
+      fail("tx.verify_lowered", b->name, loc, "buffer used outside its allocation");
   }
   void visit_node(const TileCallNode* n) override {
-    fail("verify_lowered", "", n->loc, "tile call left after lowering: " + n->qualified_name());
+    fail("tx.verify_lowered", "", n->loc, "tile call left after lowering: " + n->qualified_name());
   }
   void visit_node(const ScopeIdBindNode* n) override {
-    fail("verify_lowered", "", n->loc, "scope id left after lowering");
+    fail("tx.verify_lowered", "", n->loc, "scope id left after lowering");
   }
   void visit_node(const LoadNode* n) override {
     check(n->buffer, n->loc);

@@ -42,7 +42,7 @@ namespace {
 using llvm::Value;
 
 [[noreturn]] void internal(const std::string& what, SourceLoc loc) {
-  fail("host_jit", "", loc, "internal: " + what);
+  fail("tx.host_jit", "", loc, "internal: " + what);
 }
 
 // Could evaluating e read memory that a guard protects? (Integer division

@@ -254,7 +254,7 @@ std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKern
     std::string ir;
     llvm::raw_string_ostream ios(ir);
     m.print(ios, nullptr);
-    fail("host_jit", name, loc, "invalid LLVM IR: " + verify, ir);
+    fail("tx.host_jit", name, loc, "invalid LLVM IR: " + verify, ir);
   }
   auto t2 = clock::now();
   optimize(m, j.tm.get(), j.libmvec);
@@ -262,9 +262,9 @@ std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKern
   auto t3 = clock::now();
   if (llvm::Error e =
           j.jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(em.module), std::move(ctx))))
-    fail("host_jit", name, loc, llvm_message(std::move(e)));
+    fail("tx.host_jit", name, loc, llvm_message(std::move(e)));
   auto sym = j.jit->lookup(fname);
-  if (!sym) fail("host_jit", name, loc, llvm_message(sym.takeError()));
+  if (!sym) fail("tx.host_jit", name, loc, llvm_message(sym.takeError()));
   auto t4 = clock::now();
   if (env_flag("TX_HOST_JIT_TIMING")) {
     auto ms = [](auto a, auto b) {
@@ -296,7 +296,7 @@ bool host_jit_available(std::string* why) {
 std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
                                          const std::string& cuda_source) {
   Jit& j = jit();
-  if (!j.jit) fail("host_jit", k.source->name, k.source->loc, j.error);
+  if (!j.jit) fail("tx.host_jit", k.source->name, k.source->loc, j.error);
   bool use_cache =
       !(std::getenv("TX_HOST_CACHE") && std::string(std::getenv("TX_HOST_CACHE")) == "0");
   std::string key;

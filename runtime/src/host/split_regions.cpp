@@ -143,7 +143,8 @@ class RegionSplitter : public IRMutator {
       case StmtKind::For:
         return IRMutator::mutate(s);
       default:
-        fail("host_jit", "", s->loc, "internal: a barrier inside a statement that cannot hold one");
+        fail("tx.host_jit", "", s->loc,
+             "internal: a barrier inside a statement that cannot hold one");
     }
   }
 

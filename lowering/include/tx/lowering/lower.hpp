@@ -3,6 +3,8 @@
 // LowerOptions::debug) the IR is printed after every pass.
 //
 //   verify_kernel          structure, launch configuration, barrier placement
+//   verify_scopes          variables and buffers used inside the block that binds them
+//   check_bounds           element accesses that provably leave their buffer
 //   lower_tile_ops         dispatch every tile call to a variant
 //   lower_scope_ids        T.thread_id & co. become expressions of threadIdx/blockIdx
 //   flatten_buffers        multi-dimensional accesses become flat storage offsets
@@ -69,6 +71,8 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt = {});
 // ------------------------------------------------------------------ passes
 
 LaunchConfig verify_kernel(const PrimFunc& f);
+void verify_scopes(const PrimFunc& f);
+void check_bounds(const PrimFunc& f, const LaunchConfig& launch);
 Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log);
 Stmt lower_scope_ids(const Stmt& s);
 Stmt flatten_buffers(const Stmt& s);
@@ -92,6 +96,10 @@ class ScopedMutator : public IRMutator {
   std::vector<Guard> guards_;
   LaunchConfig launch_;
 };
+
+// The builder call a statement of the user's kernel came from ("T.store",
+// "Tx.warp.copy", ...): the op of an error found in it.
+std::string statement_op(const Stmt& s);
 
 // Facts bound by a scope id (range and uniformity of each of its vars).
 std::vector<std::pair<Var, VarFact>> scope_id_facts(const ScopeIdBindNode* n,

@@ -9,13 +9,15 @@
 //   op({x}, y);                                  // built once, launched many times
 //
 // Tensors are contiguous (tx tensors have no strides), so every input is
-// handled directly; there is no silent copy. Kernels are cached per (op,
+// handled directly; there is no silent copy. Zero-size inputs give
+// zero-size results without a launch, as in PyTorch. Kernels are cached per (op,
 // dtype, shapes, parameters, config): building an op twice compiles once
 // (cache_stats() shows it), and the disk cache makes the next process fast.
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -42,11 +44,16 @@ struct Config {
 // Scalar parameters of the independent ops (see each op).
 using Params = std::vector<double>;
 
+// Every op takes the caller's line as a last, defaulted argument: its
+// errors are "tx.ops.<op>" errors at that line.
+using Loc = std::source_location;
+
 // Runs `op` by name: inputs in the op's order, broadcasting as the op allows.
+// A zero-size input gives a zero-size result (nothing is launched).
 Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params = {},
-           const Config& cfg = {});
+           const Config& cfg = {}, Loc loc = Loc::current());
 void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
-         const Params& params = {}, const Config& cfg = {});
+         const Params& params = {}, const Config& cfg = {}, Loc loc = Loc::current());
 
 // Every op name, in table order (66).
 std::vector<std::string> op_names();
@@ -66,9 +73,10 @@ CacheStats cache_stats();
 class Elementwise {
  public:
   Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes, DType dtype,
-              Params params = {}, Config cfg = {}, std::optional<Device> device = std::nullopt);
-  Tensor operator()(const std::vector<Tensor>& inputs) const;
-  void operator()(const std::vector<Tensor>& inputs, Tensor& out) const;
+              Params params = {}, Config cfg = {}, std::optional<Device> device = std::nullopt,
+              Loc loc = Loc::current());
+  Tensor operator()(const std::vector<Tensor>& inputs, Loc loc = Loc::current()) const;
+  void operator()(const std::vector<Tensor>& inputs, Tensor& out, Loc loc = Loc::current()) const;
 
   const std::string& op() const { return op_; }
   const std::vector<std::int64_t>& out_shape() const { return out_shape_; }
@@ -77,6 +85,8 @@ class Elementwise {
   Config config() const { return cfg_; }  // as resolved (strategy, threads, npt)
 
  private:
+  void build(const Config& cfg, std::optional<Device> device);
+  void launch(const std::vector<Tensor>& inputs, Tensor& out) const;
   std::string op_;
   std::vector<std::vector<std::int64_t>> in_shapes_;
   DType dtype_, out_dtype_;
@@ -104,17 +114,21 @@ class Elementwise {
 // clang-format on
 #define TX_OPS_GATED(X) X(silu_and_mul) X(gelu_and_mul) X(gelu_tanh_and_mul)
 
-#define TX_DECLARE_UNARY(N)                                                                  \
-  inline Tensor N(const Tensor& x, const Config& cfg = {}) { return run(#N, {x}, {}, cfg); } \
-  inline void N(const Tensor& x, Tensor& out, const Config& cfg = {}) {                      \
-    run(#N, {x}, out, {}, cfg);                                                              \
+#define TX_DECLARE_UNARY(N)                                                                       \
+  inline Tensor N(const Tensor& x, const Config& cfg = {}, Loc loc = Loc::current()) {            \
+    return run(#N, {x}, {}, cfg, loc);                                                            \
+  }                                                                                               \
+  inline void N(const Tensor& x, Tensor& out, const Config& cfg = {}, Loc loc = Loc::current()) { \
+    run(#N, {x}, out, {}, cfg, loc);                                                              \
   }
-#define TX_DECLARE_BINARY(N)                                                             \
-  inline Tensor N(const Tensor& a, const Tensor& b, const Config& cfg = {}) {            \
-    return run(#N, {a, b}, {}, cfg);                                                     \
-  }                                                                                      \
-  inline void N(const Tensor& a, const Tensor& b, Tensor& out, const Config& cfg = {}) { \
-    run(#N, {a, b}, out, {}, cfg);                                                       \
+#define TX_DECLARE_BINARY(N)                                                           \
+  inline Tensor N(const Tensor& a, const Tensor& b, const Config& cfg = {},            \
+                  Loc loc = Loc::current()) {                                          \
+    return run(#N, {a, b}, {}, cfg, loc);                                              \
+  }                                                                                    \
+  inline void N(const Tensor& a, const Tensor& b, Tensor& out, const Config& cfg = {}, \
+                Loc loc = Loc::current()) {                                            \
+    run(#N, {a, b}, out, {}, cfg, loc);                                                \
   }
 TX_OPS_UNARY(TX_DECLARE_UNARY)
 TX_OPS_BINARY(TX_DECLARE_BINARY)
@@ -124,56 +138,67 @@ TX_OPS_GATED(TX_DECLARE_UNARY)
 #undef TX_DECLARE_BINARY
 
 // Independent ops: parameters as in PyTorch.
-inline Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, const Config& c = {}) {
-  return run("leaky_relu", {x}, {negative_slope}, c);
+inline Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, const Config& c = {},
+                         Loc loc = Loc::current()) {
+  return run("leaky_relu", {x}, {negative_slope}, c, loc);
 }
-inline Tensor elu(const Tensor& x, double alpha = 1.0, const Config& c = {}) {
-  return run("elu", {x}, {alpha}, c);
+inline Tensor elu(const Tensor& x, double alpha = 1.0, const Config& c = {},
+                  Loc loc = Loc::current()) {
+  return run("elu", {x}, {alpha}, c, loc);
 }
 inline Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0,
-                       const Config& c = {}) {
-  return run("hardtanh", {x}, {min_val, max_val}, c);
+                       const Config& c = {}, Loc loc = Loc::current()) {
+  return run("hardtanh", {x}, {min_val, max_val}, c, loc);
 }
 inline Tensor softplus(const Tensor& x, double beta = 1.0, double threshold = 20.0,
-                       const Config& c = {}) {
-  return run("softplus", {x}, {beta, threshold}, c);
+                       const Config& c = {}, Loc loc = Loc::current()) {
+  return run("softplus", {x}, {beta, threshold}, c, loc);
 }
 // weight: (C,) over dimension 1 of x, or (1,) for all.
-inline Tensor prelu(const Tensor& x, const Tensor& weight, const Config& c = {}) {
-  return run("prelu", {x, weight}, {}, c);
+inline Tensor prelu(const Tensor& x, const Tensor& weight, const Config& c = {},
+                    Loc loc = Loc::current()) {
+  return run("prelu", {x, weight}, {}, c, loc);
 }
 // cond: bool; broadcasts all three.
-inline Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, const Config& c = {}) {
-  return run("where", {cond, x, y}, {}, c);
+inline Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, const Config& c = {},
+                    Loc loc = Loc::current()) {
+  return run("where", {cond, x, y}, {}, c, loc);
 }
-inline Tensor clamp(const Tensor& x, double min_val, double max_val, const Config& c = {}) {
-  return run("clamp", {x}, {min_val, max_val}, c);
+inline Tensor clamp(const Tensor& x, double min_val, double max_val, const Config& c = {},
+                    Loc loc = Loc::current()) {
+  return run("clamp", {x}, {min_val, max_val}, c, loc);
 }
 // mask: bool, broadcast to x.
-inline Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, const Config& c = {}) {
-  return run("masked_fill", {x, mask}, {value}, c);
+inline Tensor masked_fill(const Tensor& x, const Tensor& mask, double value, const Config& c = {},
+                          Loc loc = Loc::current()) {
+  return run("masked_fill", {x, mask}, {value}, c, loc);
 }
 // Defaults as torch.nan_to_num: nan -> 0, +-inf -> the dtype's largest finite values.
 Tensor nan_to_num(const Tensor& x, double nan = 0.0, std::optional<double> posinf = std::nullopt,
-                  std::optional<double> neginf = std::nullopt, const Config& c = {});
+                  std::optional<double> neginf = std::nullopt, const Config& c = {},
+                  Loc loc = Loc::current());
 // ALiBi: (heads, seq, seq), bias[h, i, j] = slope_h * (j - i), slopes as BLOOM/vLLM
 // (geometric from 2^(-8/n) for the closest power of two n <= heads, then the
 // odd powers of 2^(-4/n) for the remaining heads).
 Tensor alibi(std::int64_t num_heads, std::int64_t seq_len, DType dtype = f32,
-             std::optional<Device> device = std::nullopt, const Config& c = {});
+             std::optional<Device> device = std::nullopt, const Config& c = {},
+             Loc loc = Loc::current());
 // out= form: out (num_heads, seq_len, seq_len) gives the dtype and device.
-void alibi(std::int64_t num_heads, std::int64_t seq_len, Tensor& out, const Config& c = {});
+void alibi(std::int64_t num_heads, std::int64_t seq_len, Tensor& out, const Config& c = {},
+           Loc loc = Loc::current());
 // Sinusoidal position encoding, interleaved: pe[p, 2i] = sin(p * w_i),
 // pe[p, 2i+1] = cos(p * w_i), w_i = 10000^(-2i / dim).
 Tensor sinusoidal(std::int64_t num_positions, std::int64_t dim, DType dtype = f32,
-                  std::optional<Device> device = std::nullopt, const Config& c = {});
+                  std::optional<Device> device = std::nullopt, const Config& c = {},
+                  Loc loc = Loc::current());
 // out= form: out (num_positions, dim) gives the dtype and device.
-void sinusoidal(std::int64_t num_positions, std::int64_t dim, Tensor& out, const Config& c = {});
+void sinusoidal(std::int64_t num_positions, std::int64_t dim, Tensor& out, const Config& c = {},
+                Loc loc = Loc::current());
 
 // Converts to another dtype, rounding as the GPU stores it (e4m3fn saturates
 // to +-448, e5m2 keeps Inf and NaN, integers truncate and wrap).
-Tensor cast(const Tensor& x, DType to, const Config& c = {});
-void cast(const Tensor& x, Tensor& out, const Config& c = {});
+Tensor cast(const Tensor& x, DType to, const Config& c = {}, Loc loc = Loc::current());
+void cast(const Tensor& x, Tensor& out, const Config& c = {}, Loc loc = Loc::current());
 
 // ALiBi slopes for `num_heads` heads (double precision; the kernel's reference).
 std::vector<double> alibi_slopes(std::int64_t num_heads);

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -51,13 +52,28 @@ class Kernel {
   // PTX from NVRTC for `arch` (needs no GPU).
   std::string ptx(const std::string& arch = "sm_90a") const;
 
-  // Runs the kernel on its device; tensors in parameter order.
-  void launch(const std::vector<Tensor>& args) const;
-  void launch(const Tensor* const* args, std::size_t n) const;
+  // Runs the kernel on its device; tensors in parameter order. Errors name
+  // the line of the call (`loc`, defaulted to the caller's).
+  void launch(const std::vector<Tensor>& args,
+              std::source_location loc = std::source_location::current()) const;
+  void launch(const Tensor* const* args, std::size_t n, SourceLoc loc = {}) const;
+
+  // The first argument of k(a, b, ...), which also records the caller's line
+  // (a function with a parameter pack cannot default a trailing one).
+  struct FirstArg {
+    const Tensor& tensor;
+    SourceLoc loc;
+    FirstArg(const Tensor& t,  // NOLINT: implicit by design
+             std::source_location l = std::source_location::current())
+        : tensor(t), loc(l) {}
+  };
   template <class... Ts>
-  void operator()(const Ts&... tensors) const {
-    const Tensor* args[] = {&tensors...};
-    launch(args, sizeof...(Ts));
+  void operator()(const FirstArg& first, const Ts&... rest) const {
+    const Tensor* args[] = {&first.tensor, &rest...};
+    launch(args, 1 + sizeof...(Ts), first.loc);
+  }
+  void operator()(std::source_location loc = std::source_location::current()) const {
+    launch(nullptr, 0, loc);
   }
 
   // Builds (or fetches from cache) the GPU binary now; returns where it came

@@ -56,7 +56,7 @@ class Tensor {
   template <class T>
   std::vector<T> to_vector() const {
     if (dtype_of<T>() != dtype_)
-      fail("Tensor.to_vector", "", {},
+      fail("tx.Tensor.to_vector", "", {},
            "tensor holds " + dtype_.name() + ", not " + dtype_of<T>().name());
     std::vector<std::uint8_t> b = to_bytes();
     std::vector<T> out(b.size() / sizeof(T));

@@ -1,0 +1,363 @@
+// check_bounds: an element access A(i, j) whose index provably leaves the
+// buffer is an error when the kernel is built, naming the buffer, the index
+// expression, the value it reaches and the user's line.
+//
+// "Provably" means a witness: values of the variables the index depends on
+// (scope ids, loop variables, T::let values computed from them) that the
+// kernel really runs with -- each within its range, satisfying every
+// enclosing T::if_ condition and select / && / || arm on the way to the
+// access, and the bounds of the loops it is in -- for which the index is out
+// of range. The interval analysis that proves regions in bounds only
+// over-approximates, so it serves as a filter (an index whose interval is
+// inside the extent needs no search); the search then tries the corners of
+// the variables' ranges and a few points inside. An access with no witness
+// (it depends on memory, or the analysis cannot decide) compiles; the
+// checked host mode (TX_CHECK=1) bounds-checks it at run time.
+#include <algorithm>
+#include <random>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tx/lowering/lower.hpp"
+#include "tx/printer.hpp"
+
+namespace tx::lowering {
+
+namespace {
+
+using Assignment = std::unordered_map<const VarNode*, std::int64_t>;
+
+struct LoopBounds {
+  Expr min, extent;
+};
+
+class BoundsCheck : public IRVisitor {
+ public:
+  explicit BoundsCheck(const LaunchConfig& launch) : launch_(launch) {
+    env_.cta_threads = launch.block;
+    env_.grid = launch.grid;
+  }
+
+  using IRVisitor::visit;
+  using IRVisitor::visit_node;
+
+  void visit(const Stmt& s) override {
+    if (!s) return;
+    SourceLoc saved = loc_;
+    std::string saved_op = op_;
+    if (s->loc.known()) loc_ = s->loc;
+    op_ = statement_op(s);
+    IRVisitor::visit(s);
+    loc_ = saved;
+    op_ = saved_op;
+  }
+
+  void visit_node(const ScopeIdBindNode* n) override {
+    for (auto& [v, f] : scope_id_facts(n, launch_)) env_.bind(v, f);
+    visit(n->body);
+  }
+  void visit_node(const ForNode* n) override {
+    visit(n->min);
+    visit(n->extent);
+    Interval lo = env_.bound(n->min), ex = env_.bound(n->extent);
+    VarFact f;
+    if (lo.bounded() && ex.bounded())
+      f.range = {lo.lo, lo.hi + std::max<std::int64_t>(ex.hi - 1, 0)};
+    env_.bind(n->var, f);
+    loops_[n->var.get()] = {n->min, n->extent};
+    visit(n->body);
+  }
+  void visit_node(const LetStmtNode* n) override {
+    visit(n->value);
+    env_.bind(n->var, {env_.bound(n->value), Uniformity::thread, env_.known_divisor(n->value)});
+    lets_[n->var.get()] = n->value;
+    visit(n->body);
+  }
+  void visit_node(const IfThenElseNode* n) override {
+    visit(n->cond);
+    guards_.push_back({n->cond, true});
+    visit(n->then_case);
+    guards_.back().second = false;
+    visit(n->else_case);
+    guards_.pop_back();
+  }
+  void visit_node(const SelectNode* n) override {
+    visit(n->cond);
+    guards_.push_back({n->cond, true});
+    visit(n->t);
+    guards_.back().second = false;
+    visit(n->f);
+    guards_.pop_back();
+  }
+  void visit_node(const BinaryNode* n) override {
+    if (n->op != BinOp::And && n->op != BinOp::Or) return IRVisitor::visit_node(n);
+    visit(n->a);  // the right side runs only when the left does not decide
+    guards_.push_back({n->a, n->op == BinOp::And});
+    visit(n->b);
+    guards_.pop_back();
+  }
+  void visit_node(const LoadNode* n) override {
+    IRVisitor::visit_node(n);
+    check(n->buffer, n->indices, n->loc.known() ? n->loc : loc_);
+  }
+  void visit_node(const StoreNode* n) override {
+    IRVisitor::visit_node(n);
+    check(n->buffer, n->indices, loc_);
+  }
+
+ private:
+  void check(const Buffer& b, const std::vector<Expr>& idx, SourceLoc loc) {
+    for (std::size_t d = 0; d < idx.size() && d < b->shape.size(); ++d) {
+      Interval iv = env_.bound(idx[d]);
+      std::int64_t extent = b->shape[d];
+      if (iv.lo >= 0 && iv.hi < extent) continue;
+      Assignment at;
+      auto value = witness(idx[d], extent, &at);
+      if (!value) continue;
+      std::string where;
+      std::vector<std::pair<std::string, std::int64_t>> shown;
+      std::unordered_set<const VarNode*> in_index;
+      free_vars(idx[d], &in_index);
+      for (auto& [v, x] : at)
+        if (in_index.count(v)) shown.emplace_back(v->name, x);
+      std::sort(shown.begin(), shown.end());
+      for (auto& [name, x] : shown)
+        where += (where.empty() ? "" : ", ") + name + " = " + std::to_string(x);
+      std::string dim = idx.size() > 1 ? " in dimension " + std::to_string(d) : "";
+      std::string what = as_const_int(idx[d])
+                             ? "index " + std::to_string(*value) + dim + " is"
+                             : "index `" + to_string(idx[d]) + "`" + dim + " reaches " +
+                                   std::to_string(*value) +
+                                   (where.empty() ? "" : " (at " + where + ")") + ",";
+      fail(op_, b->name, loc,
+           what + " outside [0, " + std::to_string(extent) + ") of " + b->name +
+               shape_text(b->shape));
+    }
+  }
+
+  static std::string shape_text(const std::vector<std::int64_t>& s) {
+    std::string r = " (";
+    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+    return r + (s.size() == 1 ? ",)" : ")");
+  }
+
+  // Variables an expression depends on, through the T::let values.
+  void free_vars(const Expr& e, std::unordered_set<const VarNode*>* out) const {
+    struct V : IRVisitor {
+      const BoundsCheck* self;
+      std::unordered_set<const VarNode*>* out;
+      void visit_node(const VarNode* v) override {
+        if (!out->insert(v).second) return;
+        auto it = self->lets_.find(v);
+        if (it != self->lets_.end()) visit(it->second);
+        auto lp = self->loops_.find(v);
+        if (lp != self->loops_.end()) {
+          visit(lp->second.min);
+          visit(lp->second.extent);
+        }
+      }
+      using IRVisitor::visit_node;
+    } w;
+    w.self = this;
+    w.out = out;
+    w.visit(e);
+  }
+
+  // A value of `index` outside [0, extent) under some feasible assignment.
+  std::optional<std::int64_t> witness(const Expr& index, std::int64_t extent, Assignment* found) {
+    std::unordered_set<const VarNode*> vars;
+    free_vars(index, &vars);
+    for (const auto& g : guards_) free_vars(g.first, &vars);
+    // The free variables (not T::let values, which are computed) with their
+    // candidate values; a variable without a finite range cannot be chosen.
+    std::vector<const VarNode*> free;
+    std::vector<std::vector<std::int64_t>> cand;
+    for (const VarNode* v : vars) {
+      if (lets_.count(v)) continue;
+      const VarFact* f = env_.find(v);
+      if (!f || !f->range.bounded()) return std::nullopt;
+      Interval r = f->range;
+      std::vector<std::int64_t> c = {r.lo, r.hi, r.lo + (r.hi - r.lo) / 2, r.lo + 1, r.hi - 1};
+      c.erase(std::remove_if(c.begin(), c.end(),
+                             [&](std::int64_t x) { return x < r.lo || x > r.hi; }),
+              c.end());
+      std::sort(c.begin(), c.end());
+      c.erase(std::unique(c.begin(), c.end()), c.end());
+      free.push_back(v);
+      cand.push_back(std::move(c));
+    }
+    // Deterministic order: the message must not depend on hashing.
+    std::vector<std::size_t> order(free.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return free[a]->id < free[b]->id;
+    });
+
+    auto try_point = [&](const Assignment& a) -> std::optional<std::int64_t> {
+      for (const auto& [v, lp] : loops_) {
+        if (!a.count(v)) continue;
+        auto lo = eval(lp.min, a), ex = eval(lp.extent, a);
+        if (!lo || !ex || a.at(v) < *lo || a.at(v) >= *lo + *ex) return std::nullopt;
+      }
+      for (const auto& [cond, polarity] : guards_) {
+        auto c = eval(cond, a);
+        if (!c || (*c != 0) != polarity) return std::nullopt;
+      }
+      auto x = eval(index, a);
+      if (x && (*x < 0 || *x >= extent)) return x;
+      return std::nullopt;
+    };
+
+    // Every combination of candidates when few, the corners when more,
+    // random points otherwise (the search is only a way to find a witness).
+    // The message shows the point that lies farthest outside.
+    std::optional<std::int64_t> best;
+    auto distance = [&](std::int64_t x) { return x < 0 ? -x : x - extent + 1; };
+    auto consider = [&](const Assignment& a) {
+      if (auto x = try_point(a); x && (!best || distance(*x) > distance(*best))) {
+        best = x;
+        *found = a;
+      }
+    };
+    std::size_t combos = 1;
+    for (auto& c : cand) combos = std::min<std::size_t>(combos * c.size(), 1u << 20);
+    Assignment a;
+    if (combos <= 20000) {
+      std::vector<std::size_t> pos(free.size(), 0);
+      for (std::size_t n = 0; n < combos; ++n) {
+        for (std::size_t k : order) a[free[k]] = cand[k][pos[k]];
+        consider(a);
+        for (std::size_t k = 0; k < pos.size(); ++k) {
+          if (++pos[k] < cand[k].size()) break;
+          pos[k] = 0;
+        }
+      }
+      return best;
+    }
+    std::mt19937_64 rng(0x7853u);
+    for (int n = 0; n < 20000 && !best; ++n) {
+      for (std::size_t k : order) {
+        const auto& c = cand[k];
+        a[free[k]] = n < 4096 ? c[(n >> (k % 12)) & 1 ? c.size() - 1 : 0] : c[rng() % c.size()];
+      }
+      consider(a);
+    }
+    return best;
+  }
+
+  // Integer value of an expression at an assignment; nullopt when it reads
+  // memory, is not an integer, or leaves the range of its type.
+  std::optional<std::int64_t> eval(const Expr& e, const Assignment& a, int depth = 0) const {
+    if (!e.defined() || depth > 256) return std::nullopt;
+    DType t = e.dtype();
+    if (!t.is_integer() && !t.is_bool()) return std::nullopt;
+    if (auto c = as_const_int(e)) return *c;
+    if (auto* v = e.as<VarNode>()) {
+      auto it = a.find(v);
+      if (it != a.end()) return it->second;
+      auto l = lets_.find(v);
+      if (l != lets_.end()) return eval(l->second, a, depth + 1);
+      return std::nullopt;
+    }
+    auto fits = [&](__int128 r) -> std::optional<std::int64_t> {
+      if (t.is_bool()) return r != 0;
+      if (t.bits >= 64) {
+        if (r > INT64_MAX || r < INT64_MIN) return std::nullopt;
+        return static_cast<std::int64_t>(r);
+      }
+      __int128 lo = t.is_uint() ? 0 : -(static_cast<__int128>(1) << (t.bits - 1));
+      __int128 hi = t.is_uint() ? (static_cast<__int128>(1) << t.bits) - 1
+                                : (static_cast<__int128>(1) << (t.bits - 1)) - 1;
+      if (r < lo || r > hi) return std::nullopt;  // wraps on the GPU: not a value to trust
+      return static_cast<std::int64_t>(r);
+    };
+    if (auto* c = e.as<CastNode>()) {
+      auto x = eval(c->value, a, depth + 1);
+      if (!x) return std::nullopt;
+      return fits(*x);
+    }
+    if (auto* s = e.as<SelectNode>()) {
+      auto c = eval(s->cond, a, depth + 1);
+      if (!c) return std::nullopt;
+      return eval(*c ? s->t : s->f, a, depth + 1);
+    }
+    if (auto* u = e.as<UnaryNode>()) {
+      auto x = eval(u->a, a, depth + 1);
+      if (!x) return std::nullopt;
+      switch (u->op) {
+        case UnOp::Neg: return fits(-static_cast<__int128>(*x));
+        case UnOp::Not: return *x == 0;
+        case UnOp::BitNot: return fits(~*x);
+      }
+    }
+    auto* b = e.as<BinaryNode>();
+    if (!b) return std::nullopt;
+    auto x = eval(b->a, a, depth + 1);
+    if (!x) return std::nullopt;
+    if (b->op == BinOp::And && *x == 0) return 0;
+    if (b->op == BinOp::Or && *x != 0) return 1;
+    auto y = eval(b->b, a, depth + 1);
+    if (!y) return std::nullopt;
+    __int128 p = *x, q = *y;
+    switch (b->op) {
+      case BinOp::Add: return fits(p + q);
+      case BinOp::Sub: return fits(p - q);
+      case BinOp::Mul: return fits(p * q);
+      case BinOp::Div:
+        if (q == 0) return std::nullopt;
+        return fits(p / q);
+      case BinOp::Mod:
+        if (q == 0) return std::nullopt;
+        return fits(p % q);
+      case BinOp::FloorDiv: {
+        if (q == 0) return std::nullopt;
+        __int128 r = p / q;
+        if ((p % q != 0) && ((p < 0) != (q < 0))) --r;
+        return fits(r);
+      }
+      case BinOp::FloorMod: {
+        if (q == 0) return std::nullopt;
+        __int128 r = p % q;
+        if (r != 0 && ((r < 0) != (q < 0))) r += q;
+        return fits(r);
+      }
+      case BinOp::Min: return std::min(*x, *y);
+      case BinOp::Max: return std::max(*x, *y);
+      case BinOp::EQ: return *x == *y;
+      case BinOp::NE: return *x != *y;
+      case BinOp::LT: return *x < *y;
+      case BinOp::LE: return *x <= *y;
+      case BinOp::GT: return *x > *y;
+      case BinOp::GE: return *x >= *y;
+      case BinOp::And: return *y != 0;
+      case BinOp::Or: return *y != 0;
+      case BinOp::BitAnd: return fits(p & q);
+      case BinOp::BitOr: return fits(p | q);
+      case BinOp::BitXor: return fits(p ^ q);
+      case BinOp::Shl:
+        if (q < 0 || q >= t.bits) return std::nullopt;
+        return fits(p << static_cast<int>(q));
+      case BinOp::Shr:
+        if (q < 0 || q >= t.bits) return std::nullopt;
+        return fits(p >> static_cast<int>(q));
+    }
+    return std::nullopt;
+  }
+
+  LaunchConfig launch_;
+  Env env_;
+  std::vector<std::pair<Expr, bool>> guards_;  // condition, the value it has here
+  std::unordered_map<const VarNode*, Expr> lets_;
+  std::unordered_map<const VarNode*, LoopBounds> loops_;
+  SourceLoc loc_;
+  std::string op_ = "T.prim_func";
+};
+
+}  // namespace
+
+void check_bounds(const PrimFunc& f, const LaunchConfig& launch) {
+  BoundsCheck c(launch);
+  c.visit(f->body);
+}
+
+}  // namespace tx::lowering
