@@ -362,6 +362,17 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
       if (t.is_void() || t.bytes() != args[0].dtype().bytes())
         fail(name, "", loc, "reinterpret needs a target dtype of the same size");
       break;
+    case Intrinsic::check_access:
+    case Intrinsic::check_barrier:
+      for (const Expr& a : args)
+        if (!a.dtype().is_integer()) fail(name, operand_text(a), loc, "takes integer operands");
+      t = op == Intrinsic::check_access ? boolean : i32;
+      break;
+    case Intrinsic::check_divisor:
+      if (!args[0].dtype().is_integer() || !args[1].dtype().is_integer())
+        fail(name, operand_text(args[0]), loc, "takes integer operands");
+      t = args[0].dtype();
+      break;
     case Intrinsic::isnan:
     case Intrinsic::isinf:
     case Intrinsic::isfinite:

@@ -490,7 +490,8 @@ class CudaEmitter : public IRVisitor {
   std::string op(const Expr& x) {
     std::string s = e(x);
     bool atom = x.as<VarNode>() || x.as<LoadNode>() || x.as<CallNode>() ||
-                (x.as<IntImmNode>() && x.as<IntImmNode>()->value >= 0 && x.dtype() == i32) ||
+                (x.as<IntImmNode>() && x.as<IntImmNode>()->value >= 0 &&
+                 (x.dtype() == i32 || x.dtype() == i64)) ||
                 (x.as<FloatImmNode>() && x.as<FloatImmNode>()->value >= 0 && x.dtype() == f32);
     return atom ? s : "(" + s + ")";
   }
@@ -606,6 +607,11 @@ class CudaEmitter : public IRVisitor {
       case Intrinsic::reinterpret:
         eo_ << "tx_bitcast<" << c_type(n->dtype) << ">(" << args() << ")";
         return;
+      case Intrinsic::check_access:
+      case Intrinsic::check_barrier:
+      case Intrinsic::check_divisor:
+        fail("tx.codegen_cuda", "", n->loc,
+             std::string("internal: ") + intrinsic_name(n->op) + " is a host-only check");
       case Intrinsic::isnan:
       case Intrinsic::isinf:
       case Intrinsic::isfinite:

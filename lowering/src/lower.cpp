@@ -50,6 +50,7 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   if (debug) log << "# ---- IR as written ----\n" << to_string(f);
   k.launch = verify_kernel(f);
   verify_scopes(f);
+  verify_writes(f);
   check_bounds(f, k.launch);
   Stmt s = f->body;
   s = lower_tile_ops(s, k.launch, &k.dispatched);
@@ -58,6 +59,8 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   step("lower_scope_ids", s);
   s = flatten_buffers(s);
   step("flatten_buffers", s);
+  s = widen_indices(s);
+  step("widen_indices", s);
   s = legalize_low_precision(s);
   step("legalize_low_precision", s);
   s = simplify_stmt(s, k.launch);
@@ -85,6 +88,7 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
     off += bytes;
   }
   k.shared_bytes = off;
+  check_limits(k, opt.arch);
   return k;
 }
 

@@ -25,6 +25,7 @@ struct Kernel::State {
   std::string kernel_name;
   Device device;
   std::string arch;
+  bool checked = false;
   mutable std::mutex mu;
   mutable std::shared_ptr<runtime::Module> module;
   mutable void* function = nullptr;
@@ -55,12 +56,29 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   if (!f) fail("tx.compile", "", {}, "empty PrimFunc");
   auto st = std::make_shared<Kernel::State>();
+  st->device = opt.device ? *opt.device : default_device();
+  // The checked mode is a mode of the host fallback: asked for explicitly, a
+  // kernel with no device named runs on the host; TX_CHECK=1 checks every
+  // kernel that runs there.
+  if (opt.checked.value_or(false)) {
+    if (opt.device && opt.device->is_cuda())
+      fail("tx.compile", f->name, f->loc,
+           "the checked mode runs kernels on the host, but .device is " + opt.device->str() +
+               " (leave the device unset, or use Device::host())");
+    st->device = Device::host();
+  }
+  st->checked = opt.checked ? *opt.checked : !st->device.is_cuda() && runtime::check_from_env();
   lowering::LowerOptions lo;
   lo.debug = opt.debug_ir;
+  // Limits are checked when compiling: the named arch's, the GPU's the
+  // kernel is for, else the largest of any GPU (a host kernel must also be
+  // one a GPU can run).
+  lo.arch = opt.arch;
+  if (lo.arch.empty() && st->device.is_cuda() && runtime::cuda_available())
+    lo.arch = runtime::current_device().arch();
   st->info = lowering::lower(f, lo);
   st->kernel_name = lowering::sanitize_identifier(f->name);
   st->cuda = lowering::codegen_cuda(st->info, {st->kernel_name, opt.approx_math});
-  st->device = opt.device ? *opt.device : default_device();
   st->arch = opt.arch;
   Kernel k;
   k.state_ = st;
@@ -75,6 +93,7 @@ const lowering::LoweredKernel& Kernel::info() const { return state_->info; }
 std::string Kernel::tirx() const { return to_string(state_->info.source); }
 std::string Kernel::lowered_ir() const { return to_string(state_->info.lowered); }
 std::string Kernel::cuda_source() const { return state_->cuda; }
+bool Kernel::checked() const { return state_->checked; }
 
 std::string Kernel::ptx(const std::string& arch) const {
   return runtime::nvrtc_compile(state_->cuda, state_->kernel_name + ".cu", arch,
@@ -240,10 +259,10 @@ void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc
       std::string why;
       if (!runtime::host_jit_available(&why))
         fail("launch " + s.kernel_name, "", loc, "cannot run on the host: " + why);
-      s.host = runtime::host_compile(s.info, s.cuda);
+      s.host = runtime::host_compile(s.info, s.cuda, s.checked);
     }
   }
-  s.host->run(ptrs);
+  s.host->run(ptrs, loc);
 }
 
 void synchronize() {
@@ -264,7 +283,8 @@ bool host_jit_available(std::string* why) {
         "no GPU is in use";
   return false;
 }
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, const std::string&) {
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, const std::string&,
+                                         bool) {
   fail("tx.host_jit", k.source->name, {}, "tx was built without the LLVM host JIT");
 }
 #endif

@@ -45,8 +45,16 @@ Device default_device() {
     fail("tx.default_device", "TX_DEVICE=" + std::string(v), {}, "unknown device",
          "valid values: cuda, gpu, host, cpu");
   }
+  if (runtime::check_from_env()) return Device::host();
   return runtime::cuda_available() ? Device::cuda() : Device::host();
 }
+
+namespace runtime {
+bool check_from_env() {
+  const char* v = std::getenv("TX_CHECK");
+  return v && *v && std::string(v) != "0";
+}
+}  // namespace runtime
 
 namespace {
 

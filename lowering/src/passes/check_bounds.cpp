@@ -178,9 +178,9 @@ class BoundsCheck : public IRVisitor {
       if (!f || !f->range.bounded()) return std::nullopt;
       Interval r = f->range;
       std::vector<std::int64_t> c = {r.lo, r.hi, r.lo + (r.hi - r.lo) / 2, r.lo + 1, r.hi - 1};
-      c.erase(std::remove_if(c.begin(), c.end(),
-                             [&](std::int64_t x) { return x < r.lo || x > r.hi; }),
-              c.end());
+      c.erase(
+          std::remove_if(c.begin(), c.end(), [&](std::int64_t x) { return x < r.lo || x > r.hi; }),
+          c.end());
       std::sort(c.begin(), c.end());
       c.erase(std::unique(c.begin(), c.end()), c.end());
       free.push_back(v);
@@ -189,9 +189,8 @@ class BoundsCheck : public IRVisitor {
     // Deterministic order: the message must not depend on hashing.
     std::vector<std::size_t> order(free.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return free[a]->id < free[b]->id;
-    });
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return free[a]->id < free[b]->id; });
 
     auto try_point = [&](const Assignment& a) -> std::optional<std::int64_t> {
       for (const auto& [v, lp] : loops_) {
@@ -285,9 +284,12 @@ class BoundsCheck : public IRVisitor {
       auto x = eval(u->a, a, depth + 1);
       if (!x) return std::nullopt;
       switch (u->op) {
-        case UnOp::Neg: return fits(-static_cast<__int128>(*x));
-        case UnOp::Not: return *x == 0;
-        case UnOp::BitNot: return fits(~*x);
+        case UnOp::Neg:
+          return fits(-static_cast<__int128>(*x));
+        case UnOp::Not:
+          return *x == 0;
+        case UnOp::BitNot:
+          return fits(~*x);
       }
     }
     auto* b = e.as<BinaryNode>();
@@ -300,9 +302,12 @@ class BoundsCheck : public IRVisitor {
     if (!y) return std::nullopt;
     __int128 p = *x, q = *y;
     switch (b->op) {
-      case BinOp::Add: return fits(p + q);
-      case BinOp::Sub: return fits(p - q);
-      case BinOp::Mul: return fits(p * q);
+      case BinOp::Add:
+        return fits(p + q);
+      case BinOp::Sub:
+        return fits(p - q);
+      case BinOp::Mul:
+        return fits(p * q);
       case BinOp::Div:
         if (q == 0) return std::nullopt;
         return fits(p / q);
@@ -321,19 +326,32 @@ class BoundsCheck : public IRVisitor {
         if (r != 0 && ((r < 0) != (q < 0))) r += q;
         return fits(r);
       }
-      case BinOp::Min: return std::min(*x, *y);
-      case BinOp::Max: return std::max(*x, *y);
-      case BinOp::EQ: return *x == *y;
-      case BinOp::NE: return *x != *y;
-      case BinOp::LT: return *x < *y;
-      case BinOp::LE: return *x <= *y;
-      case BinOp::GT: return *x > *y;
-      case BinOp::GE: return *x >= *y;
-      case BinOp::And: return *y != 0;
-      case BinOp::Or: return *y != 0;
-      case BinOp::BitAnd: return fits(p & q);
-      case BinOp::BitOr: return fits(p | q);
-      case BinOp::BitXor: return fits(p ^ q);
+      case BinOp::Min:
+        return std::min(*x, *y);
+      case BinOp::Max:
+        return std::max(*x, *y);
+      case BinOp::EQ:
+        return *x == *y;
+      case BinOp::NE:
+        return *x != *y;
+      case BinOp::LT:
+        return *x < *y;
+      case BinOp::LE:
+        return *x <= *y;
+      case BinOp::GT:
+        return *x > *y;
+      case BinOp::GE:
+        return *x >= *y;
+      case BinOp::And:
+        return *y != 0;
+      case BinOp::Or:
+        return *y != 0;
+      case BinOp::BitAnd:
+        return fits(p & q);
+      case BinOp::BitOr:
+        return fits(p | q);
+      case BinOp::BitXor:
+        return fits(p ^ q);
       case BinOp::Shl:
         if (q < 0 || q >= t.bits) return std::nullopt;
         return fits(p << static_cast<int>(q));

@@ -20,7 +20,7 @@ namespace {
 // Where each variable and buffer of the kernel is bound, whatever the scope.
 class Bindings : public IRVisitor {
  public:
-  std::unordered_map<const VarNode*, std::string> vars;  // var -> what binds it
+  std::unordered_map<const VarNode*, std::string> vars;           // var -> what binds it
   std::unordered_map<const VarNode*, const BufferNode*> buffers;  // data var -> buffer
   using IRVisitor::visit_node;
   void visit_node(const ForNode* n) override {
@@ -45,17 +45,26 @@ class Bindings : public IRVisitor {
 
 std::string statement_op(const Stmt& s) {
   switch (s.kind()) {
-    case StmtKind::Store: return "T.store";
-    case StmtKind::Evaluate: return "T.evaluate";
-    case StmtKind::For: return s.as<ForNode>()->for_kind == ForKind::unrolled ? "T.unroll" : "T.serial";
-    case StmtKind::IfThenElse: return "T.if_";
-    case StmtKind::LetStmt: return "T.let";
-    case StmtKind::Allocate: return "T.alloc_buffer";
+    case StmtKind::Store:
+      return "T.store";
+    case StmtKind::Evaluate:
+      return "T.evaluate";
+    case StmtKind::For:
+      return s.as<ForNode>()->for_kind == ForKind::unrolled ? "T.unroll" : "T.serial";
+    case StmtKind::IfThenElse:
+      return "T.if_";
+    case StmtKind::LetStmt:
+      return "T.let";
+    case StmtKind::Allocate:
+      return "T.alloc_buffer";
     case StmtKind::ScopeIdBind:
       return std::string("T.") + scope_id_name(s.as<ScopeIdBindNode>()->id_kind);
-    case StmtKind::TileCall: return s.as<TileCallNode>()->qualified_name();
-    case StmtKind::Barrier: return "T.cuda.sync";
-    default: return "T.prim_func";
+    case StmtKind::TileCall:
+      return s.as<TileCallNode>()->qualified_name();
+    case StmtKind::Barrier:
+      return "T.cuda.sync";
+    default:
+      return "T.prim_func";
   }
 }
 
@@ -97,7 +106,8 @@ class ScopeCheck : public IRVisitor {
     if (!b || buffers_.count(b->data.get())) return;
     if (bindings_.buffers.count(b->data.get()))
       fail(op_, b->name, loc_,
-           "buffer `" + b->name + "` is used outside the block it is allocated in (T::alloc_buffer at " +
+           "buffer `" + b->name +
+               "` is used outside the block it is allocated in (T::alloc_buffer at " +
                b->loc.str() + "); an allocation ends with its block (a T::if_ body, a loop body)");
     fail(op_, b->name, loc_,
          "buffer `" + b->name + "` (made at " + b->loc.str() +

@@ -45,13 +45,18 @@ using llvm::Value;
   fail("tx.host_jit", "", loc, "internal: " + what);
 }
 
-// Could evaluating e read memory that a guard protects? (Integer division
-// cannot trap here: see int_binary.)
+// Could evaluating e read memory that a guard protects, or run a check of
+// the checked mode? (Integer division cannot trap here: see int_binary.)
 bool may_trap(const Expr& e) {
   struct Finder : IRVisitor {
     bool found = false;
     using IRVisitor::visit_node;
     void visit_node(const LoadNode*) override { found = true; }
+    // The checked mode's checks report what they see: only where it runs.
+    void visit_node(const CallNode* c) override {
+      if (c->op == Intrinsic::check_access || c->op == Intrinsic::check_divisor) found = true;
+      IRVisitor::visit_node(c);
+    }
   } f;
   f.visit(e);
   return f.found;
@@ -59,7 +64,10 @@ bool may_trap(const Expr& e) {
 
 // Scratch placement: the kernel's shared buffers at their lowering offsets
 // (so buffers that lowering overlaps stay overlapped), then every other
-// per-CTA buffer of the host form, 64-byte aligned.
+// per-CTA buffer of the host form, 64-byte aligned, then the register tiles
+// too large for a worker thread's stack (a thread's registers are private
+// to one iteration of a thread loop, so one copy per CTA serves them all).
+constexpr std::int64_t kMaxStackTileBytes = 16 * 1024;
 struct ScratchLayout {
   std::unordered_map<const VarNode*, std::int64_t> offset;
   std::int64_t bytes = 0;
@@ -71,7 +79,9 @@ ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body)
   std::int64_t end = (k.shared_bytes + 63) / 64 * 64;
   for_each_stmt(body, [&](const Stmt& s) {
     auto* a = s.as<AllocateNode>();
-    if (!a || a->buffer->scope != MemScope::shared) return;
+    if (!a) return;
+    const std::int64_t bytes = a->buffer->storage_elems() * a->buffer->dtype.bytes();
+    if (a->buffer->scope == MemScope::local && bytes <= kMaxStackTileBytes) return;
     const VarNode* d = a->buffer->data.get();
     if (L.offset.count(d)) return;
     L.offset[d] = end;
@@ -83,8 +93,9 @@ ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body)
 
 class Emitter {
  public:
-  Emitter(llvm::LLVMContext& c, llvm::Module& m, const lowering::LoweredKernel& k, Var thread)
-      : C(c), M(m), B(c), k_(k), thread_(std::move(thread)) {
+  Emitter(llvm::LLVMContext& c, llvm::Module& m, const lowering::LoweredKernel& k, Var thread,
+          bool checked)
+      : C(c), M(m), B(c), k_(k), thread_(std::move(thread)), checked_(checked) {
     // a * b + c may become one fma, as nvcc contracts it on the GPU: the two
     // devices then round the same expressions the same way.
     llvm::FastMathFlags fmf;
@@ -96,7 +107,7 @@ class Emitter {
     ScratchLayout L = layout_scratch(k_, body);
     llvm::Type* ptr = llvm::PointerType::getUnqual(C);
     llvm::Type* i64 = B.getInt64Ty();
-    auto* fty = llvm::FunctionType::get(B.getVoidTy(), {ptr, i64, i64, ptr}, false);
+    auto* fty = llvm::FunctionType::get(B.getVoidTy(), {ptr, i64, i64, ptr, ptr}, false);
     F = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, M);
     F->addFnAttr(llvm::Attribute::NoUnwind);
     F->addFnAttr(llvm::Attribute::MustProgress);
@@ -105,6 +116,8 @@ class Emitter {
     llvm::Value* first = F->getArg(1);
     llvm::Value* last = F->getArg(2);
     llvm::Value* scratch = F->getArg(3);
+    checker_ = F->getArg(4);
+    checker_->setName("checker");
     args->setName("args");
     first->setName("first_block");
     last->setName("end_block");
@@ -140,6 +153,8 @@ class Emitter {
     block_idx_[0] = B.CreateTrunc(B.CreateURem(lin, gx), B.getInt32Ty(), "blockIdx.x");
     block_idx_[1] = B.CreateTrunc(B.CreateURem(yz, gy), B.getInt32Ty(), "blockIdx.y");
     block_idx_[2] = B.CreateTrunc(B.CreateUDiv(yz, gy), B.getInt32Ty(), "blockIdx.z");
+    if (checked_)
+      B.CreateCall(check_fn("tx_host_check_cta", B.getVoidTy(), {i64}), {checker_, lin});
     emit(body);
     Value* next = B.CreateAdd(lin, B.getInt64(1), "cta.next", false, true);
     lin->addIncoming(next, B.GetInsertBlock());
@@ -636,6 +651,37 @@ class Emitter {
         if (d < 0 || d > 2) internal("block_idx dimension", n->loc);
         return block_idx_[d];
       }
+      case Intrinsic::check_access: {
+        if (!checked_) internal("check_access outside the checked mode", n->loc);
+        llvm::Type* i32t = B.getInt32Ty();
+        auto i32v = [&](const Expr& e) { return B.CreateIntCast(emit(e), i32t, true); };
+        Value* r = B.CreateCall(check_fn("tx_host_check_access", B.getInt8Ty(),
+                                         {i32t, B.getInt64Ty(), i32t, i32t, i32t, i32t}),
+                                {checker_, i32v(n->args[0]), index64(n->args[1]), i32v(n->args[2]),
+                                 i32v(n->args[3]), i32v(n->args[4]), current_thread()});
+        return B.CreateICmpNE(r, B.getInt8(0));
+      }
+      case Intrinsic::check_barrier: {
+        if (!checked_) internal("check_barrier outside the checked mode", n->loc);
+        llvm::Type* i32t = B.getInt32Ty();
+        B.CreateCall(check_fn("tx_host_check_barrier", B.getVoidTy(), {i32t, i32t}),
+                     {checker_, B.CreateIntCast(emit(n->args[0]), i32t, true), current_thread()});
+        return B.getInt32(0);
+      }
+      case Intrinsic::check_divisor: {
+        if (!checked_) internal("check_divisor outside the checked mode", n->loc);
+        Value* d = emit(n->args[0]);
+        llvm::Type* i32t = B.getInt32Ty();
+        auto* zero_bb = llvm::BasicBlock::Create(C, "div.zero", F);
+        auto* join = llvm::BasicBlock::Create(C, "div.checked", F);
+        B.CreateCondBr(B.CreateICmpEQ(d, llvm::ConstantInt::get(d->getType(), 0)), zero_bb, join);
+        B.SetInsertPoint(zero_bb);
+        B.CreateCall(check_fn("tx_host_check_divzero", B.getVoidTy(), {i32t, i32t}),
+                     {checker_, B.CreateIntCast(emit(n->args[1]), i32t, true), current_thread()});
+        B.CreateBr(join);
+        B.SetInsertPoint(join);
+        return d;
+      }
       case Intrinsic::reinterpret: {
         Value* v = emit(n->args[0]);
         llvm::Type* T = value_type(n->dtype);
@@ -723,6 +769,22 @@ class Emitter {
         break;
     }
     internal(std::string("intrinsic ") + intrinsic_name(n->op), n->loc);
+  }
+
+  // ------------------------------------------------------ checked mode
+  // A tx_host_check_* function: (void* checker, params...) -> ret.
+  llvm::FunctionCallee check_fn(const char* name, llvm::Type* ret,
+                                std::vector<llvm::Type*> params) {
+    params.insert(params.begin(), llvm::PointerType::getUnqual(C));
+    auto callee = M.getOrInsertFunction(name, llvm::FunctionType::get(ret, params, false));
+    if (auto* f = llvm::dyn_cast<llvm::Function>(callee.getCallee())) f->setDoesNotThrow();
+    return callee;
+  }
+  // The thread of the enclosing thread loop (-1 outside one: every thread).
+  Value* current_thread() {
+    auto it = vars_.find(thread_.get());
+    if (it == vars_.end()) return B.getInt32(-1);
+    return B.CreateIntCast(it->second, B.getInt32Ty(), true);
   }
 
   // ----------------------------------------------------------- memory
@@ -995,6 +1057,8 @@ class Emitter {
   llvm::IRBuilder<> B;
   const lowering::LoweredKernel& k_;
   Var thread_;
+  bool checked_ = false;
+  Value* checker_ = nullptr;
   bool inside_thread_loop_ = false;  // emitting the body of the thread loop
   llvm::Function* F = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
@@ -1006,11 +1070,11 @@ class Emitter {
 }  // namespace
 
 EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
-                        const Stmt& host_body, const Var& thread,
-                        const std::string& function_name) {
+                        const Stmt& host_body, const Var& thread, const std::string& function_name,
+                        bool checked) {
   EmittedModule out;
   out.module = std::make_unique<llvm::Module>(function_name, ctx);
-  Emitter em(ctx, *out.module, k, thread);
+  Emitter em(ctx, *out.module, k, thread, checked);
   out.scratch_bytes = em.emit_function(host_body, function_name);
   return out;
 }

@@ -1,13 +1,16 @@
 // Host form -> LLVM IR. One function per kernel:
 //
-//   void <name>(void* const* args, int64 first_block, int64 end_block, void* scratch)
+//   void <name>(void* const* args, int64 first_block, int64 end_block, void* scratch,
+//               void* checker)
 //
 // runs the CTAs first_block .. end_block-1 (linear ids, x fastest) one after
 // the other. `scratch` is per-CTA storage of scratch_bytes (the kernel's
 // shared memory at its lowering offsets, then the host form's lane and
 // per-thread arrays); a caller running CTAs in parallel gives each worker its
 // own. `thread` is the host form's thread var (its loops get vectorization
-// hints).
+// hints). With `checked`, the check_* intrinsics of instrument_checks become
+// calls of the tx_host_check_* functions on `checker` (checked_mode.hpp);
+// without, `checker` is unused.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +32,10 @@ struct EmittedModule {
 };
 
 using HostEntry = void (*)(void* const* args, std::int64_t first_block, std::int64_t end_block,
-                           void* scratch);
+                           void* scratch, void* checker);
 
 EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
-                        const Stmt& host_body, const Var& thread, const std::string& function_name);
+                        const Stmt& host_body, const Var& thread, const std::string& function_name,
+                        bool checked = false);
 
 }  // namespace tx::runtime::host

@@ -47,7 +47,12 @@ class DepWalker : public IRVisitor {
         result_ = {1, 1};
         return;
       case Intrinsic::shfl_xor:
+      case Intrinsic::check_access:  // checked mode: per-thread calls
+      case Intrinsic::check_barrier:
         result_ = {1, 0};
+        return;
+      case Intrinsic::check_divisor:  // the divisor, passed through
+        result_ = {walk(n->args[0]).group, 0};
         return;
       default:
         break;

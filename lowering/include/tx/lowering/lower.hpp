@@ -4,13 +4,16 @@
 //
 //   verify_kernel          structure, launch configuration, barrier placement
 //   verify_scopes          variables and buffers used inside the block that binds them
+//   verify_writes          no write through an overlapping layout, no self-overlapping copy
 //   check_bounds           element accesses that provably leave their buffer
 //   lower_tile_ops         dispatch every tile call to a variant
 //   lower_scope_ids        T.thread_id & co. become expressions of threadIdx/blockIdx
 //   flatten_buffers        multi-dimensional accesses become flat storage offsets
+//   widen_indices          offsets into buffers of 2^31+ elements computed in 64 bits
 //   legalize_low_precision f16/bf16/fp8 arithmetic computed in f32
 //   simplify_stmt          constant folding, unit loops, dead branches
 //   verify_lowered         what code generators may rely on
+//   check_limits           shared memory per CTA, registers per thread vs the target
 #pragma once
 
 #include <array>
@@ -64,7 +67,18 @@ struct LoweredKernel {
 struct LowerOptions {
   bool debug = false;           // print the IR after every pass (also TX_DEBUG_IR=1)
   std::ostream* log = nullptr;  // where debug output goes (default std::cerr)
+  // The GPU architecture the kernel is for ("sm_90a"), whose limits the
+  // kernel is checked against; empty: the largest limits of any GPU.
+  std::string arch{};
 };
+
+// Hardware limits a kernel is checked against when it is compiled.
+struct TargetLimits {
+  std::string arch;                       // the row of the table used
+  std::int64_t shared_bytes_per_cta = 0;  // opt-in maximum
+  std::int64_t local_bytes_per_thread = 0;
+};
+TargetLimits target_limits(const std::string& arch);
 
 LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt = {});
 
@@ -72,13 +86,16 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt = {});
 
 LaunchConfig verify_kernel(const PrimFunc& f);
 void verify_scopes(const PrimFunc& f);
+void verify_writes(const PrimFunc& f);
 void check_bounds(const PrimFunc& f, const LaunchConfig& launch);
 Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log);
 Stmt lower_scope_ids(const Stmt& s);
 Stmt flatten_buffers(const Stmt& s);
+Stmt widen_indices(const Stmt& s);
 Stmt legalize_low_precision(const Stmt& s);
 Stmt simplify_stmt(const Stmt& s, const LaunchConfig& launch);
 void verify_lowered(const PrimFunc& f, const LaunchConfig& launch);
+void check_limits(const LoweredKernel& k, const std::string& arch);
 
 // A mutator that keeps an Env of the variables in scope (ids, loops, lets)
 // and the enclosing guards, for passes that need ranges or uniformity.

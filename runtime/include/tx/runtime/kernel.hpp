@@ -34,6 +34,11 @@ struct CompileOptions {
   // GPU math through hardware approximations (see lowering::CudaOptions);
   // for kernels whose outputs have 16 bits or fewer.
   bool approx_math = false;
+  // The checked host mode: launches run on the host with every access
+  // bounds-checked, integer division by zero reported and a race detector
+  // (docs/reliability.md); a launch that finds something raises a tx error.
+  // Default: TX_CHECK=1 in the environment, for kernels that run on the host.
+  std::optional<bool> checked{};
 };
 
 class Kernel {
@@ -51,6 +56,7 @@ class Kernel {
   std::string cuda_source() const;  // the CUDA given to NVRTC
   // PTX from NVRTC for `arch` (needs no GPU).
   std::string ptx(const std::string& arch = "sm_90a") const;
+  bool checked() const;  // runs in the checked host mode
 
   // Runs the kernel on its device; tensors in parameter order. Errors name
   // the line of the call (`loc`, defaulted to the caller's).
@@ -102,8 +108,9 @@ namespace tx::runtime {
 class HostKernel {
  public:
   virtual ~HostKernel();
-  // args[i] points at parameter i's element storage.
-  virtual void run(void* const* args) const = 0;
+  // args[i] points at parameter i's element storage; `loc` is the launch's
+  // line, for the errors of the checked mode.
+  virtual void run(void* const* args, SourceLoc loc) const = 0;
 };
 
 bool host_jit_available(std::string* why = nullptr);
@@ -112,7 +119,9 @@ bool host_jit_available(std::string* why = nullptr);
 // LLVM version in place of the GPU arch and NVRTC version, and the launch
 // shape the host code is specialized for). `cuda_source` is the kernel's
 // generated CUDA; empty: generated here.
+// `checked`: the checked host mode (bounds, division by zero, races; see
+// docs/reliability.md), cached apart from the plain kernel.
 std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
-                                         const std::string& cuda_source = {});
+                                         const std::string& cuda_source = {}, bool checked = false);
 
 }  // namespace tx::runtime

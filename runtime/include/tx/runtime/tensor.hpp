@@ -29,8 +29,14 @@ struct Device {
 };
 
 // Where kernels and new tensors go by default: TX_DEVICE=cuda|host if set,
-// else the GPU when one is usable, else the host.
+// else the host under TX_CHECK=1 (the checked mode runs there), else the GPU
+// when one is usable, else the host.
 Device default_device();
+
+namespace runtime {
+// TX_CHECK=1 (or any value but 0) in the environment.
+bool check_from_env();
+}  // namespace runtime
 
 class Tensor {
  public:

@@ -1,0 +1,283 @@
+// The run-time side of the checked host mode: shadow state, the checks the
+// JIT-compiled kernel calls, and the report. See checked_mode.hpp.
+#include "checked_mode.hpp"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+namespace tx::runtime::host {
+
+namespace {
+
+// One access: who, when (the barrier epochs the thread had passed), where.
+struct Access {
+  std::int32_t thread = -1;
+  std::int64_t cta = -1;
+  std::uint32_t cta_epoch = 0, wg_epoch = 0, warp_epoch = 0;
+  std::int32_t site = -1;
+  bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta == cur_cta; }
+};
+
+// The shadow of one element.
+struct Cell {
+  Access write, read1, read2;  // within the current CTA
+  Access cta_write, cta_read;  // the first access of another CTA to compare with
+  bool many_cta_readers = false;
+};
+
+constexpr std::int64_t kPage = 1024;
+
+enum class Kind { race, race_cta, out_of_bounds, div_zero };
+
+struct Finding {
+  Kind kind;
+  std::int32_t slot = -1;
+  std::int64_t index = 0;
+  std::int64_t count = 1;
+  Access first, second;
+  bool first_writes = false, second_writes = false;
+  std::int64_t times = 1;
+};
+
+}  // namespace
+
+struct Checker::State {
+  const CheckPlan& plan;
+  lowering::LaunchConfig launch;
+  std::int64_t cta = -1;
+  std::vector<std::uint32_t> cta_epoch, wg_epoch, warp_epoch;  // per thread
+  // Shadow pages per buffer slot (allocated when first touched).
+  std::vector<std::unordered_map<std::int64_t, std::unique_ptr<Cell[]>>> shadow;
+  std::map<std::tuple<int, int, int, int>, Finding> findings;  // deduplicated by sites
+  std::int64_t total = 0;
+
+  State(const CheckPlan& p, const lowering::LaunchConfig& l)
+      : plan(p),
+        launch(l),
+        cta_epoch(static_cast<std::size_t>(l.block)),
+        wg_epoch(static_cast<std::size_t>(l.block)),
+        warp_epoch(static_cast<std::size_t>(l.block)),
+        shadow(p.buffers.size()) {}
+
+  Cell& cell(std::int32_t slot, std::int64_t index) {
+    auto& pages = shadow[static_cast<std::size_t>(slot)];
+    auto& page = pages[index / kPage];
+    if (!page) page = std::make_unique<Cell[]>(kPage);
+    return page[index % kPage];
+  }
+
+  Access now(std::int32_t thread, std::int32_t site) const {
+    Access a;
+    a.thread = thread;
+    a.cta = cta;
+    a.site = site;
+    if (thread >= 0 && thread < launch.block) {
+      auto t = static_cast<std::size_t>(thread);
+      a.cta_epoch = cta_epoch[t];
+      a.wg_epoch = wg_epoch[t];
+      a.warp_epoch = warp_epoch[t];
+    }
+    return a;
+  }
+
+  // Two accesses of one CTA with no barrier between them that both threads
+  // take part in.
+  static bool concurrent(const Access& a, const Access& b) {
+    if (a.thread == b.thread || a.cta_epoch != b.cta_epoch) return false;
+    if (a.thread / 128 == b.thread / 128 && a.wg_epoch != b.wg_epoch) return false;
+    if (a.thread / 32 == b.thread / 32 && a.warp_epoch != b.warp_epoch) return false;
+    return true;
+  }
+
+  void add(Finding f) {
+    ++total;
+    auto key = std::make_tuple(static_cast<int>(f.kind), f.slot, f.first.site, f.second.site);
+    auto it = findings.find(key);
+    if (it != findings.end()) {
+      ++it->second.times;
+      return;
+    }
+    if (findings.size() < 64) findings.emplace(key, f);
+  }
+
+  void race(Kind kind, std::int32_t slot, std::int64_t index, const Access& first, bool fw,
+            const Access& second, bool sw) {
+    Finding f{kind, slot, index, 1, first, second, fw, sw, 1};
+    add(f);
+  }
+
+  void access(std::int32_t slot, std::int64_t index, bool write, const Access& cur) {
+    Cell& c = cell(slot, index);
+    if (c.write.valid(cta) && concurrent(c.write, cur))
+      race(Kind::race, slot, index, c.write, true, cur, write);
+    if (write) {
+      for (const Access* r : {&c.read1, &c.read2})
+        if (r->valid(cta) && concurrent(*r, cur))
+          race(Kind::race, slot, index, *r, false, cur, true);
+      c.write = cur;
+    } else if (!(c.read1.valid(cta) && c.read1.thread == cur.thread)) {
+      c.read2 = c.read1;
+      c.read1 = cur;
+    }
+    // Across CTAs (global memory only: shared memory is the CTA's own).
+    if (plan.buffers[static_cast<std::size_t>(slot)].scope != MemScope::global) return;
+    if (c.cta_write.thread >= 0 && c.cta_write.cta != cta)
+      race(Kind::race_cta, slot, index, c.cta_write, true, cur, write);
+    else if (write && c.cta_read.thread >= 0 && (c.cta_read.cta != cta || c.many_cta_readers))
+      race(Kind::race_cta, slot, index, c.cta_read, false, cur, true);
+    if (write) {
+      if (c.cta_write.thread < 0) c.cta_write = cur;
+    } else if (c.cta_read.thread < 0) {
+      c.cta_read = cur;
+    } else if (c.cta_read.cta != cta) {
+      c.many_cta_readers = true;
+    }
+  }
+};
+
+Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch)
+    : state_(std::make_unique<State>(plan, launch)) {}
+Checker::~Checker() = default;
+
+namespace {
+
+std::string element(const CheckBuffer& b, std::int64_t index) {
+  if (b.shape.empty() || index < 0 || index >= b.elems)
+    return b.name + "[" + std::to_string(index) + "]";
+  std::vector<std::int64_t> coord(b.shape.size());
+  std::int64_t rest = index;
+  for (std::size_t d = b.shape.size(); d-- > 0;) {
+    coord[d] = rest % b.shape[d];
+    rest /= b.shape[d];
+  }
+  std::string s = b.name + "[";
+  for (std::size_t d = 0; d < coord.size(); ++d) s += (d ? ", " : "") + std::to_string(coord[d]);
+  return s + "]";
+}
+
+std::string shape_text(const CheckBuffer& b) {
+  if (b.shape.empty()) return b.name + " (" + std::to_string(b.elems) + " elements)";
+  std::string s = b.name + " (";
+  for (std::size_t d = 0; d < b.shape.size(); ++d)
+    s += (d ? ", " : "") + std::to_string(b.shape[d]);
+  return s + (b.shape.size() == 1 ? ",)" : ")");
+}
+
+}  // namespace
+
+void Checker::report(const std::string& kernel, SourceLoc loc) const {
+  const State& s = *state_;
+  if (s.findings.empty()) return;
+  auto site = [&](std::int32_t i) -> std::string {
+    if (i < 0 || static_cast<std::size_t>(i) >= s.plan.sites.size()) return "?";
+    const CheckSite& c = s.plan.sites[static_cast<std::size_t>(i)];
+    return c.op + " at " + c.loc.str();
+  };
+  auto verb = [](bool w) { return w ? "writes" : "reads"; };
+  std::vector<std::pair<std::string, std::string>> lines;  // (operand, sentence)
+  for (const auto& [key, f] : s.findings) {
+    const CheckBuffer* b =
+        f.slot >= 0 ? &s.plan.buffers[static_cast<std::size_t>(f.slot)] : nullptr;
+    std::string text;
+    switch (f.kind) {
+      case Kind::race:
+        text = std::string("race on ") + mem_scope_name(b->scope) + " memory " +
+               element(*b, f.index) + " in CTA " + std::to_string(f.second.cta) + ": thread " +
+               std::to_string(f.first.thread) + " " + verb(f.first_writes) + " it (" +
+               site(f.first.site) + ") and thread " + std::to_string(f.second.thread) + " " +
+               verb(f.second_writes) + " it (" + site(f.second.site) +
+               ") with no barrier of both threads between";
+        break;
+      case Kind::race_cta:
+        text = "race across CTAs on " + element(*b, f.index) + ": CTA " +
+               std::to_string(f.first.cta) + " " + verb(f.first_writes) + " it (" +
+               site(f.first.site) + ", thread " + std::to_string(f.first.thread) + ") and CTA " +
+               std::to_string(f.second.cta) + " " + verb(f.second_writes) + " it (" +
+               site(f.second.site) + ", thread " + std::to_string(f.second.thread) +
+               "); the CTAs of a launch run in any order and never wait for each other";
+        break;
+      case Kind::out_of_bounds:
+        text = "out of bounds: " + site(f.second.site) + " " + verb(f.second_writes) +
+               (f.count > 1 ? " elements [" + std::to_string(f.index) + ", " +
+                                  std::to_string(f.index + f.count) + ")"
+                            : " element " + std::to_string(f.index)) +
+               " of " + shape_text(*b) + ", which holds [0, " + std::to_string(b->elems) +
+               ") (thread " + std::to_string(f.second.thread) + ", CTA " +
+               std::to_string(f.second.cta) + "); the checked run skipped the access";
+        break;
+      case Kind::div_zero: {
+        const CheckSite& c = s.plan.sites[static_cast<std::size_t>(f.second.site)];
+        text = "integer division by zero in `" + c.what + "` (" + site(f.second.site) +
+               ", thread " + std::to_string(f.second.thread) + ", CTA " +
+               std::to_string(f.second.cta) + "); undefined on the GPU, the host divides by 1";
+        break;
+      }
+    }
+    if (f.times > 1) text += " [" + std::to_string(f.times) + " times]";
+    lines.emplace_back(b ? b->name : "", text);
+  }
+  std::string detail = "  checked host mode (TX_CHECK=1) found " + std::to_string(s.total) +
+                       (s.total == 1 ? " problem" : " problems") +
+                       (s.findings.size() < static_cast<std::size_t>(s.total)
+                            ? " at " + std::to_string(s.findings.size()) +
+                                  (s.findings.size() == 1 ? " place" : " distinct places")
+                            : "") +
+                       ":";
+  for (const auto& [operand, text] : lines) detail += "\n  - " + text;
+  fail("launch " + kernel, lines.front().first, loc, lines.front().second, detail);
+}
+
+}  // namespace tx::runtime::host
+
+using tx::runtime::host::Checker;
+
+extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int64_t index,
+                                     std::int32_t count, std::int32_t flags, std::int32_t site,
+                                     std::int32_t thread) {
+  auto& s = *static_cast<Checker::State*>(checker);
+  const auto& b = s.plan.buffers[static_cast<std::size_t>(slot)];
+  bool write = flags & 1;
+  auto cur = s.now(thread, site);
+  if (index < 0 || count < 0 || index > b.elems - count) {
+    tx::runtime::host::Finding f{
+        tx::runtime::host::Kind::out_of_bounds, slot, index, count, {}, cur, false, write, 1};
+    s.add(f);
+    return false;
+  }
+  if (b.races)
+    for (std::int64_t k = 0; k < count; ++k) s.access(slot, index + k, write, cur);
+  return true;
+}
+
+extern "C" void tx_host_check_barrier(void* checker, std::int32_t scope, std::int32_t thread) {
+  auto& s = *static_cast<Checker::State*>(checker);
+  auto bump = [&](std::size_t t) {
+    if (scope >= 3)
+      ++s.cta_epoch[t];
+    else if (scope == 2)
+      ++s.wg_epoch[t];
+    else
+      ++s.warp_epoch[t];
+  };
+  if (thread >= 0 && thread < s.launch.block) {
+    bump(static_cast<std::size_t>(thread));
+  } else {
+    for (std::size_t t = 0; t < s.cta_epoch.size(); ++t) bump(t);
+  }
+}
+
+extern "C" void tx_host_check_cta(void* checker, std::int64_t cta) {
+  auto& s = *static_cast<Checker::State*>(checker);
+  s.cta = cta;
+  std::fill(s.cta_epoch.begin(), s.cta_epoch.end(), 0u);
+  std::fill(s.wg_epoch.begin(), s.wg_epoch.end(), 0u);
+  std::fill(s.warp_epoch.begin(), s.warp_epoch.end(), 0u);
+}
+
+extern "C" void tx_host_check_divzero(void* checker, std::int32_t site, std::int32_t thread) {
+  auto& s = *static_cast<Checker::State*>(checker);
+  tx::runtime::host::Finding f{
+      tx::runtime::host::Kind::div_zero, -1, 0, 1, {}, s.now(thread, site), false, false, 1};
+  s.add(f);
+}

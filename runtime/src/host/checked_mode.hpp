@@ -1,0 +1,84 @@
+// The checked host mode (TX_CHECK=1, or CompileOptions::checked): a kernel
+// run by the host fallback with every memory access bounds-checked, integer
+// division by zero reported, and a race detector.
+//
+// The host fallback already runs a CTA's threads one after the other between
+// barriers; that schedule is what makes the race detector cheap. Each
+// element of a kernel's global and shared buffers has a shadow: the last
+// write and the last two reads (thread, CTA, the barrier epochs the thread
+// had passed, the access site). Two accesses by different threads of one
+// CTA, at least one a write, conflict when no barrier that both threads take
+// part in lies between them: the CTA-wide epoch is the same, and so is the
+// warpgroup's (warp's) epoch when both threads are in one warpgroup (warp).
+// Across CTAs there is no barrier at all, so an element that one CTA writes
+// and another reads or writes is a race too. CTAs run one after the other in
+// this mode.
+//
+// The checks are inserted into the lowered IR by instrument_checks (as the
+// check_* intrinsics), so they survive the host passes where the accesses
+// they guard go; emit_llvm turns them into calls of the tx_host_check_*
+// functions below, with the thread of the enclosing thread loop.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tx/ir.hpp"
+#include "tx/lowering/lower.hpp"
+
+namespace tx::runtime::host {
+
+// A buffer the checks know by its slot number.
+struct CheckBuffer {
+  std::string name;
+  MemScope scope = MemScope::global;
+  std::int64_t elems = 0;           // valid indices: [0, elems)
+  std::vector<std::int64_t> shape;  // the user's shape, when row-major (coordinates)
+  bool races = false;               // shared and global buffers are tracked
+};
+
+// Where a check sits: the op the user wrote and its line.
+struct CheckSite {
+  std::string op;    // "T.store", "Tx.warp.copy", "T.floordiv"
+  std::string what;  // the buffer, or the expression of a division
+  SourceLoc loc;
+};
+
+struct CheckPlan {
+  std::vector<CheckBuffer> buffers;
+  std::vector<CheckSite> sites;
+};
+
+// Inserts the checks into a lowered kernel body; fills `plan`.
+Stmt instrument_checks(const lowering::LoweredKernel& k, CheckPlan* plan);
+
+// The state of one checked launch (what tx_host_check_* update).
+class Checker {
+ public:
+  Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch);
+  ~Checker();
+  Checker(const Checker&) = delete;
+  Checker& operator=(const Checker&) = delete;
+
+  // After the launch: a tx error listing what was found, if anything.
+  void report(const std::string& kernel, SourceLoc launch_loc) const;
+
+  struct State;
+  State& state() { return *state_; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace tx::runtime::host
+
+// Called by JIT-compiled checked kernels (resolved from the process).
+extern "C" {
+bool tx_host_check_access(void* checker, std::int32_t slot, std::int64_t index, std::int32_t count,
+                          std::int32_t flags, std::int32_t site, std::int32_t thread);
+void tx_host_check_barrier(void* checker, std::int32_t scope, std::int32_t thread);
+void tx_host_check_cta(void* checker, std::int64_t cta);
+void tx_host_check_divzero(void* checker, std::int32_t site, std::int32_t thread);
+}

@@ -1,0 +1,182 @@
+// instrument_checks: the checked host mode's checks, as IR, in a lowered
+// kernel (before the host passes, so that each check travels with the access
+// it guards into whatever thread loop the access lands in):
+//
+//   A[i]            -> select(check_access(slot_A, i, 1, read, site), A[i], 0)
+//   A[i] = v        -> if check_access(slot_A, i, 1, write, site): A[i] = v
+//   copy_bytes      -> the same for the source range, then the destination range
+//   barrier         -> barrier; check_barrier(scope, site)   (each thread, after it)
+//   x / y (integer) -> x / check_divisor(y, site)
+//
+// An access out of bounds is reported and skipped (a load reads 0), so a
+// checked run never touches memory outside a buffer. See checked_mode.hpp.
+#include <unordered_map>
+
+#include "checked_mode.hpp"
+#include "tx/printer.hpp"
+
+namespace tx::runtime::host {
+
+namespace {
+
+class Instrument : public IRMutator {
+ public:
+  Instrument(const lowering::LoweredKernel& k, CheckPlan* plan) : plan_(plan) {
+    // The user's shapes, for reporting elements as coordinates.
+    for (const Param& p : k.source->params)
+      if (p.buffer) source_[p.buffer->data.get()] = p.buffer;
+    for_each_stmt(k.source->body, [&](const Stmt& s) {
+      if (auto* a = s.as<AllocateNode>()) source_[a->buffer->data.get()] = a->buffer;
+    });
+    for (const Param& p : k.lowered->params)
+      if (p.buffer) add_buffer(p.buffer);
+  }
+
+  using IRMutator::mutate;
+  using IRMutator::mutate_node;
+
+  Expr mutate_node(const Expr& self, const LoadNode* n) override {
+    Expr out = IRMutator::mutate_node(self, n);
+    auto* l = out.as<LoadNode>();
+    Expr ok = check(l->buffer, l->indices[0], 1, /*write=*/false,
+                    site("T.load", l->buffer->name, l->loc));
+    return make_select(ok, out, zero(l->dtype), l->loc);
+  }
+  Stmt mutate_node(const Stmt& self, const StoreNode* n) override {
+    Stmt out = IRMutator::mutate_node(self, n);
+    auto* st = out.as<StoreNode>();
+    Expr ok =
+        check(st->buffer, st->indices[0], 1, true, site("T.store", st->buffer->name, st->loc));
+    // A warp shuffle in the value is a collective: every lane runs it, so it
+    // is bound before the per-thread condition that guards the store.
+    if (has_shuffle(st->value)) {
+      Var v("stored", st->value.dtype(), st->loc);
+      return make_let(v, st->value,
+                      make_if(ok, make_store(st->buffer, v, st->indices, st->loc), Stmt(), st->loc),
+                      st->loc);
+    }
+    return make_if(ok, out, Stmt(), st->loc);
+  }
+  Stmt mutate_node(const Stmt& self, const CopyBytesNode* n) override {
+    Stmt out = IRMutator::mutate_node(self, n);
+    auto* c = out.as<CopyBytesNode>();
+    std::int64_t elems = c->bytes / c->dst->dtype.bytes();
+    Expr rd = check(c->src, c->src_offset, elems, false, site("T.load", c->src->name, c->loc));
+    Expr wr = check(c->dst, c->dst_offset, elems, true, site("T.store", c->dst->name, c->loc));
+    return make_if(rd, make_if(wr, out, Stmt(), c->loc), Stmt(), c->loc);
+  }
+  Stmt mutate_node(const Stmt& self, const BarrierNode* n) override {
+    int scope = n->scope == ExecScope::cta ? 3 : n->scope == ExecScope::warpgroup ? 2 : 1;
+    Expr mark = make_call(Intrinsic::check_barrier,
+                          {make_int(scope), make_int(site("T.cuda.sync", "", n->loc))}, n->loc);
+    return make_seq({self, make_evaluate(mark, n->loc)}, n->loc);
+  }
+  // A warp shuffle is a rendezvous of the warp's lanes: what a lane did
+  // before it happens before what the other lanes do after it (tx's warp
+  // reductions rely on it). Each statement holding one counts as a warp
+  // barrier, marked just before it.
+  Stmt mutate(const Stmt& st) override {
+    Stmt out = IRMutator::mutate(st);
+    if (!st || !(st.as<StoreNode>() || st.as<LetStmtNode>() || st.as<EvaluateNode>() ||
+                 st.as<IfThenElseNode>()))
+      return out;
+    Expr top = st.as<StoreNode>()      ? st.as<StoreNode>()->value
+               : st.as<LetStmtNode>()  ? st.as<LetStmtNode>()->value
+               : st.as<EvaluateNode>() ? st.as<EvaluateNode>()->value
+                                       : st.as<IfThenElseNode>()->cond;
+    if (!has_shuffle(top)) return out;
+    Expr mark = make_call(Intrinsic::check_barrier,
+                          {make_int(1), make_int(site("T.cuda.shfl_xor", "", st->loc))}, st->loc);
+    return make_seq({make_evaluate(mark, st->loc), out}, st->loc);
+  }
+
+  Stmt mutate_node(const Stmt& self, const AllocateNode* n) override {
+    add_buffer(n->buffer);
+    return IRMutator::mutate_node(self, n);
+  }
+  Stmt mutate_node(const Stmt& self, const OriginNode* n) override {
+    std::string saved = origin_;
+    origin_ = n->text.substr(0, n->text.find('('));
+    Stmt out = IRMutator::mutate_node(self, n);
+    origin_ = saved;
+    return out;
+  }
+  Expr mutate_node(const Expr& self, const BinaryNode* n) override {
+    Expr out = IRMutator::mutate_node(self, n);
+    bool divides = n->op == BinOp::Div || n->op == BinOp::Mod || n->op == BinOp::FloorDiv ||
+                   n->op == BinOp::FloorMod;
+    if (!divides || !n->a.dtype().is_integer()) return out;
+    auto* b = out.as<BinaryNode>();
+    if (auto c = as_const_int(b->b); c && *c != 0) return out;
+    int s = site(std::string("T.") + binop_name(n->op), to_string(self), n->loc);
+    Expr d = make_call(Intrinsic::check_divisor, {b->b, make_int(s)}, n->loc);
+    return make_binary(b->op, b->a, d, b->loc);
+  }
+
+ private:
+  void add_buffer(const Buffer& b) {
+    const VarNode* d = b->data.get();
+    if (slots_.count(d)) return;
+    CheckBuffer cb;
+    cb.name = b->name;
+    cb.scope = b->scope;
+    cb.elems = b->storage_elems();
+    cb.races = b->scope != MemScope::local;
+    auto it = source_.find(d);
+    if (it != source_.end() && it->second->layout == TileLayout::row_major(it->second->shape) &&
+        b->scope != MemScope::local)
+      cb.shape = it->second->shape;
+    slots_[d] = static_cast<int>(plan_->buffers.size());
+    plan_->buffers.push_back(std::move(cb));
+  }
+
+  Expr check(const Buffer& b, const Expr& index, std::int64_t count, bool write, int s) {
+    auto it = slots_.find(b->data.get());
+    if (it == slots_.end()) add_buffer(b), it = slots_.find(b->data.get());
+    Expr i = index.dtype() == i64 ? index : make_cast(i64, index, index->loc);
+    return make_call(
+        Intrinsic::check_access,
+        {make_int(it->second), i, make_int(count), make_int(write ? 1 : 0), make_int(s)},
+        index->loc);
+  }
+
+  int site(const std::string& op, const std::string& what, SourceLoc loc) {
+    plan_->sites.push_back({origin_.empty() ? op : origin_, what, loc});
+    return static_cast<int>(plan_->sites.size() - 1);
+  }
+
+  static bool has_shuffle(const Expr& e) {
+    struct V : IRVisitor {
+      bool found = false;
+      void visit_node(const CallNode* c) override {
+        found = found || c->op == Intrinsic::shfl_xor;
+        IRVisitor::visit_node(c);
+      }
+      using IRVisitor::visit_node;
+    } v;
+    v.visit(e);
+    return v.found;
+  }
+
+  static Expr zero(DType t) {
+    if (t.is_bool()) return make_bool(false);
+    if (t.is_integer()) return make_int(0, t);
+    if (t.is_low_precision_float())
+      return make_call(Intrinsic::reinterpret, {make_int(0, t.bytes() == 1 ? u8 : u16)}, {}, t);
+    return make_float(0.0, t);
+  }
+
+  CheckPlan* plan_;
+  std::unordered_map<const VarNode*, Buffer> source_;
+  std::unordered_map<const VarNode*, int> slots_;
+  std::string origin_;
+};
+
+}  // namespace
+
+Stmt instrument_checks(const lowering::LoweredKernel& k, CheckPlan* plan) {
+  Instrument ins(k, plan);
+  return ins.mutate(k.lowered->body);
+}
+
+}  // namespace tx::runtime::host
