@@ -49,6 +49,12 @@ sanitize)
   TX_CACHE_DIR=$PWD/$B/test-cache RUN_TIMEOUT=420 test/sanitize_gpu.sh $B /tmp/san > "$FINAL/sanitize_summary.txt" 2>&1
   echo "sanitize exit $?"
   tail -25 "$FINAL/sanitize_summary.txt"
+  step "racecheck on the racy kernels (docs/reliability.md: against the checked host mode)"
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  TX_SYNC=1 timeout 300 "$CS" --tool racecheck --racecheck-report all --print-limit 200 \
+    $B/test/racy_kernels --device=cuda > "$FINAL/racy_racecheck.txt" 2>&1
+  echo "racecheck on racy_kernels exit $?"
+  grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
 bench | extras)
