@@ -13,7 +13,7 @@ namespace {
 // One access: who, when (the barrier epochs the thread had passed), where.
 struct Access {
   std::int32_t thread = -1;
-  std::int64_t cta = -1;
+  std::int32_t cta = -1;  // linear CTA id (a grid has fewer than 2^31 CTAs)
   std::uint32_t cta_epoch = 0, wg_epoch = 0, warp_epoch = 0;
   std::int32_t site = -1;
   bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta == cur_cta; }
@@ -26,7 +26,9 @@ struct Cell {
   bool many_cta_readers = false;
 };
 
-constexpr std::int64_t kPage = 1024;
+// Elements per shadow page: small, so that a small kernel's launch does not
+// spend its time clearing shadow it never touches.
+constexpr std::int64_t kPage = 256;
 
 enum class Kind { race, race_cta, out_of_bounds, div_zero };
 
@@ -58,19 +60,27 @@ struct Checker::State {
         cta_epoch(static_cast<std::size_t>(l.block)),
         wg_epoch(static_cast<std::size_t>(l.block)),
         warp_epoch(static_cast<std::size_t>(l.block)),
-        shadow(p.buffers.size()) {}
+        shadow(p.buffers.size()), last_page(p.buffers.size(), {-1, nullptr}) {}
+
+  // The last page each slot touched: accesses mostly walk a buffer in
+  // order, so most lookups skip the map.
+  std::vector<std::pair<std::int64_t, Cell*>> last_page;
 
   Cell& cell(std::int32_t slot, std::int64_t index) {
-    auto& pages = shadow[static_cast<std::size_t>(slot)];
-    auto& page = pages[index / kPage];
+    auto su = static_cast<std::size_t>(slot);
+    std::int64_t pi = index / kPage;
+    auto& last = last_page[su];
+    if (last.second && last.first == pi) return last.second[index % kPage];
+    auto& page = shadow[su][pi];
     if (!page) page = std::make_unique<Cell[]>(kPage);
+    last = {pi, page.get()};
     return page[index % kPage];
   }
 
   Access now(std::int32_t thread, std::int32_t site) const {
     Access a;
     a.thread = thread;
-    a.cta = cta;
+    a.cta = static_cast<std::int32_t>(cta);
     a.site = site;
     if (thread >= 0 && thread < launch.block) {
       auto t = static_cast<std::size_t>(thread);
