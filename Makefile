@@ -3,7 +3,8 @@
 #   make test   the same set-up, then the whole test suite through ctest
 # and what CI adds (.ci/run):
 #   make sanitize   the CPU suite built and run with ASan + UBSan (preset asan-ubsan)
-#   make fuzz       the tile-program fuzzer (clang + libFuzzer) for FUZZ_SECONDS
+#   make fuzz       the three fuzzers (clang + libFuzzer): tile programs for FUZZ_SECONDS,
+#                   invalid programs and builder call sequences for 60 s each
 # Switches: TX_HOST_JIT=OFF (no LLVM), TX_NOTEBOOKS=0 (no clang-repl / Jupyter).
 BUILD ?= build
 JOBS ?= $(shell nproc)

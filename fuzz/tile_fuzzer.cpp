@@ -7,7 +7,8 @@
 //
 // Environment:
 //   TXFUZZ_AVOID=a,b   switch off generator features of known, reported bugs
-//                      (names in tile_program.hpp, e.g. local-moffset)
+//                      (names in tile_program.hpp, e.g. local-moffset; default:
+//                      txfuzz::kPendingBugs of fuzz_common.hpp)
 //   TXFUZZ_PRINT=1     print every program and its outcome (reproducing)
 //   TXFUZZ_STATS=1     print outcome counts and the commonest rejections at exit
 //   TXFUZZ_NO_RUN=1    lower and generate CUDA only, never launch on the host
@@ -44,28 +45,17 @@ Stats& stats() {
   return s;
 }
 
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-
 // The first line of a tx error without its source location: a rejection's kind.
 std::string rejection_kind(const std::string& message) {
   std::string m = message.substr(0, message.find('\n'));
   return m.substr(0, 160);
 }
 
-std::uint64_t fnv1a(const std::uint8_t* data, std::size_t size) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < size; ++i) h = (h ^ data[i]) * 1099511628211ull;
-  return h;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   tx::set_warning_handler([](const std::string&) {});  // scalar-fallback notes
-  if (const char* a = std::getenv("TXFUZZ_AVOID")) txfuzz::avoid_from_string(a);
+  txfuzz::avoid_from_env();    // the pending bugs of fuzz_common.hpp, or TXFUZZ_AVOID
   setenv("TX_CACHE", "0", 0);  // nothing of a fuzz run belongs in the disk cache
   stats();
   return 0;
@@ -75,18 +65,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size > 1024) return -1;  // not worth keeping: programs stop growing long before
   txfuzz::Program p = txfuzz::generate(data, size);
   txfuzz::RunOptions opt;
-  opt.run_host = !env_on("TXFUZZ_NO_RUN");
+  opt.run_host = !txfuzz::env_on("TXFUZZ_NO_RUN");
   // Inputs follow from the bytes, so a saved crash reproduces exactly.
-  txfuzz::Outcome o = txfuzz::run_program(p, fnv1a(data, size), opt);
+  txfuzz::Outcome o = txfuzz::run_program(p, txfuzz::fnv1a(data, size), opt);
   Stats& s = stats();
   ++s.outcomes[txfuzz::outcome_name(o.kind)];
   s.compared += static_cast<long>(o.compared);
   if (o.kind == txfuzz::Outcome::rejected) ++s.rejections[rejection_kind(o.message)];
-  if (env_on("TXFUZZ_PRINT"))
+  if (txfuzz::env_on("TXFUZZ_PRINT"))
     std::fprintf(stderr, "---- %s (%zu compared)\n%s%s\n", txfuzz::outcome_name(o.kind), o.compared,
                  txfuzz::describe(p).c_str(), o.message.c_str());
   if (o.kind == txfuzz::Outcome::finding) {
-    std::fprintf(stderr, "\ntxfuzz FINDING\n%s%s\n", txfuzz::describe(p).c_str(), o.message.c_str());
+    std::fprintf(stderr, "\ntxfuzz FINDING\n%s%s\n", txfuzz::describe(p).c_str(),
+                 o.message.c_str());
     std::abort();
   }
   return 0;

@@ -55,13 +55,14 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
-#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "fuzz_common.hpp"
 #include "tx/tx.hpp"
 
 namespace txfuzz {
@@ -72,27 +73,7 @@ using tx::ExecScope;
 using tx::MemScope;
 using Shape = std::vector<std::int64_t>;
 
-// ------------------------------------------------------------------ input bytes
-
-class Bytes {
- public:
-  Bytes(const std::uint8_t* data, std::size_t size) : d_(data), n_(size) {}
-  std::uint8_t byte() { return i_ < n_ ? d_[i_++] : 0; }
-  // 0 .. k-1; 0 once the input is exhausted.
-  int below(int k) {
-    if (k <= 1) return 0;
-    if (k <= 256) return byte() % k;
-    return (byte() | (byte() << 8)) % k;
-  }
-  // True with about pct percent; false once the input is exhausted.
-  bool chance(int pct) { return pct > 0 && below(100) >= 100 - pct; }
-  bool exhausted() const { return i_ >= n_; }
-
- private:
-  const std::uint8_t* d_;
-  std::size_t n_;
-  std::size_t i_ = 0;
-};
+// Bytes (the input as decisions) and avoided(): fuzz_common.hpp.
 
 // ---------------------------------------------------------------------- program
 
@@ -168,20 +149,28 @@ inline std::int64_t numel(const Shape& s) {
 
 inline int scope_size(ExecScope s, int threads) {
   switch (s) {
-    case ExecScope::thread: return 1;
-    case ExecScope::warp: return 32;
-    case ExecScope::warpgroup: return 128;
-    case ExecScope::cta: return threads;
+    case ExecScope::thread:
+      return 1;
+    case ExecScope::warp:
+      return 32;
+    case ExecScope::warpgroup:
+      return 128;
+    case ExecScope::cta:
+      return threads;
   }
   return 1;
 }
 
 inline ExecScope family_scope(Family f) {
   switch (f) {
-    case Family::thread: return ExecScope::thread;
-    case Family::warp: return ExecScope::warp;
-    case Family::warpgroup: return ExecScope::warpgroup;
-    case Family::cta: return ExecScope::cta;
+    case Family::thread:
+      return ExecScope::thread;
+    case Family::warp:
+      return ExecScope::warp;
+    case Family::warpgroup:
+      return ExecScope::warpgroup;
+    case Family::cta:
+      return ExecScope::cta;
   }
   return ExecScope::cta;
 }
@@ -190,8 +179,7 @@ inline bool is_unary(const std::string& n) {
   return n == "sqrt" || n == "exp" || n == "exp2" || n == "reciprocal" || n == "silu";
 }
 inline bool is_binary(const std::string& n) {
-  return n == "add" || n == "sub" || n == "mul" || n == "fdiv" || n == "maximum" ||
-         n == "minimum";
+  return n == "add" || n == "sub" || n == "mul" || n == "fdiv" || n == "maximum" || n == "minimum";
 }
 inline bool is_reduction(const std::string& n) { return n == "sum" || n == "max" || n == "min"; }
 inline bool float_only(const std::string& n) { return is_unary(n) || n == "fdiv"; }
@@ -204,11 +192,16 @@ inline bool commutative(const std::string& n) {
 inline const char* scope_name(ExecScope s) { return tx::exec_scope_name(s); }
 inline const char* var_name(IdVar v) {
   switch (v) {
-    case IdVar::none: return "";
-    case IdVar::tid: return "tid";
-    case IdVar::lane: return "lane";
-    case IdVar::warp: return "warp";
-    case IdVar::wg: return "wg";
+    case IdVar::none:
+      return "";
+    case IdVar::tid:
+      return "tid";
+    case IdVar::lane:
+      return "lane";
+    case IdVar::warp:
+      return "warp";
+    case IdVar::wg:
+      return "wg";
   }
   return "?";
 }
@@ -255,8 +248,8 @@ inline std::string describe(const Program& p) {
   std::ostringstream o;
   o << "threads " << p.threads << (p.positive ? ", positive inputs" : ", signed inputs") << "\n";
   for (const Buf& b : p.bufs) {
-    o << "  " << b.name << ": " << tx::mem_scope_name(b.scope) << " " << b.dtype.short_name()
-      << " " << shape_str(b.shape);
+    o << "  " << b.name << ": " << tx::mem_scope_name(b.scope) << " " << b.dtype.short_name() << " "
+      << shape_str(b.shape);
     if (b.layout) o << " " << layout_str(*b.layout);
     if (b.scope == MemScope::global) o << (b.poisoned ? " (output)" : " (input)");
     o << "\n";
@@ -264,7 +257,10 @@ inline std::string describe(const Program& p) {
   for (const Op& op : p.ops) {
     o << "  ";
     if (op.guard.var != IdVar::none)
-      o << "if (" << var_name(op.guard.var) << (op.guard.cmp == 0 ? " == " : op.guard.cmp == 1 ? " < " : " >= ")
+      o << "if (" << var_name(op.guard.var)
+        << (op.guard.cmp == 0   ? " == "
+            : op.guard.cmp == 1 ? " < "
+                                : " >= ")
         << op.guard.k << ") ";
     o << "Tx." << scope_name(op.scope) << "." << op.name << "(";
     for (std::size_t i = 0; i < op.args.size(); ++i) {
@@ -288,26 +284,6 @@ inline std::string describe(const Program& p) {
 }
 
 // ------------------------------------------------------------------ generator
-
-// Generator features that can be switched off by name, to fuzz past a known,
-// reported bug until it is fixed (TXFUZZ_AVOID=name,name in the fuzzer).
-// Names: see the avoided("...") calls below.
-inline std::set<std::string>& avoid_set() {
-  static std::set<std::string> s;
-  return s;
-}
-inline bool avoided(const char* feature) { return avoid_set().count(feature) != 0; }
-inline void avoid_from_string(const std::string& list) {
-  std::string cur;
-  for (char c : list + ",") {
-    if (c == ',' || c == ' ') {
-      if (!cur.empty()) avoid_set().insert(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-}
 
 namespace gen_detail {
 
@@ -352,8 +328,11 @@ inline LayoutSpec random_layout(Bytes& in, const Shape& shape, Family f, int thr
 
   std::vector<std::pair<Axis, std::int64_t>> slots;
   switch (f) {
-    case Family::thread: break;
-    case Family::warp: slots = {{Axis::laneid, 32}}; break;
+    case Family::thread:
+      break;
+    case Family::warp:
+      slots = {{Axis::laneid, 32}};
+      break;
     case Family::warpgroup:
       if (in.chance(40))
         slots = {{Axis::laneid, 32}, {Axis::wid_in_wg, 4}};
@@ -411,12 +390,18 @@ inline LayoutSpec random_layout(Bytes& in, const Shape& shape, Family f, int thr
   // Rarely wrong on purpose: tx must reject or handle these.
   if (in.chance(3)) {
     switch (in.below(4)) {
-      case 0: l.shard.back().extent *= 2; break;  // covers too many elements
-      case 1: l.shard.back().stride = 0; break;   // aliasing storage
+      case 0:
+        l.shard.back().extent *= 2;
+        break;  // covers too many elements
+      case 1:
+        l.shard.back().stride = 0;
+        break;  // aliasing storage
       case 2:
         if (f != Family::thread) l.offset[static_cast<int>(slots[0].first)] = 1 + in.below(8);
         break;
-      default: l.replica.push_back({2, 1, Axis::m}); break;  // a replica on memory
+      default:
+        l.replica.push_back({2, 1, Axis::m});
+        break;  // a replica on memory
     }
   }
   return l;
@@ -436,14 +421,28 @@ class Generator {
     load_stage();
     while (!in_.exhausted() && p_.ops.size() < 10 && p_.bufs.size() < 12) {
       switch (in_.below(8)) {
-        case 0: load_stage(); break;
+        case 0:
+          load_stage();
+          break;
         case 1:
-        case 2: elementwise_stage(); break;
-        case 3: reduction_stage(); break;
-        case 4: store_stage(); break;
-        case 5: move_stage(); break;
-        case 6: fill_stage(); break;
-        default: cast_stage(); break;
+        case 2:
+          elementwise_stage();
+          break;
+        case 3:
+          reduction_stage();
+          break;
+        case 4:
+          store_stage();
+          break;
+        case 5:
+          move_stage();
+          break;
+        case 6:
+          fill_stage();
+          break;
+        default:
+          cast_stage();
+          break;
       }
     }
     // Every written buffer that is not global goes out (at most three).
@@ -472,7 +471,7 @@ class Generator {
   DType op_dtype() { return in_.chance(12) ? pick_dtype() : base_; }
 
   int add(Buf b, IdVar per_group = IdVar::none) {
-    b.name = (b.scope == MemScope::global ? (b.poisoned ? "out" : "in")
+    b.name = (b.scope == MemScope::global   ? (b.poisoned ? "out" : "in")
               : b.scope == MemScope::shared ? "sm"
                                             : "r") +
              std::to_string(p_.bufs.size());
@@ -491,29 +490,42 @@ class Generator {
   }
   int family_threads(Family f) const {
     switch (f) {
-      case Family::thread: return 1;
-      case Family::warp: return 32;
-      case Family::warpgroup: return 128;
-      case Family::cta: return p_.threads;
+      case Family::thread:
+        return 1;
+      case Family::warp:
+        return 32;
+      case Family::warpgroup:
+        return 128;
+      case Family::cta:
+        return p_.threads;
     }
     return 1;
   }
   int groups_of(IdVar v) const {
     switch (v) {
-      case IdVar::tid: return p_.threads;
-      case IdVar::lane: return 32;
-      case IdVar::warp: return p_.threads / 32;
-      case IdVar::wg: return std::max(1, p_.threads / 128);
-      case IdVar::none: break;
+      case IdVar::tid:
+        return p_.threads;
+      case IdVar::lane:
+        return 32;
+      case IdVar::warp:
+        return p_.threads / 32;
+      case IdVar::wg:
+        return std::max(1, p_.threads / 128);
+      case IdVar::none:
+        break;
     }
     return 1;
   }
   static IdVar group_var(ExecScope s) {
     switch (s) {
-      case ExecScope::thread: return IdVar::tid;
-      case ExecScope::warp: return IdVar::warp;
-      case ExecScope::warpgroup: return IdVar::wg;
-      case ExecScope::cta: break;
+      case ExecScope::thread:
+        return IdVar::tid;
+      case ExecScope::warp:
+        return IdVar::warp;
+      case ExecScope::warpgroup:
+        return IdVar::wg;
+      case ExecScope::cta:
+        break;
     }
     return IdVar::none;
   }
@@ -530,9 +542,10 @@ class Generator {
     std::vector<std::int64_t> divs;
     for (std::int64_t d = 1; d <= total; ++d)
       if (total % d == 0) divs.push_back(d);
-    std::int64_t rows = total % threads == 0 && !in_.chance(40)
-                            ? threads
-                            : divs[static_cast<std::size_t>(in_.below(static_cast<int>(divs.size())))];
+    std::int64_t rows =
+        total % threads == 0 && !in_.chance(40)
+            ? threads
+            : divs[static_cast<std::size_t>(in_.below(static_cast<int>(divs.size())))];
     return {rows, total / rows};
   }
 
@@ -550,8 +563,10 @@ class Generator {
     b.scope = MemScope::shared;
     b.dtype = t;
     b.shape = shape;
-    if (in_.chance(20)) b.layout = gen_detail::random_layout(in_, shape, Family::thread, p_.threads, false);
-    if (in_.chance(3)) b.layout = gen_detail::random_layout(in_, shape, Family::warp, p_.threads, false);
+    if (in_.chance(20))
+      b.layout = gen_detail::random_layout(in_, shape, Family::thread, p_.threads, false);
+    if (in_.chance(3))
+      b.layout = gen_detail::random_layout(in_, shape, Family::warp, p_.threads, false);
     return add(b);
   }
   int new_global(const Shape& shape, DType t, bool output) {
@@ -577,9 +592,15 @@ class Generator {
     if (!in_.chance(6)) return;
     std::size_t d = static_cast<std::size_t>(in_.below(static_cast<int>(r.start.size())));
     switch (in_.below(3)) {
-      case 0: r.start[d] += 1 + in_.below(3); break;
-      case 1: r.start[d] -= 1; break;
-      default: r.extent[d] += in_.below(2) ? 1 : -1; break;
+      case 0:
+        r.start[d] += 1 + in_.below(3);
+        break;
+      case 1:
+        r.start[d] -= 1;
+        break;
+      default:
+        r.extent[d] += in_.below(2) ? 1 : -1;
+        break;
     }
     if (r.extent[d] < 1) r.extent[d] = 1;
   }
@@ -604,7 +625,8 @@ class Generator {
         g.cmp = 0;
         g.k = in_.below(std::max(1, p_.threads / 128));
         break;
-      case ExecScope::cta: break;  // only the finer guard below
+      case ExecScope::cta:
+        break;  // only the finer guard below
     }
     if (in_.chance(10)) {  // a guard finer than the scope: rejected unless it keeps whole groups
       g.var = IdVar::tid;
@@ -730,9 +752,15 @@ class Generator {
     if (in_.chance(35)) {
       Shape bs = lb.shape;
       switch (in_.below(3)) {
-        case 0: bs.front() = 1; break;  // (1, C) / (1,)
-        case 1: bs.back() = 1; break;   // (R, 1) / (1,)
-        default: bs = bs.size() == 2 ? Shape{bs[1]} : Shape{1}; break;
+        case 0:
+          bs.front() = 1;
+          break;  // (1, C) / (1,)
+        case 1:
+          bs.back() = 1;
+          break;  // (R, 1) / (1,)
+        default:
+          bs = bs.size() == 2 ? Shape{bs[1]} : Shape{1};
+          break;
       }
       int nb;
       if (lb.scope == MemScope::shared || in_.chance(20)) {
@@ -765,8 +793,8 @@ class Generator {
     int src = pick_written();
     if (src < 0) return load_stage();
     const Buf sb = p_.bufs[static_cast<std::size_t>(src)];
-    static const char* kOps[] = {"add", "sqrt", "mul", "exp", "sub", "maximum", "minimum", "fdiv",
-                                 "reciprocal", "silu", "exp2", "fma"};
+    static const char* kOps[] = {"add",     "sqrt", "mul",        "exp",  "sub",  "maximum",
+                                 "minimum", "fdiv", "reciprocal", "silu", "exp2", "fma"};
     std::string name = kOps[in_.below(12)];
     if (!sb.dtype.is_float() && float_only(name) && !in_.chance(10)) name = "add";
     int dst = in_.chance(45) ? src : like(src);
@@ -905,7 +933,8 @@ class Generator {
     DType t = op_dtype();
     int src = -1, dst = -1;
     switch (in_.below(4)) {
-      case 0: {  // warp shuffle: (A, B, k), lane = B * a + b; reduce b, a, the registers, or a and b
+      case 0: {  // warp shuffle: (A, B, k), lane = B * a + b; reduce b, a, the registers, or a and
+                 // b
         static const std::int64_t kA[] = {4, 1, 2, 8, 16, 32};
         std::int64_t A = kA[in_.below(6)], B = 32 / A;
         std::int64_t k = 1 + in_.below(6);
@@ -914,19 +943,22 @@ class Generator {
         sb.family = Family::warp;
         sb.dtype = t;
         sb.shape = {A, B, k};
-        sb.layout = LayoutSpec{{{A, B, Axis::laneid}, {B, 1, Axis::laneid}, {k, 1, Axis::m}}, {}, {}};
+        sb.layout =
+            LayoutSpec{{{A, B, Axis::laneid}, {B, 1, Axis::laneid}, {k, 1, Axis::m}}, {}, {}};
         src = add(sb);
         load_into(src, ExecScope::warp);
         Buf db = sb;
         switch (in_.below(4)) {
           case 0:
             db.shape = {A, k};
-            db.layout = LayoutSpec{{{A, B, Axis::laneid}, {k, 1, Axis::m}}, {{B, 1, Axis::laneid}}, {}};
+            db.layout =
+                LayoutSpec{{{A, B, Axis::laneid}, {k, 1, Axis::m}}, {{B, 1, Axis::laneid}}, {}};
             op.axes = {1};
             break;
           case 1:
             db.shape = {B, k};
-            db.layout = LayoutSpec{{{B, 1, Axis::laneid}, {k, 1, Axis::m}}, {{A, B, Axis::laneid}}, {}};
+            db.layout =
+                LayoutSpec{{{B, 1, Axis::laneid}, {k, 1, Axis::m}}, {{A, B, Axis::laneid}}, {}};
             op.axes = {0};
             break;
           case 2:
@@ -1021,11 +1053,16 @@ struct Ids {
   bool has_wg = false;
   tx::Expr get(IdVar v) const {
     switch (v) {
-      case IdVar::tid: return tid;
-      case IdVar::lane: return lane;
-      case IdVar::warp: return warp;
-      case IdVar::wg: return has_wg ? tx::Expr(wg) : tx::Expr(0);
-      case IdVar::none: break;
+      case IdVar::tid:
+        return tid;
+      case IdVar::lane:
+        return lane;
+      case IdVar::warp:
+        return warp;
+      case IdVar::wg:
+        return has_wg ? tx::Expr(wg) : tx::Expr(0);
+      case IdVar::none:
+        break;
     }
     return tx::Expr(0);
   }
@@ -1045,12 +1082,20 @@ inline tx::BufferRegion region(const std::vector<tx::TileBuffer>& bufs, const Re
   return bufs[static_cast<std::size_t>(r.buf)][reg];
 }
 
-#define TXFUZZ_SCOPED(SCOPE, CALL)                  \
-  switch (SCOPE) {                                  \
-    case ExecScope::thread: tx::Tx::thread::CALL; break;       \
-    case ExecScope::warp: tx::Tx::warp::CALL; break;           \
-    case ExecScope::warpgroup: tx::Tx::warpgroup::CALL; break; \
-    case ExecScope::cta: tx::Tx::cta::CALL; break;             \
+#define TXFUZZ_SCOPED(SCOPE, CALL) \
+  switch (SCOPE) {                 \
+    case ExecScope::thread:        \
+      tx::Tx::thread::CALL;        \
+      break;                       \
+    case ExecScope::warp:          \
+      tx::Tx::warp::CALL;          \
+      break;                       \
+    case ExecScope::warpgroup:     \
+      tx::Tx::warpgroup::CALL;     \
+      break;                       \
+    case ExecScope::cta:           \
+      tx::Tx::cta::CALL;           \
+      break;                       \
   }
 
 inline void emit_op(const Op& op, const std::vector<tx::TileBuffer>& bufs, const Ids& ids) {
@@ -1155,7 +1200,9 @@ inline tx::PrimFunc build(const Program& p) {
       if (op.guard.var != IdVar::none) {
         tx::Expr v = ids.get(op.guard.var);
         int k = static_cast<int>(op.guard.k);
-        tx::Expr cond = op.guard.cmp == 0 ? tx::Expr(v == k) : op.guard.cmp == 1 ? tx::Expr(v < k) : tx::Expr(v >= k);
+        tx::Expr cond = op.guard.cmp == 0   ? tx::Expr(v == k)
+                        : op.guard.cmp == 1 ? tx::Expr(v < k)
+                                            : tx::Expr(v >= k);
         tx::T::if_(cond, body);
       } else {
         body();
@@ -1189,24 +1236,36 @@ inline double ulp(double x, DType t) {
 
 inline double axis_value(Axis a, int t) {
   switch (a) {
-    case Axis::laneid: return t % 32;
-    case Axis::warpid: return t / 32;
-    case Axis::tx: return t;
-    case Axis::wgid: return t / 128;
-    case Axis::tid_in_wg: return t % 128;
-    case Axis::wid_in_wg: return (t % 128) / 32;
-    case Axis::m: break;
+    case Axis::laneid:
+      return t % 32;
+    case Axis::warpid:
+      return t / 32;
+    case Axis::tx:
+      return t;
+    case Axis::wgid:
+      return t / 128;
+    case Axis::tid_in_wg:
+      return t % 128;
+    case Axis::wid_in_wg:
+      return (t % 128) / 32;
+    case Axis::m:
+      break;
   }
   return 0;
 }
 
 inline double id_value(IdVar v, int t) {
   switch (v) {
-    case IdVar::tid: return t;
-    case IdVar::lane: return t % 32;
-    case IdVar::warp: return t / 32;
-    case IdVar::wg: return t / 128;
-    case IdVar::none: break;
+    case IdVar::tid:
+      return t;
+    case IdVar::lane:
+      return t % 32;
+    case IdVar::warp:
+      return t / 32;
+    case IdVar::wg:
+      return t / 128;
+    case IdVar::none:
+      break;
   }
   return 0;
 }
@@ -1272,7 +1331,8 @@ class Model {
         continue;
       }
       std::size_t reps = 1;
-      for (const LayoutIter& r : l.replica) reps *= static_cast<std::size_t>(std::max<std::int64_t>(r.extent, 1));
+      for (const LayoutIter& r : l.replica)
+        reps *= static_cast<std::size_t>(std::max<std::int64_t>(r.extent, 1));
       if (static_cast<std::size_t>(n) * reps > 65536) {
         unjudged_ = "layout of " + b.name + " has too many locations to model";
         continue;
@@ -1325,7 +1385,9 @@ class Model {
 
   // Global buffer `b`, element `f` (row-major): its expected value and
   // whether the program wrote it.
-  Val value(std::size_t b, std::int64_t f) const { return info_[b].mem[static_cast<std::size_t>(f)]; }
+  Val value(std::size_t b, std::int64_t f) const {
+    return info_[b].mem[static_cast<std::size_t>(f)];
+  }
   bool written(std::size_t b, std::int64_t f) const {
     return info_[b].written[static_cast<std::size_t>(f)] != 0;
   }
@@ -1369,8 +1431,8 @@ class Model {
   bool reading_src_ = false;
 
   static std::uint64_t key(std::size_t buf, int thread, std::int64_t slot) {
-    return (static_cast<std::uint64_t>(buf) << 56) | (static_cast<std::uint64_t>(thread + 1) << 40) |
-           static_cast<std::uint64_t>(slot);
+    return (static_cast<std::uint64_t>(buf) << 56) |
+           (static_cast<std::uint64_t>(thread + 1) << 40) | static_cast<std::uint64_t>(slot);
   }
   void note_read(std::uint64_t k, int group, std::int64_t elem) {
     if (reading_src_) src_keys_.insert(k);
@@ -1380,7 +1442,8 @@ class Model {
 
   static bool holds(const BufInfo& bi, const model_detail::Location& loc, int t) {
     for (int a = 1; a < tx::kNumAxes; ++a)
-      if (bi.thread_axes[a] && loc[a] != model_detail::axis_value(static_cast<Axis>(a), t)) return false;
+      if (bi.thread_axes[a] && loc[a] != model_detail::axis_value(static_cast<Axis>(a), t))
+        return false;
     return true;
   }
 
@@ -1632,16 +1695,20 @@ class Model {
   }
 
   bool check_static(const Op& op) {
-    auto dt = [&](std::size_t i) { return p_.bufs[static_cast<std::size_t>(op.args[i].region.buf)].dtype; };
+    auto dt = [&](std::size_t i) {
+      return p_.bufs[static_cast<std::size_t>(op.args[i].region.buf)].dtype;
+    };
     auto ext = [&](std::size_t i) { return op.args[i].region.extent; };
     const std::string& n = op.name;
     int size = scope_size(op.scope, p_.threads);
     if (size > p_.threads || p_.threads % size != 0) {
-      set_invalid(std::string(scope_name(op.scope)) + " scope in a CTA of " + std::to_string(p_.threads));
+      set_invalid(std::string(scope_name(op.scope)) + " scope in a CTA of " +
+                  std::to_string(p_.threads));
       return false;
     }
     for (const Arg& a : op.args)
-      if (!a.scalar && a.region.extent.size() != p_.bufs[static_cast<std::size_t>(a.region.buf)].shape.size()) {
+      if (!a.scalar &&
+          a.region.extent.size() != p_.bufs[static_cast<std::size_t>(a.region.buf)].shape.size()) {
         unjudged_ = "a region of the wrong rank";
         return false;
       }
@@ -1662,7 +1729,8 @@ class Model {
     }
     // elementwise
     if (op.accum || !op.axes.empty()) return set_invalid(n + " with axes/accum"), false;
-    if ((op.scale || op.bias) && !is_unary(n)) return set_invalid(n + " takes no scale/bias"), false;
+    if ((op.scale || op.bias) && !is_unary(n))
+      return set_invalid(n + " takes no scale/bias"), false;
     if (float_only(n) && !d.is_float()) return set_invalid(n + " on " + d.name()), false;
     if (n == "fill" || n == "zero") return true;
     if (n != "cast")
@@ -1700,7 +1768,8 @@ class Model {
     if (!op.axes.empty()) {
       for (int a : op.axes) {
         int ax = a < 0 ? a + static_cast<int>(rank) : a;
-        if (ax < 0 || ax >= static_cast<int>(rank)) return set_invalid("axis out of range"), std::nullopt;
+        if (ax < 0 || ax >= static_cast<int>(rank))
+          return set_invalid("axis out of range"), std::nullopt;
         rp.reduced[static_cast<std::size_t>(ax)] = true;
       }
     } else if (de.size() == rank) {
@@ -1757,7 +1826,8 @@ class Model {
               unjudged_ = "a region start that varies inside a group";
               return;
             }
-          x.start[static_cast<std::size_t>(r.dyn_dim)] += r.dyn_mult * static_cast<std::int64_t>(v0);
+          x.start[static_cast<std::size_t>(r.dyn_dim)] +=
+              r.dyn_mult * static_cast<std::int64_t>(v0);
         }
         const Buf& b = p_.bufs[x.buf];
         for (std::size_t d = 0; d < x.start.size(); ++d)
@@ -1839,7 +1909,7 @@ class Model {
       if (!x.def) return x;
       if (st.is_integer() && dt.is_integer()) return intr(x.v, dt);
       if (st.is_integer()) return store_float(to_f32(x, st), dt);  // int -> f32 -> float
-      if (dt.is_integer()) return float_to_int(x, dt);              // (f16 ->) f32 -> int
+      if (dt.is_integer()) return float_to_int(x, dt);             // (f16 ->) f32 -> int
       return store_float(x, dt);
     }
     if (!dt.is_float()) return in(n, xs, dt);
@@ -1930,10 +2000,14 @@ struct Outcome {
 
 inline const char* outcome_name(Outcome::Kind k) {
   switch (k) {
-    case Outcome::rejected: return "rejected";
-    case Outcome::lowered: return "lowered";
-    case Outcome::checked: return "checked";
-    case Outcome::finding: return "FINDING";
+    case Outcome::rejected:
+      return "rejected";
+    case Outcome::lowered:
+      return "lowered";
+    case Outcome::checked:
+      return "checked";
+    case Outcome::finding:
+      return "FINDING";
   }
   return "?";
 }
@@ -1945,7 +2019,8 @@ inline std::uint64_t poison_bits(DType t) {
 }
 
 // Random values for a global input: never zero, rounded to the dtype.
-inline std::vector<double> input_values(std::int64_t n, DType t, bool positive, std::mt19937_64& rng) {
+inline std::vector<double> input_values(std::int64_t n, DType t, bool positive,
+                                        std::mt19937_64& rng) {
   std::vector<double> v(static_cast<std::size_t>(n));
   if (t.is_integer()) {
     std::uniform_int_distribution<int> d(t == tx::u8 ? 1 : -50, t == tx::u8 ? 255 : 50);
@@ -2006,7 +2081,8 @@ inline Outcome run_program(const Program& p, std::uint64_t seed, RunOptions opt 
   } catch (...) {
     return finding("unknown exception while lowering");
   }
-  if (!model.invalid().empty()) return finding("tx accepted a program that breaks a rule: " + model.invalid());
+  if (!model.invalid().empty())
+    return finding("tx accepted a program that breaks a rule: " + model.invalid());
   if (!model.out_of_bounds().empty())
     return finding("tx accepted an out-of-bounds region: " + model.out_of_bounds());
   out.kind = Outcome::lowered;
@@ -2077,7 +2153,8 @@ inline Outcome run_program(const Program& p, std::uint64_t seed, RunOptions opt 
           what = m.str();
         }
       }
-      if (!what.empty() && nbad++ < 6) bad << "  " << b.name << " element " << f << ": " << what << "\n";
+      if (!what.empty() && nbad++ < 6)
+        bad << "  " << b.name << " element " << f << ": " << what << "\n";
     }
   }
   if (nbad) return finding(std::to_string(nbad) + " wrong elements:\n" + bad.str());

@@ -6,7 +6,16 @@
 // match the double-precision model. Also checks that the model and the
 // checker themselves can tell right from wrong.
 //
-// TXFUZZ_CORPUS=dir replays another folder (e.g. a fuzzer's work corpus).
+// The other two fuzzers' corpora too: every file of fuzz/corpus-invalid is an
+// invalid program (fuzz/invalid_program.hpp) that must end in a tx error or
+// its documented result, as the generator expects; every file of
+// fuzz/corpus-builder a sequence of builder calls (fuzz/builder_calls.hpp)
+// that must never end in anything but tx errors. Both skip the features of
+// the bugs still pending (txfuzz::kPendingBugs), as the fuzzers do.
+//
+// TXFUZZ_CORPUS=dir replays another folder (e.g. a fuzzer's work corpus)
+// for the tile programs; TXFUZZ_CORPUS_INVALID and TXFUZZ_CORPUS_BUILDER for
+// the other two.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -14,10 +23,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "../fuzz/builder_calls.hpp"
+#include "../fuzz/invalid_program.hpp"
 #include "../fuzz/tile_program.hpp"
 #include "test_support.hpp"
 
@@ -26,14 +39,24 @@ namespace {
 namespace fs = std::filesystem;
 using namespace txfuzz;
 
-fs::path corpus_dir() {
-  if (const char* d = std::getenv("TXFUZZ_CORPUS")) return d;
-  return fs::path(__FILE__).parent_path().parent_path() / "fuzz" / "corpus";
+fs::path corpus_dir(const char* env = "TXFUZZ_CORPUS", const char* name = "corpus") {
+  if (const char* d = std::getenv(env)) return d;
+  return fs::path(__FILE__).parent_path().parent_path() / "fuzz" / name;
+}
+
+std::vector<fs::path> corpus_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  if (!fs::is_directory(dir)) return files;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 std::vector<std::uint8_t> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
-  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in),
+                                   std::istreambuf_iterator<char>());
 }
 
 bool host_jit() { return tx::runtime::host_jit_available(); }
@@ -87,8 +110,9 @@ Op op(std::string name, ExecScope s, std::vector<Arg> args) {
 Program sum_rows_program(DType t) {
   Program p;
   p.threads = 64;
-  p.bufs = {buffer("in0", MemScope::global, t, {64, 4}), buffer("sm1", MemScope::shared, t, {64, 4}),
-            buffer("r2", MemScope::local, t, {32, 4}), buffer("r3", MemScope::local, t, {32}),
+  p.bufs = {buffer("in0", MemScope::global, t, {64, 4}),
+            buffer("sm1", MemScope::shared, t, {64, 4}), buffer("r2", MemScope::local, t, {32, 4}),
+            buffer("r3", MemScope::local, t, {32}),
             buffer("out4", MemScope::global, t, {64}, true)};
   p.bufs[2].family = p.bufs[3].family = Family::warp;
   p.bufs[2].layout = LayoutSpec{{{32, 1, tx::Axis::laneid}, {4, 1, tx::Axis::m}}, {}, {}};
@@ -135,8 +159,8 @@ TEST_CASE("fuzz corpus: every program is rejected with a tx error or matches its
     ++n[o.kind];
     compared += o.compared;
   }
-  MESSAGE(files.size() << " programs: " << n[Outcome::checked] << " run and checked ("
-                       << compared << " elements), " << n[Outcome::lowered] << " lowered only, "
+  MESSAGE(files.size() << " programs: " << n[Outcome::checked] << " run and checked (" << compared
+                       << " elements), " << n[Outcome::lowered] << " lowered only, "
                        << n[Outcome::rejected] << " rejected; seed " << tx::test::rng_seed());
   // The corpus is kept for programs that lower: most of them must get that far.
   CHECK(n[Outcome::checked] + n[Outcome::lowered] >= files.size() / 2);
@@ -260,4 +284,61 @@ TEST_CASE("fuzz generator: the same bytes make the same program") {
   // An empty input is a plain, valid program too.
   Program empty = generate(nullptr, 0);
   CHECK(empty.ops.size() >= 2);
+}
+
+TEST_CASE("invalid-program corpus: every program ends in a tx error or its documented result") {
+  QuietWarnings quiet;
+  txfuzz::avoid_from_env();
+  const fs::path dir = corpus_dir("TXFUZZ_CORPUS_INVALID", "corpus-invalid");
+  std::vector<fs::path> files = corpus_files(dir);
+  REQUIRE_MESSAGE(files.size() >= 10, dir.string() << " holds too few inputs");
+  std::map<std::string, int> kinds;  // outcome -> programs
+  std::set<std::string> faults;
+  for (const fs::path& f : files) {
+    CAPTURE(f.filename().string());
+    std::vector<std::uint8_t> bytes = read_bytes(f);
+    txbad::Program p = txbad::generate(bytes.data(), bytes.size());
+    INFO(txbad::describe(p));
+    txbad::Outcome o = txbad::run_program(p, tx::test::rng()());
+    CHECK_MESSAGE(o.kind != txbad::Outcome::finding, o.message);
+    ++kinds[txbad::outcome_name(o.kind)];
+    faults.insert(p.fault);
+  }
+  std::string summary;
+  for (const auto& [k, n] : kinds) summary += " " + std::to_string(n) + " " + k;
+  MESSAGE(files.size() << " invalid programs (" << faults.size() << " kinds of fault):" << summary
+                       << "; seed " << tx::test::rng_seed());
+  // The corpus keeps programs of every stage: rejected when compiled, and,
+  // with the host JIT, reported by the checked run, refused at the launch,
+  // and run clean.
+  CHECK(kinds["rejected"] > 0);
+  if (host_jit()) {
+    CHECK(kinds["reported"] > 0);
+    CHECK(kinds["refused"] > 0);
+    CHECK(kinds["clean"] > 0);
+  }
+}
+
+TEST_CASE("builder corpus: random builder call sequences end in tx errors, never a crash") {
+  QuietWarnings quiet;
+  txfuzz::avoid_from_env();
+  const fs::path dir = corpus_dir("TXFUZZ_CORPUS_BUILDER", "corpus-builder");
+  std::vector<fs::path> files = corpus_files(dir);
+  REQUIRE_MESSAGE(files.size() >= 10, dir.string() << " holds too few inputs");
+  long steps = 0, errors = 0, compiled = 0, launched = 0;
+  for (const fs::path& f : files) {
+    CAPTURE(f.filename().string());
+    std::vector<std::uint8_t> bytes = read_bytes(f);
+    txbuild::Result r = txbuild::run_bytes(bytes.data(), bytes.size());
+    CHECK_MESSAGE(!r.finding, r.message << "\nafter these calls:\n" << r.trace);
+    steps += r.steps;
+    errors += r.errors;
+    compiled += r.compiled;
+    launched += r.launched;
+  }
+  MESSAGE(files.size() << " call sequences: " << steps << " calls (" << errors << " tx errors), "
+                       << compiled << " compiles, " << launched << " launches");
+  CHECK(errors > 0);
+  CHECK(compiled > 0);
+  if (host_jit()) CHECK(launched > 0);
 }

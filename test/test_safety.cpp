@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <regex>
 
 #include "racy_kernels.hpp"
@@ -33,6 +34,7 @@ bool host_ready() {
 #define HOST_CASE(name) TEST_CASE(name* doctest::skip(!host_ready()))
 
 constexpr const char* kThisFile = "test_safety.cpp";
+const int kNoLine = 0;  // Want::line of an error whose line is not checked
 
 // The one naming scheme of ops in messages: builders T.*, tile primitives
 // Tx.<scope>.*, the C++ API tx.*, kernel launches "launch <kernel>".
@@ -649,6 +651,100 @@ TEST_CASE("every error of the catalogue follows the naming scheme and names the 
   }
 }
 
+// ------------------------------------------------ found by the fuzzers
+
+TEST_CASE("sizes past 2^62 elements or bytes are tx errors, not overflows") {
+  const std::int64_t big = std::int64_t{1} << 40;
+  expect_error(
+      [&] {
+        T::prim_func("huge", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {big, big}, f32);
+          A(0, 0) = 1.0f;
+        });
+      },
+      {"T.match_buffer", "A", "more than 2^62 bytes of float32", kNoLine});
+  // 2^62 elements of f32: the elements fit, the bytes do not.
+  expect_error(
+      [&] {
+        T::prim_func("bytes", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {std::int64_t{1} << 31, std::int64_t{1} << 31}, f32);
+          A(0, 0) = 1.0f;
+        });
+      },
+      {"T.match_buffer", "A", "more than 2^62 bytes", kNoLine});
+  try {
+    TileLayout l(std::vector<Iter>{{big, 1, Axis::m}, {big, big, Axis::m}});
+    FAIL("a layout of 2^80 elements was accepted: size " << l.size());
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("more than 2^62 elements") != std::string::npos);
+  }
+}
+
+TEST_CASE("integer constants fold as the kernel computes them: two's complement at their width") {
+  const std::int64_t max64 = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t min64 = std::numeric_limits<std::int64_t>::min();
+  auto fold = [](const Expr& e) { return as_const_int(lowering::simplify(e)); };
+  CHECK(fold(make_int(max64, i64) + make_int(5, i64)) == min64 + 4);
+  CHECK(fold(make_int(2147483647, i32) + make_int(1, i32)) == -2147483648LL);
+  CHECK(fold(make_int(200, u8) * make_int(2, u8)) == 144);
+  CHECK(fold(make_int(-7, i32) / make_int(2, i32)) == -3);
+  CHECK(fold(floordiv(make_int(-7, i32), make_int(2, i32))) == -4);
+  // What the targets disagree on, or trap on, is left to run: INT_MIN / -1,
+  // a zero divisor, a shift past the width.
+  CHECK_FALSE(fold(make_int(min64, i64) / make_int(-1, i64)));
+  CHECK_FALSE(fold(make_int(5, i32) / make_int(0, i32)));
+  CHECK_FALSE(fold(make_int(1, i64) << make_int(64, i64)));
+  CHECK(fold(make_int(1, i64) << make_int(62, i64)) == std::int64_t{1} << 62);
+  // The range analysis of INT64_MIN: no negation overflow.
+  CHECK(fold(make_int(3, i64) - make_int(min64, i64)) == min64 + 3);
+}
+
+TEST_CASE("y = y * y repeated stays linear: the builder binds large shared parts") {
+  auto f = T::prim_func("squares", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32}, f32);
+    auto t = T::thread_id({32});
+    Expr y = A(t);
+    for (int i = 0; i < 60; ++i) y = y * y;  // 2^60 nodes if walked as a tree
+    A(t) = y;
+  });
+  Kernel k = compile(f, {.device = Device::host()});
+  CHECK(k.lowered_ir().find("part") != std::string::npos);
+  // Outside a builder there is no T::let to bind to: a tx error.
+  Expr y = make_float(1.5);
+  try {
+    for (int i = 0; i < 40; ++i) y = y * y;
+    FAIL("a 2^40-node expression was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("counted once per use") != std::string::npos);
+  }
+}
+
+TEST_CASE("a default Kernel and an id var past its dimensions are tx errors") {
+  Kernel k;
+  for (auto call : std::vector<std::function<void()>>{
+           [&] { (void)k.name(); }, [&] { (void)k.cuda_source(); }, [&] { (void)k.tirx(); },
+           [&] { (void)k.lowered_ir(); }, [&] { (void)k.ptx(); }, [&] { (void)k.info(); },
+           [&] { (void)k.prepare_gpu(); }, [&] { k(); }}) {
+    try {
+      call();
+      FAIL("a default Kernel was used without an error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("the Kernel is empty") != std::string::npos);
+    }
+  }
+  static int line = 0;
+  expect_error(
+      [&] {
+        T::prim_func("ids", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32}, f32);
+          auto t = T::thread_id({32});
+          line = __LINE__ - 1;
+          A(t[3]) = 1.0f;
+        });
+      },
+      {"T.id", "t[3]", "index 3 past the 1 id var(s)", line});
+}
+
 // ------------------------------------------------------ 11. printed CUDA
 
 TEST_CASE("the printed CUDA holds only the helpers the kernel uses") {
@@ -753,6 +849,30 @@ HOST_CASE("the checked mode reports out-of-bounds accesses and division by zero"
                         Tensor::from_vector(b, {32}, Device::host())});
   CHECK(has(r, "integer division by zero in `7 / B[t]`"));
   CHECK(has(r, "thread 5, CTA 0"));
+}
+
+HOST_CASE("the checked mode checks each index against its dimension, not only the flat offset") {
+  // A(r, J(t)) with J(7) = 9 on a (4, 8) buffer: rows 0-2 land on the next
+  // row's elements, inside the storage; each is reported all the same.
+  auto f = T::prim_func("gather_rows", [&](Handle A_ptr, Handle J_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {4, 8}, f32);
+    auto J = T::match_buffer(J_ptr, {8}, i32);
+    auto B = T::match_buffer(B_ptr, {4, 8}, f32);
+    auto t = T::thread_id({8});
+    for (int r = 0; r < 3; ++r) B(r, t) = A(r, J(t));
+  });
+  std::vector<std::int32_t> j = {7, 6, 5, 4, 3, 2, 1, 0};
+  Tensor A = host_input({4, 8}), B = host_input({4, 8});
+  CHECK(checked_run(f, {A, Tensor::from_vector(j, {8}, Device::host()), B}).empty());
+  j[7] = 9;
+  std::string r = checked_run(f, {A, Tensor::from_vector(j, {8}, Device::host()), B});
+  CHECK(has(r, "reads A (4, 8) at index 9 on dimension 1, outside its extent (thread 7, CTA 0)"));
+  CHECK(has(r, "found 3 problems"));
+  // Unchecked, the printed CUDA is the plain index; checked, the check is
+  // in the lowered IR only.
+  CHECK(compile(f, {.checked = true}).lowered_ir().find("T.check_index") != std::string::npos);
+  CHECK(compile(f, {.device = Device::host(), .checked = false}).lowered_ir().find("check_index") ==
+        std::string::npos);
 }
 
 HOST_CASE("the checked mode finds nothing in the samples, and computes what they compute") {

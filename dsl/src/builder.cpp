@@ -145,6 +145,10 @@ std::vector<std::string> infer_handle_names(SourceLoc loc, std::size_t n) {
 // below kMaxExprDepth, so every later traversal stays shallow, and small
 // enough that per-node analyses quadratic in the depth stay cheap.
 constexpr std::uint32_t kSpillDepth = 256;
+// Tree size (shared parts counted per use) at which the builder binds a part
+// too: y = y * y, repeated, doubles the size at each step while staying
+// shallow, and every traversal would walk all of it.
+constexpr std::uint32_t kSpillSize = 4096;
 
 bool reads_memory(const Expr& e) {
   struct V : IRVisitor {
@@ -180,9 +184,9 @@ void check_parts(BuildState& s, const Stmt& st) {
   v.visit(st);
   if (v.bad)
     fail("T.store", v.var->name, st->loc,
-         "this expression is more than " + std::to_string(kSpillDepth) +
-             " operations deep, so tx evaluated it in parts where it was built (" +
-             v.bad->loc.str() +
+         "this expression is more than " + std::to_string(kSpillDepth) + " operations deep (or " +
+             std::to_string(kSpillSize) +
+             " in all), so tx evaluated it in parts where it was built (" + v.bad->loc.str() +
              "); it reads memory, and between there and here a statement may write that memory "
              "or a new block begins, which would change its value. Build the expression where "
              "it is used, or bind it with T::let yourself");
@@ -208,7 +212,7 @@ namespace detail {
 }
 
 Expr spill_deep(Expr e) {
-  if (!g_state || !e.defined() || e.depth() < kSpillDepth) return e;
+  if (!g_state || !e.defined() || (e.depth() < kSpillDepth && e.tree_size() < kSpillSize)) return e;
   BuildState& s = *g_state;
   Var v("part" + std::to_string(s.parts.size()), e.dtype(), s.stmt_loc);
   Part p{s.frames.back().id, s.writes, reads_memory(e), s.stmt_loc};
@@ -633,5 +637,11 @@ void warp_sync(Loc loc) {
 }  // namespace cuda
 
 }  // namespace T
+
+void IdVars::index_error(std::size_t i) const {
+  fail("T.id", vars_[0]->name + "[" + std::to_string(i) + "]", vars_[0]->loc,
+       "index " + std::to_string(i) + " past the " + std::to_string(vars_.size()) +
+           " id var(s) this call binds (0 .. " + std::to_string(vars_.size() - 1) + ")");
+}
 
 }  // namespace tx

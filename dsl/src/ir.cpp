@@ -21,7 +21,8 @@ std::string binop_op_name(BinOp op) { return std::string("T.") + binop_name(op);
 // An operand as the user would read it, shortened for a message.
 std::string operand_text(const Expr& e) {
   if (!e) return "<undefined>";
-  std::string s = e.depth() > 64 ? std::string("<expression>") : to_string(e);
+  std::string s =
+      e.depth() > 64 || e.tree_size() > 4096 ? std::string("<expression>") : to_string(e);
   if (s.size() > 72) s = s.substr(0, 69) + "...";
   return s;
 }
@@ -35,6 +36,12 @@ Expr checked_depth(Expr e, const char* op, SourceLoc loc) {
     fail(op, "", loc,
          "expression nests " + std::to_string(e.depth()) + " operations deep; tx takes at most " +
              std::to_string(kMaxExprDepth) + " (bind parts of it with T::let)");
+  if (e.tree_size() > kMaxExprSize)
+    fail(op, "", loc,
+         "expression has " + std::to_string(e.tree_size()) +
+             " operations when its shared parts are counted once per use (as every pass and "
+             "code generator walks them); tx takes at most " +
+             std::to_string(kMaxExprSize) + " (bind the shared parts with T::let)");
   return e;
 }
 }  // namespace
@@ -93,8 +100,15 @@ Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shap
   if (dtype.is_void() || dtype.is_handle())
     fail(op, name, loc, "dtype " + dtype.name() + " cannot be a buffer element");
   if (shape.empty()) fail(op, name, loc, "a buffer needs at least one dimension");
-  for (auto e : shape)
+  __int128 elems = 1;
+  for (auto e : shape) {
     if (e <= 0) fail(op, name, loc, "shape extent " + std::to_string(e) + " is not positive");
+    elems *= e;
+    if (elems * dtype.bytes() > (__int128{1} << 62))
+      fail(op, name, loc,
+           "the shape holds more than 2^62 bytes of " + dtype.name() +
+               ", past what 64-bit offsets can address");
+  }
   TileLayout l = layout ? *layout : TileLayout::row_major(shape);
   if (auto why = l.mismatch(shape)) fail(op, name, loc, *why);
   if (scope != MemScope::local && l.has_thread_axes())
@@ -367,6 +381,11 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
       for (const Expr& a : args)
         if (!a.dtype().is_integer()) fail(name, operand_text(a), loc, "takes integer operands");
       t = op == Intrinsic::check_access ? boolean : i32;
+      break;
+    case Intrinsic::check_index:
+      for (const Expr& a : args)
+        if (!a.dtype().is_integer()) fail(name, operand_text(a), loc, "takes integer operands");
+      t = args[0].dtype();
       break;
     case Intrinsic::check_divisor:
       if (!args[0].dtype().is_integer() || !args[1].dtype().is_integer())

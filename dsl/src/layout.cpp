@@ -28,14 +28,40 @@ const char* axis_name(Axis a) {
 }
 
 namespace {
+// The most elements (and the farthest offset) a layout may describe: 2^62,
+// so that sizes and offsets never overflow the 64-bit arithmetic of tx and
+// of the kernels (byte counts are checked per buffer, T.alloc_buffer).
+constexpr __int128 kMaxLayoutElems = __int128{1} << 62;
+
+// Rejects iters whose element count or farthest offset passes 2^62.
+void check_iters(const char* what, const std::vector<Iter>& iters) {
+  __int128 n = 1, reach = 0;
+  for (const Iter& it : iters) {
+    if (it.extent <= 0)
+      fail("tx.TileLayout", what, {}, "extent " + std::to_string(it.extent) + " is not positive");
+    n *= it.extent;
+    reach += static_cast<__int128>(it.extent - 1) *
+             (it.stride < 0 ? -static_cast<__int128>(it.stride) : it.stride);
+    if (n > kMaxLayoutElems || reach > kMaxLayoutElems)
+      fail("tx.TileLayout", what, {},
+           "the layout " + std::string(n > kMaxLayoutElems ? "covers" : "reaches") +
+               " more than 2^62 elements, past what 64-bit offsets can address");
+  }
+}
+
 std::vector<Iter> make_iters(const char* what, const std::vector<std::int64_t>& extents,
                              std::vector<AxisStride> strides) {
+  for (auto e : extents)
+    if (e <= 0) fail("tx.TileLayout", what, {}, "extent " + std::to_string(e) + " is not positive");
   if (strides.empty()) {
     // Row-major on memory.
     strides.resize(extents.size(), AxisStride(1));
-    std::int64_t s = 1;
+    __int128 s = 1;
     for (std::size_t k = extents.size(); k-- > 0;) {
-      strides[k] = AxisStride(s);
+      if (s > kMaxLayoutElems)
+        fail("tx.TileLayout", what, {},
+             "the layout covers more than 2^62 elements, past what 64-bit offsets can address");
+      strides[k] = AxisStride(static_cast<std::int64_t>(s));
       s *= extents[k];
     }
   }
@@ -51,6 +77,7 @@ std::vector<Iter> make_iters(const char* what, const std::vector<std::int64_t>& 
       fail("tx.TileLayout", what, {}, "negative stride " + std::to_string(strides[k].stride));
     iters.push_back({extents[k], strides[k].stride, strides[k].axis});
   }
+  check_iters(what, iters);
   return iters;
 }
 
@@ -100,7 +127,10 @@ TileLayout::TileLayout(ShardSpec shard, ReplicaSpec replica)
     : shard_(std::move(shard.iters)), replica_(std::move(replica.iters)) {}
 TileLayout::TileLayout(std::vector<Iter> shard, std::vector<Iter> replica,
                        std::array<std::int64_t, kNumAxes> offset)
-    : shard_(std::move(shard)), replica_(std::move(replica)), offset_(offset) {}
+    : shard_(std::move(shard)), replica_(std::move(replica)), offset_(offset) {
+  check_iters("S", shard_);
+  check_iters("R", replica_);
+}
 
 TileLayout TileLayout::row_major(const std::vector<std::int64_t>& shape) {
   return TileLayout(S(shape));

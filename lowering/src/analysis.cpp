@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <optional>
 
 #include "tx/ir_functor.hpp"
 #include "tx/printer.hpp"
@@ -11,20 +13,28 @@ namespace tx::lowering {
 
 Uniformity scope_level(ExecScope s) {
   switch (s) {
-    case ExecScope::thread: return Uniformity::thread;
-    case ExecScope::warp: return Uniformity::warp;
-    case ExecScope::warpgroup: return Uniformity::warpgroup;
-    case ExecScope::cta: return Uniformity::cta;
+    case ExecScope::thread:
+      return Uniformity::thread;
+    case ExecScope::warp:
+      return Uniformity::warp;
+    case ExecScope::warpgroup:
+      return Uniformity::warpgroup;
+    case ExecScope::cta:
+      return Uniformity::cta;
   }
   return Uniformity::thread;
 }
 
 const char* uniformity_name(Uniformity u) {
   switch (u) {
-    case Uniformity::thread: return "thread";
-    case Uniformity::warp: return "warp";
-    case Uniformity::warpgroup: return "warpgroup";
-    case Uniformity::cta: return "cta";
+    case Uniformity::thread:
+      return "thread";
+    case Uniformity::warp:
+      return "warp";
+    case Uniformity::warpgroup:
+      return "warpgroup";
+    case Uniformity::cta:
+      return "cta";
   }
   return "?";
 }
@@ -46,6 +56,12 @@ std::int64_t sat_add(std::int64_t a, std::int64_t b) {
   if (a <= Interval::kMin || b <= Interval::kMin) return Interval::kMin;
   if (a >= Interval::kMax || b >= Interval::kMax) return Interval::kMax;
   return std::clamp(a + b, Interval::kMin, Interval::kMax);
+}
+
+std::int64_t sat_neg(std::int64_t a) {
+  if (a <= Interval::kMin) return Interval::kMax;
+  if (a >= Interval::kMax) return Interval::kMin;
+  return -a;
 }
 
 Interval dtype_range(DType t) {
@@ -89,8 +105,10 @@ Interval Env::bound(const Expr& e) const {
   if (binop_is_comparison(b->op) || binop_is_logical(b->op)) return {0, 1};
   Interval x = bound(b->a), y = bound(b->b);
   switch (b->op) {
-    case BinOp::Add: return {sat_add(x.lo, y.lo), sat_add(x.hi, y.hi)};
-    case BinOp::Sub: return {sat_add(x.lo, -y.hi), sat_add(x.hi, -y.lo)};
+    case BinOp::Add:
+      return {sat_add(x.lo, y.lo), sat_add(x.hi, y.hi)};
+    case BinOp::Sub:
+      return {sat_add(x.lo, sat_neg(y.hi)), sat_add(x.hi, sat_neg(y.lo))};
     case BinOp::Mul: {
       if (!x.bounded() || !y.bounded()) {
         if (x.lo >= 0 && y.lo >= 0) return {sat_mul(x.lo, y.lo), Interval::kMax};
@@ -119,15 +137,18 @@ Interval Env::bound(const Expr& e) const {
       if (y.lo > 0 && b->op == BinOp::FloorMod) return {0, y.hi - 1};
       if (y.lo > 0) return {-(y.hi - 1), y.hi - 1};
       return Interval::everything();
-    case BinOp::Min: return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
-    case BinOp::Max: return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
+    case BinOp::Min:
+      return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
+    case BinOp::Max:
+      return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
     case BinOp::BitAnd:
       if (x.lo >= 0 && y.lo >= 0) return {0, std::min(x.hi, y.hi)};
       return dtype_range(e.dtype());
     case BinOp::Shr:
       if (x.lo >= 0 && y.lo == y.hi && y.lo >= 0 && y.lo < 62) return {x.lo >> y.lo, x.hi >> y.lo};
       return dtype_range(e.dtype());
-    default: return dtype_range(e.dtype());
+    default:
+      return dtype_range(e.dtype());
   }
 }
 
@@ -170,7 +191,8 @@ std::int64_t Env::known_divisor(const Expr& e) const {
         return sat_mul(x, y);
       }
       case BinOp::Add:
-      case BinOp::Sub: return std::gcd(known_divisor(b->a), known_divisor(b->b));
+      case BinOp::Sub:
+        return std::gcd(known_divisor(b->a), known_divisor(b->b));
       case BinOp::Shl:
         if (auto s = as_const_int(b->b); s && *s >= 0 && *s < 40)
           return sat_mul(known_divisor(b->a), std::int64_t{1} << *s);
@@ -191,7 +213,8 @@ std::int64_t Env::known_divisor(const Expr& e) const {
           if (da % *c == 0) return da / *c;
         }
         return 1;
-      default: return 1;
+      default:
+        return 1;
     }
   }
   if (auto* c = e.as<CastNode>()) return known_divisor(c->value);
@@ -201,6 +224,89 @@ std::int64_t Env::known_divisor(const Expr& e) const {
 // ------------------------------------------------------------- simplifier
 
 namespace {
+
+// x OP y folded as the kernel computes it: two's complement at t's width, the
+// result the GPU and the host JIT both produce. nullopt where the targets do
+// not agree on one value (a divisor of 0, INT_MIN / -1, a shift count outside
+// 0 .. width-1), which is then left to run.
+std::optional<std::int64_t> fold_int(BinOp op, std::int64_t x, std::int64_t y, DType t) {
+  const int w = t.is_bool() ? 64 : t.bits;
+  const bool sg = t.is_bool() || t.is_int();
+  auto wrap = [&](std::uint64_t v) -> std::int64_t {
+    if (w >= 64) return static_cast<std::int64_t>(v);
+    std::uint64_t mask = (std::uint64_t{1} << w) - 1;
+    v &= mask;
+    if (sg && (v >> (w - 1)) & 1) v |= ~mask;
+    return static_cast<std::int64_t>(v);
+  };
+  x = wrap(static_cast<std::uint64_t>(x));
+  y = wrap(static_cast<std::uint64_t>(y));
+  const std::uint64_t ux = static_cast<std::uint64_t>(x), uy = static_cast<std::uint64_t>(y);
+  // Unsigned values of 64 bits live in int64 as their bit pattern.
+  const bool u64 = !sg && w == 64;
+  const std::int64_t min =
+      w >= 64 ? std::numeric_limits<std::int64_t>::min() : -(std::int64_t{1} << (w - 1));
+  auto divides = [&] { return y != 0 && !(sg && x == min && y == -1); };
+  auto less = [&](std::int64_t a, std::int64_t b) {
+    return u64 ? static_cast<std::uint64_t>(a) < static_cast<std::uint64_t>(b) : a < b;
+  };
+  switch (op) {
+    case BinOp::Add:
+      return wrap(ux + uy);
+    case BinOp::Sub:
+      return wrap(ux - uy);
+    case BinOp::Mul:
+      return wrap(ux * uy);
+    case BinOp::Div:
+      if (!divides()) return std::nullopt;
+      return u64 ? wrap(ux / uy) : wrap(static_cast<std::uint64_t>(x / y));
+    case BinOp::Mod:
+      if (!divides()) return std::nullopt;
+      return u64 ? wrap(ux % uy) : wrap(static_cast<std::uint64_t>(x % y));
+    case BinOp::FloorDiv:
+    case BinOp::FloorMod: {
+      if (!divides()) return std::nullopt;
+      if (u64) return wrap(op == BinOp::FloorDiv ? ux / uy : ux % uy);
+      std::int64_t q = x / y, r = x % y;
+      if (r != 0 && ((r < 0) != (y < 0))) --q, r += y;
+      return wrap(static_cast<std::uint64_t>(op == BinOp::FloorDiv ? q : r));
+    }
+    case BinOp::Min:
+      return less(x, y) ? x : y;
+    case BinOp::Max:
+      return less(x, y) ? y : x;
+    case BinOp::EQ:
+      return x == y;
+    case BinOp::NE:
+      return x != y;
+    case BinOp::LT:
+      return less(x, y);
+    case BinOp::LE:
+      return !less(y, x);
+    case BinOp::GT:
+      return less(y, x);
+    case BinOp::GE:
+      return !less(x, y);
+    case BinOp::And:
+      return x != 0 && y != 0;
+    case BinOp::Or:
+      return x != 0 || y != 0;
+    case BinOp::BitAnd:
+      return wrap(ux & uy);
+    case BinOp::BitOr:
+      return wrap(ux | uy);
+    case BinOp::BitXor:
+      return wrap(ux ^ uy);
+    case BinOp::Shl:
+      if (y < 0 || y >= w) return std::nullopt;
+      return wrap(ux << y);
+    case BinOp::Shr:
+      if (y < 0 || y >= w) return std::nullopt;
+      if (sg) return x >> y;
+      return wrap((w >= 64 ? ux : ux & ((std::uint64_t{1} << w) - 1)) >> y);
+  }
+  return std::nullopt;
+}
 
 class Simplifier : public IRMutator {
  public:
@@ -245,38 +351,9 @@ class Simplifier : public IRMutator {
     bool is_int = t.is_integer();
 
     if (ca && cb && (is_int || t.is_bool())) {
-      std::int64_t x = *ca, y = *cb;
-      switch (op) {
-        case BinOp::Add: return make_int(x + y, t, loc);
-        case BinOp::Sub: return make_int(x - y, t, loc);
-        case BinOp::Mul: return make_int(x * y, t, loc);
-        case BinOp::Div:
-          if (y != 0) return make_int(x / y, t, loc);
-          break;
-        case BinOp::Mod:
-          if (y != 0) return make_int(x % y, t, loc);
-          break;
-        case BinOp::FloorDiv:
-          if (y != 0) return make_int(floordiv(x, y), t, loc);
-          break;
-        case BinOp::FloorMod:
-          if (y != 0) return make_int(floormod(x, y), t, loc);
-          break;
-        case BinOp::Min: return make_int(std::min(x, y), t, loc);
-        case BinOp::Max: return make_int(std::max(x, y), t, loc);
-        case BinOp::EQ: return make_bool(x == y, loc);
-        case BinOp::NE: return make_bool(x != y, loc);
-        case BinOp::LT: return make_bool(x < y, loc);
-        case BinOp::LE: return make_bool(x <= y, loc);
-        case BinOp::GT: return make_bool(x > y, loc);
-        case BinOp::GE: return make_bool(x >= y, loc);
-        case BinOp::And: return make_bool(x && y, loc);
-        case BinOp::Or: return make_bool(x || y, loc);
-        case BinOp::BitAnd: return make_int(x & y, t, loc);
-        case BinOp::BitOr: return make_int(x | y, t, loc);
-        case BinOp::BitXor: return make_int(x ^ y, t, loc);
-        case BinOp::Shl: return make_int(x << y, t, loc);
-        case BinOp::Shr: return make_int(x >> y, t, loc);
+      if (auto v = fold_int(op, *ca, *cb, t)) {
+        if (binop_is_comparison(op) || binop_is_logical(op)) return make_bool(*v != 0, loc);
+        return make_int(*v, t, loc);
       }
     }
 
@@ -313,7 +390,8 @@ class Simplifier : public IRMutator {
           if (Expr r = split(b, a)) return r;
         }
           if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Add) {
-            if (auto k = as_const_int(x->b)) return rewrite(BinOp::Add, x->a, make_int(*k + *cb, t, loc), loc, {});
+            if (auto k = as_const_int(x->b))
+              return rewrite(BinOp::Add, x->a, make_int(*k + *cb, t, loc), loc, {});
           }
           break;
         case BinOp::Sub:
@@ -324,7 +402,8 @@ class Simplifier : public IRMutator {
           if (cb && *cb == 1) return a;
           if (cb && *cb == 0) return make_int(0, t, loc);
           if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Mul) {
-            if (auto k = as_const_int(x->b)) return rewrite(BinOp::Mul, x->a, make_int(*k * *cb, t, loc), loc, {});
+            if (auto k = as_const_int(x->b))
+              return rewrite(BinOp::Mul, x->a, make_int(*k * *cb, t, loc), loc, {});
           }
           break;
         case BinOp::Div:
@@ -366,8 +445,7 @@ class Simplifier : public IRMutator {
               if ((x->op == BinOp::Mod || x->op == BinOp::FloorMod) && kx && *kx % *cb == 0 &&
                   bound(x->a).lo >= 0)
                 return rewrite(op, x->a, b, loc, {});
-              if (x->op == BinOp::Add && ia.lo >= 0 && bound(x->a).lo >= 0 &&
-                  bound(x->b).lo >= 0) {
+              if (x->op == BinOp::Add && ia.lo >= 0 && bound(x->a).lo >= 0 && bound(x->b).lo >= 0) {
                 std::int64_t dp = divisor(x->a), dq = divisor(x->b);
                 if (dp == 0 || dp % *cb == 0) return rewrite(op, x->b, b, loc, {});
                 if (dq == 0 || dq % *cb == 0) return rewrite(op, x->a, b, loc, {});
@@ -416,12 +494,14 @@ class Simplifier : public IRMutator {
             case BinOp::NE:
               if (ia.hi < ib.lo || ia.lo > ib.hi) r = true;
               break;
-            default: break;
+            default:
+              break;
           }
           if (r && ia.bounded() && ib.bounded()) return make_bool(*r, loc);
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
 
@@ -429,7 +509,8 @@ class Simplifier : public IRMutator {
       auto fa = a.as<FloatImmNode>(), fb = b.as<FloatImmNode>();
       if (fb && op == BinOp::Mul && fb->value == 1.0) return a;
       if (fa && op == BinOp::Mul && fa->value == 1.0) return b;
-      if (fb && (op == BinOp::Add || op == BinOp::Sub) && fb->value == 0.0 && !std::signbit(fb->value))
+      if (fb && (op == BinOp::Add || op == BinOp::Sub) && fb->value == 0.0 &&
+          !std::signbit(fb->value))
         return a;
     }
     return rebuild(op, a, b, loc, self);

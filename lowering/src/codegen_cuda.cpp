@@ -609,6 +609,11 @@ class CudaEmitter : public IRVisitor {
         return;
       case Intrinsic::check_access:
       case Intrinsic::check_barrier:
+      case Intrinsic::check_index:
+        // A checked kernel's CUDA (printed, never launched: the checked mode
+        // runs on the host) shows the index the check passes through.
+        eo_ << "(" << e(n->args[0]) << ")";
+        return;
       case Intrinsic::check_divisor:
         fail("tx.codegen_cuda", "", n->loc,
              std::string("internal: ") + intrinsic_name(n->op) + " is a host-only check");

@@ -57,6 +57,10 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   step("lower_tile_ops", s);
   s = lower_scope_ids(s);
   step("lower_scope_ids", s);
+  if (opt.check_indices) {
+    s = guard_indices(s, k.launch);
+    step("guard_indices", s);
+  }
   s = flatten_buffers(s);
   step("flatten_buffers", s);
   s = widen_indices(s);

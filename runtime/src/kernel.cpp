@@ -70,6 +70,7 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   st->checked = opt.checked ? *opt.checked : !st->device.is_cuda() && runtime::check_from_env();
   lowering::LowerOptions lo;
   lo.debug = opt.debug_ir;
+  lo.check_indices = st->checked;
   // Limits are checked when compiling: the named arch's, the GPU's the
   // kernel is for, else the largest of any GPU (a host kernel must also be
   // one a GPU can run).
@@ -85,23 +86,35 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   return k;
 }
 
-const std::string& Kernel::name() const { return state_->kernel_name; }
-Device Kernel::device() const { return state_->device; }
-const PrimFunc& Kernel::source() const { return state_->info.source; }
-const PrimFunc& Kernel::lowered() const { return state_->info.lowered; }
-const lowering::LoweredKernel& Kernel::info() const { return state_->info; }
-std::string Kernel::tirx() const { return to_string(state_->info.source); }
-std::string Kernel::lowered_ir() const { return to_string(state_->info.lowered); }
-std::string Kernel::cuda_source() const { return state_->cuda; }
-bool Kernel::checked() const { return state_->checked; }
+namespace {
+// The state of a compiled kernel; a default-constructed Kernel has none.
+const Kernel::State& state_of(const std::shared_ptr<Kernel::State>& st, const char* method) {
+  if (!st)
+    fail(std::string("tx.Kernel.") + method, "", {},
+         "the Kernel is empty (default-constructed); make one with tx::compile");
+  return *st;
+}
+}  // namespace
+
+const std::string& Kernel::name() const { return state_of(state_, "name").kernel_name; }
+Device Kernel::device() const { return state_of(state_, "device").device; }
+const PrimFunc& Kernel::source() const { return state_of(state_, "source").info.source; }
+const PrimFunc& Kernel::lowered() const { return state_of(state_, "lowered").info.lowered; }
+const lowering::LoweredKernel& Kernel::info() const { return state_of(state_, "info").info; }
+std::string Kernel::tirx() const { return to_string(state_of(state_, "tirx").info.source); }
+std::string Kernel::lowered_ir() const {
+  return to_string(state_of(state_, "lowered_ir").info.lowered);
+}
+std::string Kernel::cuda_source() const { return state_of(state_, "cuda_source").cuda; }
+bool Kernel::checked() const { return state_of(state_, "checked").checked; }
 
 std::string Kernel::ptx(const std::string& arch) const {
-  return runtime::nvrtc_compile(state_->cuda, state_->kernel_name + ".cu", arch,
-                                runtime::NvrtcTarget::ptx)
-      .ptx;
+  const State& s = state_of(state_, "ptx");
+  return runtime::nvrtc_compile(s.cuda, s.kernel_name + ".cu", arch, runtime::NvrtcTarget::ptx).ptx;
 }
 
 std::string Kernel::prepare_gpu() const {
+  state_of(state_, "prepare_gpu");
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.function) return "memory";
@@ -165,7 +178,8 @@ bool sync_after_launch() {
 
 void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc) const {
   if (!state_)
-    fail("tx.Kernel.launch", "", call_loc, "launch of an empty Kernel (use tx::compile)");
+    fail("tx.Kernel.launch", "", call_loc,
+         "the Kernel is empty (default-constructed); make one with tx::compile");
   const State& s = *state_;
   const auto& params = s.info.params;
   // The caller's line; the kernel's own where no call site is known.

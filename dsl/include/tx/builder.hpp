@@ -153,10 +153,14 @@ class TileBuffer : public Buffer {
 class IdVars : public Var {
  public:
   explicit IdVars(std::vector<Var> v) : Var(v.at(0)), vars_(std::move(v)) {}
-  const Var& operator[](std::size_t i) const { return vars_.at(i); }
+  const Var& operator[](std::size_t i) const {
+    if (i >= vars_.size()) index_error(i);
+    return vars_[i];
+  }
   std::size_t size() const { return vars_.size(); }
 
  private:
+  [[noreturn]] void index_error(std::size_t i) const;
   std::vector<Var> vars_;
 };
 

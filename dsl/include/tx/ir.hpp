@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -66,11 +67,17 @@ struct ExprNode {
   // factories refuse expressions deeper than kMaxExprDepth, and the builder
   // splits deeper ones into T::let parts as they are built (builder.cpp).
   std::uint32_t depth = 1;
-  ExprNode(ExprKind k, DType t, SourceLoc l, std::uint32_t d = 1)
-      : kind(k), dtype(t), loc(l), depth(d) {}
+  // Nodes in the expression's tree, a shared subexpression counted once per
+  // use (what a traversal visits), saturating. y = y * y repeated doubles it
+  // without deepening much: the factories refuse more than kMaxExprSize, and
+  // the builder binds parts of large expressions to T::let as well.
+  std::uint32_t size = 1;
+  ExprNode(ExprKind k, DType t, SourceLoc l, std::uint32_t d = 1, std::uint32_t n = 1)
+      : kind(k), dtype(t), loc(l), depth(d), size(n) {}
   virtual ~ExprNode();
 };
 inline constexpr std::uint32_t kMaxExprDepth = 2048;
+inline constexpr std::uint32_t kMaxExprSize = 1u << 22;
 
 struct StmtNode {
   StmtKind kind;
@@ -113,6 +120,7 @@ class Expr {
     return node_->kind;
   }
   std::uint32_t depth() const { return node_ ? node_->depth : 0; }
+  std::uint32_t tree_size() const { return node_ ? node_->size : 0; }
   template <class T>
   const T* as() const {
     return node_ && node_->kind == T::kKind ? static_cast<const T*>(node_.get()) : nullptr;
@@ -258,6 +266,17 @@ inline std::uint32_t max_depth(const std::vector<Expr>& es) {
   for (const Expr& e : es) d = std::max(d, e.depth());
   return d;
 }
+// 1 + the operands' tree sizes, saturating at 2^32 - 1.
+inline std::uint32_t node_size(std::initializer_list<std::uint32_t> sizes) {
+  std::uint64_t n = 1;
+  for (std::uint32_t s : sizes) n += s;
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, 0xFFFFFFFFu));
+}
+inline std::uint32_t node_size(const std::vector<Expr>& es) {
+  std::uint64_t n = 1;
+  for (const Expr& e : es) n += e.tree_size();
+  return static_cast<std::uint32_t>(std::min<std::uint64_t>(n, 0xFFFFFFFFu));
+}
 
 class IntImmNode : public ExprNode {
  public:
@@ -278,7 +297,7 @@ class CastNode : public ExprNode {
   static constexpr ExprKind kKind = ExprKind::Cast;
   const Expr value;
   CastNode(DType t, Expr v, SourceLoc l)
-      : ExprNode(kKind, t, l, 1 + v.depth()), value(std::move(v)) {}
+      : ExprNode(kKind, t, l, 1 + v.depth(), node_size({v.tree_size()})), value(std::move(v)) {}
 };
 
 enum class BinOp : std::uint8_t {
@@ -316,7 +335,8 @@ class BinaryNode : public ExprNode {
   const BinOp op;
   const Expr a, b;
   BinaryNode(BinOp o, DType t, Expr x, Expr y, SourceLoc l)
-      : ExprNode(kKind, t, l, 1 + std::max(x.depth(), y.depth())),
+      : ExprNode(kKind, t, l, 1 + std::max(x.depth(), y.depth()),
+                 node_size({x.tree_size(), y.tree_size()})),
         op(o),
         a(std::move(x)),
         b(std::move(y)) {}
@@ -329,7 +349,7 @@ class UnaryNode : public ExprNode {
   const UnOp op;
   const Expr a;
   UnaryNode(UnOp o, DType t, Expr x, SourceLoc l)
-      : ExprNode(kKind, t, l, 1 + x.depth()), op(o), a(std::move(x)) {}
+      : ExprNode(kKind, t, l, 1 + x.depth(), node_size({x.tree_size()})), op(o), a(std::move(x)) {}
 };
 
 class SelectNode : public ExprNode {
@@ -337,26 +357,30 @@ class SelectNode : public ExprNode {
   static constexpr ExprKind kKind = ExprKind::Select;
   const Expr cond, t, f;
   SelectNode(DType ty, Expr c, Expr x, Expr y, SourceLoc l)
-      : ExprNode(kKind, ty, l, 1 + std::max({c.depth(), x.depth(), y.depth()})),
+      : ExprNode(kKind, ty, l, 1 + std::max({c.depth(), x.depth(), y.depth()}),
+                 node_size({c.tree_size(), x.tree_size(), y.tree_size()})),
         cond(std::move(c)),
         t(std::move(x)),
         f(std::move(y)) {}
 };
 
-#define TX_INTRINSICS(X)                                                                          \
-  X(sqrt, 1)                                                                                      \
-  X(rsqrt, 1)                                                                                     \
-  X(exp, 1) X(exp2, 1) X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) \
-      X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) \
-          X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2)  \
-              X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1)         \
-                  X(check_access, 5) X(check_barrier, 2) X(check_divisor, 2)
+#define TX_INTRINSICS(X)                                                                           \
+  X(sqrt, 1)                                                                                       \
+  X(rsqrt, 1)                                                                                      \
+  X(exp, 1)                                                                                        \
+  X(exp2, 1) X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) \
+      X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) \
+          X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3)     \
+              X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5) \
+                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
 //   check_access(slot, index i64, count, flags, site) -> bool: in bounds?
 //   check_barrier(scope, site) -> i32: the calling thread passed a barrier
 //   check_divisor(divisor, site) -> divisor: reports a zero divisor
+//   check_index(index, extent, dim, site) -> index: reports an index of a
+//     multi-dimensional access outside [0, extent) (lowering's guard_indices)
 enum class Intrinsic : std::uint8_t {
 #define TX_ENUM(N, A) N,
   TX_INTRINSICS(TX_ENUM)
@@ -371,7 +395,7 @@ class CallNode : public ExprNode {
   const Intrinsic op;
   const std::vector<Expr> args;
   CallNode(Intrinsic o, DType t, std::vector<Expr> a, SourceLoc l)
-      : ExprNode(kKind, t, l, 1 + max_depth(a)), op(o), args(std::move(a)) {}
+      : ExprNode(kKind, t, l, 1 + max_depth(a), node_size(a)), op(o), args(std::move(a)) {}
 };
 
 class LoadNode : public ExprNode {
@@ -380,7 +404,7 @@ class LoadNode : public ExprNode {
   const Buffer buffer;
   const std::vector<Expr> indices;
   LoadNode(Buffer b, std::vector<Expr> i, SourceLoc l)
-      : ExprNode(kKind, b->dtype, l, 1 + max_depth(i)),
+      : ExprNode(kKind, b->dtype, l, 1 + max_depth(i), node_size(i)),
         buffer(std::move(b)),
         indices(std::move(i)) {}
 };

@@ -30,7 +30,7 @@ struct Cell {
 // spend its time clearing shadow it never touches.
 constexpr std::int64_t kPage = 256;
 
-enum class Kind { race, race_cta, out_of_bounds, div_zero };
+enum class Kind { race, race_cta, out_of_bounds, div_zero, index_range };
 
 struct Finding {
   Kind kind;
@@ -60,7 +60,8 @@ struct Checker::State {
         cta_epoch(static_cast<std::size_t>(l.block)),
         wg_epoch(static_cast<std::size_t>(l.block)),
         warp_epoch(static_cast<std::size_t>(l.block)),
-        shadow(p.buffers.size()), last_page(p.buffers.size(), {-1, nullptr}) {}
+        shadow(p.buffers.size()),
+        last_page(p.buffers.size(), {-1, nullptr}) {}
 
   // The last page each slot touched: accesses mostly walk a buffer in
   // order, so most lookups skip the map.
@@ -216,6 +217,15 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
                ") (thread " + std::to_string(f.second.thread) + ", CTA " +
                std::to_string(f.second.cta) + "); the checked run skipped the access";
         break;
+      case Kind::index_range: {
+        // index: the index; count: its dimension.
+        const CheckSite& c = s.plan.sites[static_cast<std::size_t>(f.second.site)];
+        text = "out of bounds: " + site(f.second.site) + " " + verb(f.second_writes) + " " +
+               c.what + " at index " + std::to_string(f.index) + " on dimension " +
+               std::to_string(f.count) + ", outside its extent (thread " +
+               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta) + ")";
+        break;
+      }
       case Kind::div_zero: {
         const CheckSite& c = s.plan.sites[static_cast<std::size_t>(f.second.site)];
         text = "integer division by zero in `" + c.what + "` (" + site(f.second.site) +
@@ -283,6 +293,23 @@ extern "C" void tx_host_check_cta(void* checker, std::int64_t cta) {
   std::fill(s.cta_epoch.begin(), s.cta_epoch.end(), 0u);
   std::fill(s.wg_epoch.begin(), s.wg_epoch.end(), 0u);
   std::fill(s.warp_epoch.begin(), s.warp_epoch.end(), 0u);
+}
+
+extern "C" void tx_host_check_index(void* checker, std::int64_t index, std::int64_t extent,
+                                    std::int32_t dim, std::int32_t site, std::int32_t thread) {
+  if (index >= 0 && index < extent) return;
+  auto& s = *static_cast<Checker::State*>(checker);
+  const auto& c = s.plan.sites[static_cast<std::size_t>(site)];
+  tx::runtime::host::Finding f{tx::runtime::host::Kind::index_range,
+                               -1,
+                               index,
+                               dim,
+                               {},
+                               s.now(thread, site),
+                               false,
+                               c.op == "T.store",
+                               1};
+  s.add(f);
 }
 
 extern "C" void tx_host_check_divzero(void* checker, std::int32_t site, std::int32_t thread) {

@@ -81,4 +81,6 @@ bool tx_host_check_access(void* checker, std::int32_t slot, std::int64_t index, 
 void tx_host_check_barrier(void* checker, std::int32_t scope, std::int32_t thread);
 void tx_host_check_cta(void* checker, std::int64_t cta);
 void tx_host_check_divzero(void* checker, std::int32_t site, std::int32_t thread);
+void tx_host_check_index(void* checker, std::int64_t index, std::int64_t extent, std::int32_t dim,
+                         std::int32_t site, std::int32_t thread);
 }

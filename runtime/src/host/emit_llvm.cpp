@@ -668,6 +668,19 @@ class Emitter {
                      {checker_, B.CreateIntCast(emit(n->args[0]), i32t, true), current_thread()});
         return B.getInt32(0);
       }
+      case Intrinsic::check_index: {
+        if (!checked_) internal("check_index outside the checked mode", n->loc);
+        Value* i = emit(n->args[0]);
+        llvm::Type* i32t = B.getInt32Ty();
+        llvm::Type* i64t = B.getInt64Ty();
+        bool sg = n->args[0].dtype().is_int();
+        B.CreateCall(
+            check_fn("tx_host_check_index", B.getVoidTy(), {i64t, i64t, i32t, i32t, i32t}),
+            {checker_, B.CreateIntCast(i, i64t, sg), B.CreateIntCast(emit(n->args[1]), i64t, sg),
+             B.CreateIntCast(emit(n->args[2]), i32t, true),
+             B.CreateIntCast(emit(n->args[3]), i32t, true), current_thread()});
+        return i;
+      }
       case Intrinsic::check_divisor: {
         if (!checked_) internal("check_divisor outside the checked mode", n->loc);
         Value* d = emit(n->args[0]);

@@ -7,6 +7,8 @@
 //   copy_bytes      -> the same for the source range, then the destination range
 //   barrier         -> barrier; check_barrier(scope, site)   (each thread, after it)
 //   x / y (integer) -> x / check_divisor(y, site)
+//   check_index(i, extent, dim, -1) -> check_index(i, extent, dim, site)
+//                      (placed by lowering's guard_indices; numbered here)
 //
 // An access out of bounds is reported and skipped (a load reads 0), so a
 // checked run never touches memory outside a buffer. See checked_mode.hpp.
@@ -36,14 +38,19 @@ class Instrument : public IRMutator {
   using IRMutator::mutate_node;
 
   Expr mutate_node(const Expr& self, const LoadNode* n) override {
+    Access saved = access_;
+    access_ = {"T.load", &n->buffer};
     Expr out = IRMutator::mutate_node(self, n);
+    access_ = saved;
     auto* l = out.as<LoadNode>();
     Expr ok = check(l->buffer, l->indices[0], 1, /*write=*/false,
                     site("T.load", l->buffer->name, l->loc));
     return make_select(ok, out, zero(l->dtype), l->loc);
   }
   Stmt mutate_node(const Stmt& self, const StoreNode* n) override {
+    access_ = {"T.store", &n->buffer};
     Stmt out = IRMutator::mutate_node(self, n);
+    access_ = {};
     auto* st = out.as<StoreNode>();
     Expr ok =
         check(st->buffer, st->indices[0], 1, true, site("T.store", st->buffer->name, st->loc));
@@ -101,6 +108,25 @@ class Instrument : public IRMutator {
     origin_ = saved;
     return out;
   }
+  Expr mutate_node(const Expr& self, const CallNode* n) override {
+    Expr out = IRMutator::mutate_node(self, n);
+    auto* c = out.as<CallNode>();
+    if (c->op != Intrinsic::check_index) return out;
+    // Which access the index belongs to: the load or store around it.
+    std::string what = "an access";
+    if (access_.buffer) {
+      const Buffer& b = *access_.buffer;
+      auto it = source_.find(b->data.get());
+      const Buffer& shown = it != source_.end() ? it->second : b;
+      what = shown->name + " (";
+      for (std::size_t d = 0; d < shown->shape.size(); ++d)
+        what += (d ? ", " : "") + std::to_string(shown->shape[d]);
+      what += shown->shape.size() == 1 ? ",)" : ")";
+    }
+    std::vector<Expr> args = c->args;
+    args[3] = make_int(site(access_.op ? access_.op : "T.load", what, c->loc));
+    return make_call(Intrinsic::check_index, std::move(args), c->loc);
+  }
   Expr mutate_node(const Expr& self, const BinaryNode* n) override {
     Expr out = IRMutator::mutate_node(self, n);
     bool divides = n->op == BinOp::Div || n->op == BinOp::Mod || n->op == BinOp::FloorDiv ||
@@ -133,16 +159,31 @@ class Instrument : public IRMutator {
   Expr check(const Buffer& b, const Expr& index, std::int64_t count, bool write, int s) {
     auto it = slots_.find(b->data.get());
     if (it == slots_.end()) add_buffer(b), it = slots_.find(b->data.get());
-    Expr i = index.dtype() == i64 ? index : make_cast(i64, index, index->loc);
+    // The offset once more, without its check_index calls: each index is
+    // reported once, by the access itself.
+    struct Strip : IRMutator {
+      using IRMutator::mutate_node;
+      Expr mutate_node(const Expr& self, const CallNode* c) override {
+        if (c->op == Intrinsic::check_index) return mutate(c->args[0]);
+        return IRMutator::mutate_node(self, c);
+      }
+    } strip;
+    Expr plain = strip.mutate(index);
+    Expr i = plain.dtype() == i64 ? plain : make_cast(i64, plain, index->loc);
     return make_call(
         Intrinsic::check_access,
         {make_int(it->second), i, make_int(count), make_int(write ? 1 : 0), make_int(s)},
         index->loc);
   }
 
+  // One site per distinct (op, operand, line): an unrolled loop's copies of
+  // an access are reported once.
   int site(const std::string& op, const std::string& what, SourceLoc loc) {
-    plan_->sites.push_back({origin_.empty() ? op : origin_, what, loc});
-    return static_cast<int>(plan_->sites.size() - 1);
+    const std::string& shown = origin_.empty() ? op : origin_;
+    std::string key = shown + '\n' + what + '\n' + loc.str();
+    auto [it, fresh] = site_ids_.emplace(key, static_cast<int>(plan_->sites.size()));
+    if (fresh) plan_->sites.push_back({shown, what, loc});
+    return it->second;
   }
 
   static bool has_shuffle(const Expr& e) {
@@ -166,9 +207,16 @@ class Instrument : public IRMutator {
     return make_float(0.0, t);
   }
 
+  // The load or store whose indices are being rewritten.
+  struct Access {
+    const char* op = nullptr;
+    const Buffer* buffer = nullptr;
+  };
+  Access access_;
   CheckPlan* plan_;
   std::unordered_map<const VarNode*, Buffer> source_;
   std::unordered_map<const VarNode*, int> slots_;
+  std::unordered_map<std::string, int> site_ids_;
   std::string origin_;
 };
 

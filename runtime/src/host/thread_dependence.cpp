@@ -52,6 +52,7 @@ class DepWalker : public IRVisitor {
         result_ = {1, 0};
         return;
       case Intrinsic::check_divisor:  // the divisor, passed through
+      case Intrinsic::check_index:    // the index, passed through
         result_ = {walk(n->args[0]).group, 0};
         return;
       default:

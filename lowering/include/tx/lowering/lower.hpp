@@ -8,6 +8,7 @@
 //   check_bounds           element accesses that provably leave their buffer
 //   lower_tile_ops         dispatch every tile call to a variant
 //   lower_scope_ids        T.thread_id & co. become expressions of threadIdx/blockIdx
+//   guard_indices          (checked mode) indices checked against their extents
 //   flatten_buffers        multi-dimensional accesses become flat storage offsets
 //   widen_indices          offsets into buffers of 2^31+ elements computed in 64 bits
 //   legalize_low_precision f16/bf16/fp8 arithmetic computed in f32
@@ -70,6 +71,9 @@ struct LowerOptions {
   // The GPU architecture the kernel is for ("sm_90a"), whose limits the
   // kernel is checked against; empty: the largest limits of any GPU.
   std::string arch{};
+  // The checked host mode: each index of a multi-dimensional access is
+  // checked against its extent at run time (guard_indices).
+  bool check_indices = false;
 };
 
 // Hardware limits a kernel is checked against when it is compiled.
@@ -90,6 +94,7 @@ void verify_writes(const PrimFunc& f);
 void check_bounds(const PrimFunc& f, const LaunchConfig& launch);
 Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log);
 Stmt lower_scope_ids(const Stmt& s);
+Stmt guard_indices(const Stmt& s, const LaunchConfig& launch);
 Stmt flatten_buffers(const Stmt& s);
 Stmt widen_indices(const Stmt& s);
 Stmt legalize_low_precision(const Stmt& s);
