@@ -11,20 +11,28 @@ namespace tx::lowering {
 
 Uniformity scope_level(ExecScope s) {
   switch (s) {
-    case ExecScope::thread: return Uniformity::thread;
-    case ExecScope::warp: return Uniformity::warp;
-    case ExecScope::warpgroup: return Uniformity::warpgroup;
-    case ExecScope::cta: return Uniformity::cta;
+    case ExecScope::thread:
+      return Uniformity::thread;
+    case ExecScope::warp:
+      return Uniformity::warp;
+    case ExecScope::warpgroup:
+      return Uniformity::warpgroup;
+    case ExecScope::cta:
+      return Uniformity::cta;
   }
   return Uniformity::thread;
 }
 
 const char* uniformity_name(Uniformity u) {
   switch (u) {
-    case Uniformity::thread: return "thread";
-    case Uniformity::warp: return "warp";
-    case Uniformity::warpgroup: return "warpgroup";
-    case Uniformity::cta: return "cta";
+    case Uniformity::thread:
+      return "thread";
+    case Uniformity::warp:
+      return "warp";
+    case Uniformity::warpgroup:
+      return "warpgroup";
+    case Uniformity::cta:
+      return "cta";
   }
   return "?";
 }
@@ -89,8 +97,10 @@ Interval Env::bound(const Expr& e) const {
   if (binop_is_comparison(b->op) || binop_is_logical(b->op)) return {0, 1};
   Interval x = bound(b->a), y = bound(b->b);
   switch (b->op) {
-    case BinOp::Add: return {sat_add(x.lo, y.lo), sat_add(x.hi, y.hi)};
-    case BinOp::Sub: return {sat_add(x.lo, -y.hi), sat_add(x.hi, -y.lo)};
+    case BinOp::Add:
+      return {sat_add(x.lo, y.lo), sat_add(x.hi, y.hi)};
+    case BinOp::Sub:
+      return {sat_add(x.lo, -y.hi), sat_add(x.hi, -y.lo)};
     case BinOp::Mul: {
       if (!x.bounded() || !y.bounded()) {
         if (x.lo >= 0 && y.lo >= 0) return {sat_mul(x.lo, y.lo), Interval::kMax};
@@ -119,15 +129,18 @@ Interval Env::bound(const Expr& e) const {
       if (y.lo > 0 && b->op == BinOp::FloorMod) return {0, y.hi - 1};
       if (y.lo > 0) return {-(y.hi - 1), y.hi - 1};
       return Interval::everything();
-    case BinOp::Min: return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
-    case BinOp::Max: return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
+    case BinOp::Min:
+      return {std::min(x.lo, y.lo), std::min(x.hi, y.hi)};
+    case BinOp::Max:
+      return {std::max(x.lo, y.lo), std::max(x.hi, y.hi)};
     case BinOp::BitAnd:
       if (x.lo >= 0 && y.lo >= 0) return {0, std::min(x.hi, y.hi)};
       return dtype_range(e.dtype());
     case BinOp::Shr:
       if (x.lo >= 0 && y.lo == y.hi && y.lo >= 0 && y.lo < 62) return {x.lo >> y.lo, x.hi >> y.lo};
       return dtype_range(e.dtype());
-    default: return dtype_range(e.dtype());
+    default:
+      return dtype_range(e.dtype());
   }
 }
 
@@ -170,19 +183,22 @@ std::int64_t Env::known_divisor(const Expr& e) const {
         return sat_mul(x, y);
       }
       case BinOp::Add:
-      case BinOp::Sub: return std::gcd(known_divisor(b->a), known_divisor(b->b));
+      case BinOp::Sub:
+        return std::gcd(known_divisor(b->a), known_divisor(b->b));
       case BinOp::Shl:
         if (auto s = as_const_int(b->b); s && *s >= 0 && *s < 40)
           return sat_mul(known_divisor(b->a), std::int64_t{1} << *s);
         return 1;
       case BinOp::Mod:
-      case BinOp::FloorMod:
-        // a % c = a - c * (a / c): divisible by whatever divides both a and c.
-        if (auto c = as_const_int(b->b); c && *c > 0) {
-          std::int64_t da = known_divisor(b->a);
-          return da == 0 ? 0 : std::gcd(da, *c);
-        }
-        return 1;
+      case BinOp::FloorMod: {
+        // a % c = a - c * (a / c): divisible by whatever divides both a and c
+        // (c a constant, or a variable whose facts give a divisor).
+        std::int64_t da = known_divisor(b->a);
+        if (auto c = as_const_int(b->b); c && *c > 0) return da == 0 ? 0 : std::gcd(da, *c);
+        std::int64_t dc = known_divisor(b->b);
+        if (da == 0) return dc;
+        return std::gcd(da, dc);
+      }
       case BinOp::Div:
       case BinOp::FloorDiv:
         if (auto c = as_const_int(b->b); c && *c > 0) {
@@ -191,11 +207,125 @@ std::int64_t Env::known_divisor(const Expr& e) const {
           if (da % *c == 0) return da / *c;
         }
         return 1;
-      default: return 1;
+      default:
+        return 1;
     }
   }
   if (auto* c = e.as<CastNode>()) return known_divisor(c->value);
   return 1;
+}
+
+std::optional<std::int64_t> evaluate_int(
+    const Expr& e, const std::function<std::optional<std::int64_t>(const VarNode*)>& var,
+    bool mathematical) {
+  if (!e.defined()) return std::nullopt;
+  DType t = e.dtype();
+  if (!t.is_integer() && !t.is_bool()) return std::nullopt;
+  if (auto c = as_const_int(e)) return *c;
+  if (auto* v = e.as<VarNode>()) return var(v);
+  auto fits = [&](__int128 r) -> std::optional<std::int64_t> {
+    if (t.is_bool()) return r != 0;
+    if (t.bits >= 64 || mathematical) {
+      if (r > INT64_MAX || r < INT64_MIN) return std::nullopt;
+      return static_cast<std::int64_t>(r);
+    }
+    __int128 lo = t.is_uint() ? 0 : -(static_cast<__int128>(1) << (t.bits - 1));
+    __int128 hi = t.is_uint() ? (static_cast<__int128>(1) << t.bits) - 1
+                              : (static_cast<__int128>(1) << (t.bits - 1)) - 1;
+    if (r < lo || r > hi) return std::nullopt;  // wraps on the GPU: not a value to trust
+    return static_cast<std::int64_t>(r);
+  };
+  auto sub = [&](const Expr& x) { return evaluate_int(x, var, mathematical); };
+  if (auto* c = e.as<CastNode>()) {
+    auto x = sub(c->value);
+    if (!x) return std::nullopt;
+    return fits(*x);
+  }
+  if (auto* s = e.as<SelectNode>()) {
+    auto c = sub(s->cond);
+    if (!c) return std::nullopt;
+    return sub(*c ? s->t : s->f);
+  }
+  if (auto* u = e.as<UnaryNode>()) {
+    auto x = sub(u->a);
+    if (!x) return std::nullopt;
+    switch (u->op) {
+      case UnOp::Neg:
+        return fits(-static_cast<__int128>(*x));
+      case UnOp::Not:
+        return *x == 0;
+      case UnOp::BitNot:
+        return fits(~*x);
+    }
+  }
+  auto* b = e.as<BinaryNode>();
+  if (!b) return std::nullopt;
+  auto x = sub(b->a);
+  if (!x) return std::nullopt;
+  if (b->op == BinOp::And && *x == 0) return 0;
+  if (b->op == BinOp::Or && *x != 0) return 1;
+  auto y = sub(b->b);
+  if (!y) return std::nullopt;
+  __int128 p = *x, q = *y;
+  switch (b->op) {
+    case BinOp::Add:
+      return fits(p + q);
+    case BinOp::Sub:
+      return fits(p - q);
+    case BinOp::Mul:
+      return fits(p * q);
+    case BinOp::Div:
+      if (q == 0) return std::nullopt;
+      return fits(p / q);
+    case BinOp::Mod:
+      if (q == 0) return std::nullopt;
+      return fits(p % q);
+    case BinOp::FloorDiv: {
+      if (q == 0) return std::nullopt;
+      __int128 r = p / q;
+      if ((p % q != 0) && ((p < 0) != (q < 0))) --r;
+      return fits(r);
+    }
+    case BinOp::FloorMod: {
+      if (q == 0) return std::nullopt;
+      __int128 r = p % q;
+      if (r != 0 && ((r < 0) != (q < 0))) r += q;
+      return fits(r);
+    }
+    case BinOp::Min:
+      return std::min(*x, *y);
+    case BinOp::Max:
+      return std::max(*x, *y);
+    case BinOp::EQ:
+      return *x == *y;
+    case BinOp::NE:
+      return *x != *y;
+    case BinOp::LT:
+      return *x < *y;
+    case BinOp::LE:
+      return *x <= *y;
+    case BinOp::GT:
+      return *x > *y;
+    case BinOp::GE:
+      return *x >= *y;
+    case BinOp::And:
+      return *y != 0;
+    case BinOp::Or:
+      return *y != 0;
+    case BinOp::BitAnd:
+      return fits(p & q);
+    case BinOp::BitOr:
+      return fits(p | q);
+    case BinOp::BitXor:
+      return fits(p ^ q);
+    case BinOp::Shl:
+      if (q < 0 || q >= t.bits) return std::nullopt;
+      return fits(p << static_cast<int>(q));
+    case BinOp::Shr:
+      if (q < 0 || q >= t.bits) return std::nullopt;
+      return fits(p >> static_cast<int>(q));
+  }
+  return std::nullopt;
 }
 
 // ------------------------------------------------------------- simplifier
@@ -247,9 +377,12 @@ class Simplifier : public IRMutator {
     if (ca && cb && (is_int || t.is_bool())) {
       std::int64_t x = *ca, y = *cb;
       switch (op) {
-        case BinOp::Add: return make_int(x + y, t, loc);
-        case BinOp::Sub: return make_int(x - y, t, loc);
-        case BinOp::Mul: return make_int(x * y, t, loc);
+        case BinOp::Add:
+          return make_int(x + y, t, loc);
+        case BinOp::Sub:
+          return make_int(x - y, t, loc);
+        case BinOp::Mul:
+          return make_int(x * y, t, loc);
         case BinOp::Div:
           if (y != 0) return make_int(x / y, t, loc);
           break;
@@ -262,21 +395,36 @@ class Simplifier : public IRMutator {
         case BinOp::FloorMod:
           if (y != 0) return make_int(floormod(x, y), t, loc);
           break;
-        case BinOp::Min: return make_int(std::min(x, y), t, loc);
-        case BinOp::Max: return make_int(std::max(x, y), t, loc);
-        case BinOp::EQ: return make_bool(x == y, loc);
-        case BinOp::NE: return make_bool(x != y, loc);
-        case BinOp::LT: return make_bool(x < y, loc);
-        case BinOp::LE: return make_bool(x <= y, loc);
-        case BinOp::GT: return make_bool(x > y, loc);
-        case BinOp::GE: return make_bool(x >= y, loc);
-        case BinOp::And: return make_bool(x && y, loc);
-        case BinOp::Or: return make_bool(x || y, loc);
-        case BinOp::BitAnd: return make_int(x & y, t, loc);
-        case BinOp::BitOr: return make_int(x | y, t, loc);
-        case BinOp::BitXor: return make_int(x ^ y, t, loc);
-        case BinOp::Shl: return make_int(x << y, t, loc);
-        case BinOp::Shr: return make_int(x >> y, t, loc);
+        case BinOp::Min:
+          return make_int(std::min(x, y), t, loc);
+        case BinOp::Max:
+          return make_int(std::max(x, y), t, loc);
+        case BinOp::EQ:
+          return make_bool(x == y, loc);
+        case BinOp::NE:
+          return make_bool(x != y, loc);
+        case BinOp::LT:
+          return make_bool(x < y, loc);
+        case BinOp::LE:
+          return make_bool(x <= y, loc);
+        case BinOp::GT:
+          return make_bool(x > y, loc);
+        case BinOp::GE:
+          return make_bool(x >= y, loc);
+        case BinOp::And:
+          return make_bool(x && y, loc);
+        case BinOp::Or:
+          return make_bool(x || y, loc);
+        case BinOp::BitAnd:
+          return make_int(x & y, t, loc);
+        case BinOp::BitOr:
+          return make_int(x | y, t, loc);
+        case BinOp::BitXor:
+          return make_int(x ^ y, t, loc);
+        case BinOp::Shl:
+          return make_int(x << y, t, loc);
+        case BinOp::Shr:
+          return make_int(x >> y, t, loc);
       }
     }
 
@@ -313,7 +461,8 @@ class Simplifier : public IRMutator {
           if (Expr r = split(b, a)) return r;
         }
           if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Add) {
-            if (auto k = as_const_int(x->b)) return rewrite(BinOp::Add, x->a, make_int(*k + *cb, t, loc), loc, {});
+            if (auto k = as_const_int(x->b))
+              return rewrite(BinOp::Add, x->a, make_int(*k + *cb, t, loc), loc, {});
           }
           break;
         case BinOp::Sub:
@@ -324,7 +473,8 @@ class Simplifier : public IRMutator {
           if (cb && *cb == 1) return a;
           if (cb && *cb == 0) return make_int(0, t, loc);
           if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Mul) {
-            if (auto k = as_const_int(x->b)) return rewrite(BinOp::Mul, x->a, make_int(*k * *cb, t, loc), loc, {});
+            if (auto k = as_const_int(x->b))
+              return rewrite(BinOp::Mul, x->a, make_int(*k * *cb, t, loc), loc, {});
           }
           break;
         case BinOp::Div:
@@ -366,8 +516,7 @@ class Simplifier : public IRMutator {
               if ((x->op == BinOp::Mod || x->op == BinOp::FloorMod) && kx && *kx % *cb == 0 &&
                   bound(x->a).lo >= 0)
                 return rewrite(op, x->a, b, loc, {});
-              if (x->op == BinOp::Add && ia.lo >= 0 && bound(x->a).lo >= 0 &&
-                  bound(x->b).lo >= 0) {
+              if (x->op == BinOp::Add && ia.lo >= 0 && bound(x->a).lo >= 0 && bound(x->b).lo >= 0) {
                 std::int64_t dp = divisor(x->a), dq = divisor(x->b);
                 if (dp == 0 || dp % *cb == 0) return rewrite(op, x->b, b, loc, {});
                 if (dq == 0 || dq % *cb == 0) return rewrite(op, x->a, b, loc, {});
@@ -416,12 +565,14 @@ class Simplifier : public IRMutator {
             case BinOp::NE:
               if (ia.hi < ib.lo || ia.lo > ib.hi) r = true;
               break;
-            default: break;
+            default:
+              break;
           }
           if (r && ia.bounded() && ib.bounded()) return make_bool(*r, loc);
           break;
         }
-        default: break;
+        default:
+          break;
       }
     }
 
@@ -429,7 +580,8 @@ class Simplifier : public IRMutator {
       auto fa = a.as<FloatImmNode>(), fb = b.as<FloatImmNode>();
       if (fb && op == BinOp::Mul && fb->value == 1.0) return a;
       if (fa && op == BinOp::Mul && fa->value == 1.0) return b;
-      if (fb && (op == BinOp::Add || op == BinOp::Sub) && fb->value == 0.0 && !std::signbit(fb->value))
+      if (fb && (op == BinOp::Add || op == BinOp::Sub) && fb->value == 0.0 &&
+          !std::signbit(fb->value))
         return a;
     }
     return rebuild(op, a, b, loc, self);

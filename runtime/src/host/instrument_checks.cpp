@@ -28,8 +28,11 @@ class Instrument : public IRMutator {
     for_each_stmt(k.source->body, [&](const Stmt& s) {
       if (auto* a = s.as<AllocateNode>()) source_[a->buffer->data.get()] = a->buffer;
     });
-    for (const Param& p : k.lowered->params)
-      if (p.buffer) add_buffer(p.buffer);
+    for (std::size_t i = 0; i < k.lowered->params.size(); ++i)
+      if (const Buffer& b = k.lowered->params[i].buffer) {
+        add_buffer(b);
+        plan_->buffers.back().param = static_cast<int>(i);
+      }
   }
 
   using IRMutator::mutate;
@@ -124,7 +127,7 @@ class Instrument : public IRMutator {
     cb.races = b->scope != MemScope::local;
     auto it = source_.find(d);
     if (it != source_.end() && it->second->layout == TileLayout::row_major(it->second->shape) &&
-        b->scope != MemScope::local)
+        b->scope != MemScope::local && !it->second->symbolic())
       cb.shape = it->second->shape;
     slots_[d] = static_cast<int>(plan_->buffers.size());
     plan_->buffers.push_back(std::move(cb));
