@@ -55,6 +55,11 @@ class BoundsCheck : public IRVisitor {
 
   void visit_node(const ScopeIdBindNode* n) override {
     for (auto& [v, f] : scope_id_facts(n, launch_)) env_.bind(v, f);
+    // A grid computed at launch: bx < its extent, like a loop's bound (so a
+    // witness never takes a CTA the grid does not have).
+    if (n->symbolic())
+      for (std::size_t i = 0; i < n->vars.size(); ++i)
+        loops_[n->vars[i].get()] = {make_int(0), n->extent_exprs[i]};
     visit(n->body);
   }
   void visit_node(const ForNode* n) override {
