@@ -29,20 +29,47 @@ int count(const std::string& s, const std::string& re) {
 
 // The op's kernel for 1-D inputs of n elements (built, not run: the host
 // device compiles lazily and never needs a GPU for the PTX).
-ops::Elementwise build(const std::string& op, int inputs, std::int64_t n, DType t) {
-  return ops::Elementwise(op, std::vector<std::vector<std::int64_t>>(inputs, {n}), t, {}, {},
+ops::Elementwise build(const std::string& op, int inputs, std::int64_t n, DType t,
+                       ops::Config cfg = {}) {
+  return ops::Elementwise(op, std::vector<std::vector<std::int64_t>>(inputs, {n}), t, {}, cfg,
                           Device::host());
 }
 
 }  // namespace
 
-TEST_CASE("ops: odd 1-D sizes keep 128-bit loads and stores outside the tail CTA") {
+TEST_CASE("ops: one shape-generic kernel serves every size, with 128-bit accesses") {
+  for (DType t : {f32, f16, bf16, f8e4m3}) {
+    for (auto [op, inputs] : {std::pair<const char*, int>{"exp", 1}, {"add", 2}}) {
+      CAPTURE(t.name());
+      CAPTURE(op);
+      ops::Elementwise first = build(op, inputs, 1 << 20, t);
+      const auto& cfg = first.config();
+      std::string p = first.kernel().ptx("sm_90a");
+      // Whole chunks: 16 bytes per transfer, npt * bytes / 16 per operand.
+      int per = std::max(1, cfg.num_per_thread * t.bytes() / 16);
+      CHECK(count(p, R"(ld\.global\.v4)") == inputs * per);
+      CHECK(count(p, R"(st\.global\.v4)") == per);
+      // The chunk that straddles n: guarded element accesses.
+      CHECK(count(p, R"(ld\.global\.(u8|u16|b16|f32|u32|b32|b8))") >= inputs);
+      std::string cuda = first.kernel().cuda_source();
+      CHECK(cuda.find("int n)") != std::string::npos);  // n is an argument, not a constant
+      for (std::int64_t n : {1, 7, 8, 4097, 999983}) {
+        CAPTURE(n);
+        ops::Elementwise other = build(op, inputs, n, t);
+        CHECK(&other.kernel().info() == &first.kernel().info());  // the same kernel
+      }
+    }
+  }
+}
+
+TEST_CASE("ops: odd 1-D sizes keep 128-bit loads and stores outside the tail CTA (exact shapes)") {
+  const ops::Config exact{.exact_shape = true};
   for (DType t : {f32, f16, bf16, f8e4m3}) {
     for (auto [op, inputs] : {std::pair<const char*, int>{"exp", 1}, {"add", 2}}) {
       CAPTURE(t.name());
       CAPTURE(op);
       // A size that is a whole number of CTA chunks: no tail, vector body only.
-      ops::Elementwise whole = build(op, inputs, 1 << 20, t);
+      ops::Elementwise whole = build(op, inputs, 1 << 20, t, exact);
       const auto& cfg = whole.config();
       std::int64_t chunk = static_cast<std::int64_t>(cfg.threads) * cfg.num_per_thread;
       REQUIRE((1 << 20) % chunk == 0);
@@ -55,7 +82,7 @@ TEST_CASE("ops: odd 1-D sizes keep 128-bit loads and stores outside the tail CTA
       for (std::int64_t n : {4097, 999983}) {
         CAPTURE(n);
         REQUIRE(n % chunk != 0);
-        ops::Elementwise odd = build(op, inputs, n, t);
+        ops::Elementwise odd = build(op, inputs, n, t, exact);
         // In the CUDA: each input's chunk read as 16-byte vectors...
         std::string cuda = odd.kernel().cuda_source();
         for (int k = 0; k < inputs; ++k)
@@ -100,6 +127,12 @@ TEST_CASE("ops: building the same op twice compiles once") {
   ops::Elementwise c("mul", shapes, bf16, {}, explicit_cfg, Device::host());
   CHECK(ops::cache_stats().compiles == s2.compiles);
   CHECK(&c.kernel().info() == &a.kernel().info());
+
+  // Another shape of the same class (coalesced rank, broadcast pattern,
+  // innermost extent a multiple of the vector or not): the same kernel.
+  ops::Elementwise same_class("mul", {{5, 131}, {131}}, bf16, {}, {}, Device::host());
+  CHECK(ops::cache_stats().compiles == s2.compiles);
+  CHECK(&same_class.kernel().info() == &a.kernel().info());
 
   // Any part of the key changed: a compile each.
   ops::Elementwise d("mul", shapes, f16, {}, {}, Device::host());

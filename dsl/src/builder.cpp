@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "tx/ir_functor.hpp"
+#include "tx/printer.hpp"
 
 namespace tx {
 
@@ -48,6 +49,7 @@ struct BuildState {
   std::uint64_t next_frame_id = 0;
   std::uint64_t writes = 0;  // statements emitted so far that may write memory
   std::unordered_map<const VarNode*, Part> parts;
+  std::vector<DimParam> dims;  // T::dim, in order
   void open_frame() {
     frames.emplace_back();
     frames.back().id = ++next_frame_id;
@@ -302,14 +304,18 @@ Handle FuncScope::param(std::size_t i, std::size_t n) {
       for (std::size_t k = 0; k < n; ++k) s.handle_names.push_back("arg" + std::to_string(k));
   }
   Handle h(Var(s.handle_names[i], handle_t, s.loc));
-  s.params.push_back({h, Buffer()});
+  Param p;
+  p.handle = h;
+  s.params.push_back(std::move(p));
   return h;
 }
 
 Handle FuncScope::named_param(const std::string& name) {
   BuildState& s = *g_state;
   Handle h(Var(name, handle_t, s.loc));
-  s.params.push_back({h, Buffer()});
+  Param p;
+  p.handle = h;
+  s.params.push_back(std::move(p));
   return h;
 }
 
@@ -317,12 +323,13 @@ PrimFunc FuncScope::finish() {
   BuildState& s = *g_state;
   if (s.frames.size() != 1) fail("T.prim_func", s.name, s.loc, "a loop or if block was left open");
   for (const Param& p : s.params)
-    if (!p.buffer)
+    if (!p.buffer && !p.scalar.defined())
       fail("T.prim_func", p.handle.name(), s.loc,
-           "parameter is never bound to a buffer with T::match_buffer");
+           "parameter is never bound to a buffer (T::match_buffer) or a scalar (T::match_scalar)");
   Stmt body = pop_frame();
   finished_ = true;
-  return PrimFunc(std::make_shared<const PrimFuncNode>(s.name, s.params, body, s.loc, false));
+  return PrimFunc(
+      std::make_shared<const PrimFuncNode>(s.name, s.params, body, s.loc, false, s.dims));
 }
 
 }  // namespace detail
@@ -479,7 +486,7 @@ TileBuffer new_buffer(const char* op, Shape shape, DType dtype, MemScope scope,
 }
 
 IdVars bind_ids(ScopeIdKind kind, Shape extents, Name name, SourceLoc loc,
-                const std::vector<std::string>& fallback) {
+                const std::vector<std::string>& fallback, std::vector<Expr> exprs = {}) {
   std::string op = std::string("T.") + scope_id_name(kind);
   state(op.c_str(), loc);
   detail::set_current_loc(loc);
@@ -497,10 +504,17 @@ IdVars bind_ids(ScopeIdKind kind, Shape extents, Name name, SourceLoc loc,
   std::vector<Var> vars;
   for (auto& n : names) vars.emplace_back(n, i32, loc);
   // Validate now so the error points at this line.
-  make_scope_id_bind(kind, vars, extents, Stmt(), loc);
-  detail::emit_binder([kind, vars, extents, loc](Stmt body) {
-    return make_scope_id_bind(kind, vars, extents, body, loc);
-  });
+  if (exprs.empty()) {
+    make_scope_id_bind(kind, vars, extents, Stmt(), loc);
+    detail::emit_binder([kind, vars, extents, loc](Stmt body) {
+      return make_scope_id_bind(kind, vars, extents, body, loc);
+    });
+  } else {
+    make_scope_id_bind(kind, vars, exprs, Stmt(), loc);
+    detail::emit_binder([kind, vars, exprs, loc](Stmt body) {
+      return make_scope_id_bind(kind, vars, exprs, body, loc);
+    });
+  }
   return IdVars(vars);
 }
 }  // namespace
@@ -515,27 +529,120 @@ PrimFunc prim_func_n(std::string name, std::vector<std::string> param_names,
   return scope.finish();
 }
 
-TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype, std::optional<TileLayout> layout,
-                        Name name, Loc loc) {
-  BuildState& s = state("T.match_buffer", loc);
+namespace {
+Param* bind_param(BuildState& s, const Handle& h, const char* op, SourceLoc loc) {
   if (!h.defined())
-    fail("T.match_buffer", "", loc,
+    fail(op, "", loc,
          "the handle is undefined (a default-constructed Handle); pass a parameter of the "
          "T::prim_func lambda");
   Param* param = nullptr;
   for (Param& p : s.params)
     if (p.handle.same_as(h)) param = &p;
-  if (!param) fail("T.match_buffer", h.name(), loc, "is not a parameter of this kernel");
-  if (param->buffer)
-    fail("T.match_buffer", h.name(), loc, "is already bound to buffer " + param->buffer->name);
+  if (!param) fail(op, h.name(), loc, "is not a parameter of this kernel");
+  if (param->buffer) fail(op, h.name(), loc, "is already bound to buffer " + param->buffer->name);
+  if (param->scalar.defined())
+    fail(op, h.name(), loc, "is already bound to scalar " + param->scalar.name());
+  return param;
+}
+
+const DimParam* find_dim(const BuildState& s, const VarNode* v) {
+  for (const DimParam& d : s.dims)
+    if (d.var.get() == v) return &d;
+  return nullptr;
+}
+}  // namespace
+
+TileBuffer match_buffer(const Handle& h, Extents shape, DType dtype,
+                        std::optional<TileLayout> layout, Name name, Loc loc) {
+  BuildState& s = state("T.match_buffer", loc);
+  Param* param = bind_param(s, h, "T.match_buffer", loc);
   std::string fallback = h.name();
   if (fallback.size() > 4 && fallback.substr(fallback.size() - 4) == "_ptr")
     fallback = fallback.substr(0, fallback.size() - 4);
   if (name.value.empty()) name.value = detail::infer_name(loc, fallback);
-  TileBuffer b = new_buffer("T.match_buffer", std::move(shape), dtype, MemScope::global,
-                            std::move(layout), name, loc);
+  // Constant extents: a buffer of fixed shape. Otherwise each symbolic
+  // extent must be a T::dim of this kernel (the launch binds it from the
+  // tensor's shape), and the layout row-major.
+  std::vector<std::int64_t> statics, bounds;
+  std::vector<Expr> dims;
+  bool symbolic = false;
+  for (std::size_t d = 0; d < shape.items.size(); ++d) {
+    const Expr& e = shape.items[d].value;
+    if (!e.defined())
+      fail("T.match_buffer", name.value, loc,
+           "extent " + std::to_string(d) + " is an undefined (default-constructed) tx::Expr");
+    dims.push_back(e);
+    if (auto c = as_const_int(e)) {
+      statics.push_back(*c);
+      bounds.push_back(*c);
+      continue;
+    }
+    symbolic = true;
+    const DimParam* dp = e.as<VarNode>() ? find_dim(s, e.as<VarNode>()) : nullptr;
+    if (!dp)
+      fail("T.match_buffer", name.value, loc,
+           "extent " + std::to_string(d) + " (" + to_string(e) +
+               ") must be a constant or a T::dim variable of this kernel");
+    bounds.push_back(dp->max);
+  }
+  TileBuffer b;
+  if (!symbolic) {
+    b = new_buffer("T.match_buffer", std::move(statics), dtype, MemScope::global, std::move(layout),
+                   name, loc);
+  } else {
+    if (layout)
+      fail("T.match_buffer", name.value, loc,
+           "a buffer with extents known at launch is row-major; a layout cannot be given");
+    ++s.buffer_counter;
+    try {
+      b = TileBuffer(make_symbolic_buffer(name.value, dtype, std::move(dims), bounds, loc));
+    } catch (const Error& e) {
+      fail("T.match_buffer", name.value, loc, e.reason());
+    }
+  }
   param->buffer = b;
   return b;
+}
+
+Var match_scalar(const Handle& h, DType dtype, Name name, std::optional<DimFacts> facts, Loc loc) {
+  BuildState& s = state("T.match_scalar", loc);
+  Param* param = bind_param(s, h, "T.match_scalar", loc);
+  if (!(dtype.is_integer() || dtype == f32 || dtype == f64))
+    fail("T.match_scalar", h.name(), loc,
+         "a scalar parameter is an integer, float32 or float64, not " + dtype.name());
+  std::string fallback = h.name();
+  if (fallback.size() > 4 && fallback.substr(fallback.size() - 4) == "_ptr")
+    fallback = fallback.substr(0, fallback.size() - 4);
+  if (name.value.empty()) name.value = detail::infer_name(loc, fallback);
+  Var v(name.value, dtype, loc);
+  param->scalar = v;
+  if (facts) {
+    if (!dtype.is_integer())
+      fail("T.match_scalar", name.value, loc, "facts are for integer scalars, not " + dtype.name());
+    if (facts->max < facts->min || facts->multiple_of < 1)
+      fail("T.match_scalar", name.value, loc, "facts need min <= max and multiple_of >= 1");
+    param->min = facts->min;
+    param->max = facts->max;
+    param->multiple_of = facts->multiple_of;
+    param->has_facts = true;
+  }
+  return v;
+}
+
+Var dim(Name name, DimFacts facts, Loc loc) {
+  BuildState& s = state("T.dim", loc);
+  if (name.value.empty()) name.value = detail::infer_name(loc, "n" + std::to_string(s.dims.size()));
+  if (facts.min < 0 || facts.max < facts.min || facts.multiple_of < 1 || facts.max > 2147483647)
+    fail("T.dim", name.value, loc,
+         "facts need 0 <= min <= max <= 2^31 - 1 and multiple_of >= 1 (got min " +
+             std::to_string(facts.min) + ", max " + std::to_string(facts.max) + ", multiple_of " +
+             std::to_string(facts.multiple_of) + ")");
+  for (const DimParam& d : s.dims)
+    if (d.var.name() == name.value)
+      fail("T.dim", name.value, loc, "is declared twice (first at " + d.loc.str() + ")");
+  Var v(name.value, i32, loc);
+  s.dims.push_back({v, facts.min, facts.max, facts.multiple_of, loc});
+  return v;
 }
 
 TileBuffer alloc_buffer(Shape shape, DType dtype, MemScope scope, std::optional<TileLayout> layout,
@@ -555,8 +662,21 @@ TileBuffer alloc_buffer(Shape shape, DType dtype, MemScope scope, std::optional<
 
 void device_entry(Loc loc) { state("T.device_entry", loc); }
 
-IdVars cta_id(Shape e, Name n, Loc loc) {
-  return bind_ids(ScopeIdKind::cta_id, std::move(e), std::move(n), loc, {"bx", "by", "bz"});
+IdVars cta_id(Extents e, Name n, Loc loc) {
+  std::vector<Expr> ex;
+  std::vector<std::int64_t> statics;
+  bool symbolic = false;
+  for (const Extent& x : e.items) {
+    if (!x.value.defined()) fail("T.cta_id", "", loc, "an extent is an undefined tx::Expr");
+    ex.push_back(x.value);
+    auto c = as_const_int(x.value);
+    statics.push_back(c ? *c : 0);
+    symbolic = symbolic || !c;
+  }
+  if (!symbolic)
+    return bind_ids(ScopeIdKind::cta_id, std::move(statics), std::move(n), loc, {"bx", "by", "bz"});
+  return bind_ids(ScopeIdKind::cta_id, std::move(statics), std::move(n), loc, {"bx", "by", "bz"},
+                  std::move(ex));
 }
 IdVars warpgroup_id(Shape e, Name n, Loc loc) {
   return bind_ids(ScopeIdKind::warpgroup_id, std::move(e), std::move(n), loc, {"wg_id"});

@@ -70,15 +70,30 @@ const char* mem_scope_name(MemScope s) {
   return "?";
 }
 
+namespace {
+std::vector<Expr> static_dims(const std::vector<std::int64_t>& shape) {
+  std::vector<Expr> d;
+  for (auto e : shape) d.push_back(make_int(e, e > 2147483647 ? i64 : i32));
+  return d;
+}
+}  // namespace
+
 BufferNode::BufferNode(std::string n, DType t, std::vector<std::int64_t> s, MemScope sc,
-                       TileLayout l, Var d, SourceLoc lc)
+                       TileLayout l, Var d, SourceLoc lc, std::vector<Expr> ds)
     : name(std::move(n)),
       dtype(t),
       shape(std::move(s)),
       scope(sc),
       layout(std::move(l)),
       data(std::move(d)),
-      loc(lc) {}
+      loc(lc),
+      dims(ds.empty() ? static_dims(shape) : std::move(ds)) {}
+
+bool BufferNode::symbolic() const {
+  for (const Expr& d : dims)
+    if (!d.as<IntImmNode>()) return true;
+  return false;
+}
 
 std::int64_t BufferNode::numel() const {
   std::int64_t n = 1;
@@ -94,8 +109,10 @@ std::int64_t BufferNode::memory_offset() const {
   return scope == MemScope::local ? 0 : layout.offset(Axis::m);
 }
 
-Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shape, MemScope scope,
-                   std::optional<TileLayout> layout, SourceLoc loc) {
+namespace {
+Buffer make_buffer_checked(std::string name, DType dtype, std::vector<std::int64_t> shape,
+                           MemScope scope, std::optional<TileLayout> layout, SourceLoc loc,
+                           bool check_bytes) {
   const std::string op = "T.alloc_buffer";
   if (dtype.is_void() || dtype.is_handle())
     fail(op, name, loc, "dtype " + dtype.name() + " cannot be a buffer element");
@@ -104,7 +121,7 @@ Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shap
   for (auto e : shape) {
     if (e <= 0) fail(op, name, loc, "shape extent " + std::to_string(e) + " is not positive");
     elems *= e;
-    if (elems * dtype.bytes() > (__int128{1} << 62))
+    if (check_bytes && elems * dtype.bytes() > (__int128{1} << 62))
       fail(op, name, loc,
            "the shape holds more than 2^62 bytes of " + dtype.name() +
                ", past what 64-bit offsets can address");
@@ -123,12 +140,51 @@ Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shap
   return Buffer(std::make_shared<const BufferNode>(std::move(name), dtype, std::move(shape), scope,
                                                    std::move(l), std::move(data), loc));
 }
+}  // namespace
+
+Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shape, MemScope scope,
+                   std::optional<TileLayout> layout, SourceLoc loc) {
+  return make_buffer_checked(std::move(name), dtype, std::move(shape), scope, std::move(layout),
+                             loc, /*check_bytes=*/true);
+}
+
+Buffer make_symbolic_buffer(std::string name, DType dtype, std::vector<Expr> dims,
+                            std::vector<std::int64_t> bounds, SourceLoc loc) {
+  const std::string op = "T.match_buffer";
+  if (dims.size() != bounds.size() || dims.empty())
+    fail(op, name, loc, "one bound per dimension is needed");
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (!dims[d].defined())
+      fail(op, name, loc, "extent " + std::to_string(d) + " is an undefined tx::Expr");
+    if (!dims[d].dtype().is_integer())
+      fail(op, name, loc, "extent " + std::to_string(d) + " is not an integer");
+  }
+  // The bounds are the T::dims' max facts: their product is what layouts and
+  // offsets are computed with, so it must stay within 2^62 elements. Bytes
+  // are not limited here: a launch binds real tensors, which are checked.
+  __int128 elems = 1;
+  for (std::int64_t e : bounds) elems *= e > 0 ? e : 1;
+  if (elems > (__int128{1} << 62))
+    fail(op, name, loc,
+         "the largest extents of its dims (their max facts) multiply to more than 2^62 "
+         "elements; give the T::dims smaller maxima (DimFacts{.max = ...})");
+  Buffer b = make_buffer_checked(name, dtype, bounds, MemScope::global, std::nullopt, loc,
+                                 /*check_bytes=*/false);
+  return Buffer(std::make_shared<const BufferNode>(b->name, b->dtype, b->shape, b->scope, b->layout,
+                                                   b->data, b->loc, std::move(dims)));
+}
 
 Buffer flat_view(const Buffer& b) {
   std::int64_t n = b->storage_elems();
+  std::vector<Expr> dims;
+  if (b->symbolic()) {  // the product of the extents (row-major: the storage)
+    Expr p = b->dims[0];
+    for (std::size_t d = 1; d < b->dims.size(); ++d) p = make_binary(BinOp::Mul, p, b->dims[d]);
+    dims.push_back(p);
+  }
   return Buffer(std::make_shared<const BufferNode>(b->name, b->dtype, std::vector<std::int64_t>{n},
                                                    b->scope, TileLayout::row_major({n}), b->data,
-                                                   b->loc));
+                                                   b->loc, std::move(dims)));
 }
 
 std::vector<std::int64_t> BufferRegion::extents() const {
@@ -580,6 +636,38 @@ Stmt make_allocate(Buffer b, Stmt body, SourceLoc loc) {
   return Stmt(std::make_shared<const AllocateNode>(std::move(b), std::move(body), loc));
 }
 
+bool ScopeIdBindNode::symbolic() const {
+  for (const Expr& e : extent_exprs)
+    if (!e.as<IntImmNode>()) return true;
+  return false;
+}
+
+Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<Expr> extents, Stmt body,
+                        SourceLoc loc) {
+  std::string op = std::string("T.") + scope_id_name(k);
+  std::vector<std::int64_t> statics;
+  bool symbolic = false;
+  for (const Expr& e : extents) {
+    if (!e.defined()) fail(op, "", loc, "an extent is an undefined tx::Expr");
+    if (!e.dtype().is_integer())
+      fail(op, "", loc, "extent " + operand_text(e) + " is not an integer");
+    auto c = as_const_int(e);
+    statics.push_back(c ? *c : 0);
+    symbolic = symbolic || !c;
+  }
+  if (symbolic && k != ScopeIdKind::cta_id)
+    fail(op, "", loc,
+         "thread extents must be constants (the CTA size is fixed when compiling); only "
+         "T.cta_id takes extents known at launch");
+  if (!symbolic) return make_scope_id_bind(k, std::move(vars), std::move(statics), body, loc);
+  if (vars.size() != extents.size() || extents.empty())
+    fail(op, "", loc, "one variable per extent is needed");
+  if (extents.size() > 3) fail(op, "", loc, "at most 3 dimensions");
+  if (!body) body = make_seq({}, loc);
+  return Stmt(std::make_shared<const ScopeIdBindNode>(k, std::move(vars), std::move(statics),
+                                                      std::move(body), loc, std::move(extents)));
+}
+
 Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::int64_t> extents,
                         Stmt body, SourceLoc loc) {
   std::string op = std::string("T.") + scope_id_name(k);
@@ -591,8 +679,9 @@ Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::i
   for (auto e : extents)
     if (e <= 0) fail(op, "", loc, "extent " + std::to_string(e) + " is not positive");
   if (!body) body = make_seq({}, loc);
+  std::vector<Expr> ee = static_dims(extents);
   return Stmt(std::make_shared<const ScopeIdBindNode>(k, std::move(vars), std::move(extents),
-                                                      std::move(body), loc));
+                                                      std::move(body), loc, std::move(ee)));
 }
 
 Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
@@ -653,7 +742,7 @@ Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {
 
 PrimFunc PrimFunc::with_body(Stmt body, bool lowered) const {
   return PrimFunc(std::make_shared<const PrimFuncNode>(node_->name, node_->params, std::move(body),
-                                                       node_->loc, lowered));
+                                                       node_->loc, lowered, node_->dims));
 }
 
 }  // namespace tx

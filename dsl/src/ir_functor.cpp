@@ -12,9 +12,9 @@ IRMutator::~IRMutator() = default;
 void IRVisitor::visit(const Expr& e) {
   if (!e) return;
   switch (e.kind()) {
-#define TX_CASE(N)                                                \
-  case ExprKind::N:                                               \
-    visit_node(static_cast<const N##Node*>(e.get()));             \
+#define TX_CASE(N)                                    \
+  case ExprKind::N:                                   \
+    visit_node(static_cast<const N##Node*>(e.get())); \
     break;
     TX_EXPR_NODES(TX_CASE)
 #undef TX_CASE
@@ -24,9 +24,9 @@ void IRVisitor::visit(const Expr& e) {
 void IRVisitor::visit(const Stmt& s) {
   if (!s) return;
   switch (s.kind()) {
-#define TX_CASE(N)                                                \
-  case StmtKind::N:                                               \
-    visit_node(static_cast<const N##Node*>(s.get()));             \
+#define TX_CASE(N)                                    \
+  case StmtKind::N:                                   \
+    visit_node(static_cast<const N##Node*>(s.get())); \
     break;
     TX_STMT_NODES(TX_CASE)
 #undef TX_CASE
@@ -86,7 +86,11 @@ void IRVisitor::visit_node(const AllocateNode* n) {
   visit_buffer(n->buffer);
   visit(n->body);
 }
-void IRVisitor::visit_node(const ScopeIdBindNode* n) { visit(n->body); }
+void IRVisitor::visit_node(const ScopeIdBindNode* n) {
+  if (n->symbolic())
+    for (const Expr& e : n->extent_exprs) visit(e);
+  visit(n->body);
+}
 void IRVisitor::visit_node(const TileCallNode* n) {
   for (const TileArg& a : n->args) {
     if (auto* r = std::get_if<BufferRegion>(&a))
@@ -111,8 +115,9 @@ void IRVisitor::visit_node(const OriginNode* n) { visit(n->body); }
 Expr IRMutator::mutate(const Expr& e) {
   if (!e) return e;
   switch (e.kind()) {
-#define TX_CASE(N) \
-  case ExprKind::N: return mutate_node(e, static_cast<const N##Node*>(e.get()));
+#define TX_CASE(N)  \
+  case ExprKind::N: \
+    return mutate_node(e, static_cast<const N##Node*>(e.get()));
     TX_EXPR_NODES(TX_CASE)
 #undef TX_CASE
   }
@@ -122,8 +127,9 @@ Expr IRMutator::mutate(const Expr& e) {
 Stmt IRMutator::mutate(const Stmt& s) {
   if (!s) return s;
   switch (s.kind()) {
-#define TX_CASE(N) \
-  case StmtKind::N: return mutate_node(s, static_cast<const N##Node*>(s.get()));
+#define TX_CASE(N)  \
+  case StmtKind::N: \
+    return mutate_node(s, static_cast<const N##Node*>(s.get()));
     TX_STMT_NODES(TX_CASE)
 #undef TX_CASE
   }
@@ -168,7 +174,7 @@ Expr IRMutator::mutate_node(const Expr& self, const UnaryNode* n) {
 Expr IRMutator::mutate_node(const Expr& self, const SelectNode* n) {
   Expr c = mutate(n->cond), t = mutate(n->t), f = mutate(n->f);
   return c.same_as(n->cond) && t.same_as(n->t) && f.same_as(n->f) ? self
-                                                                   : make_select(c, t, f, n->loc);
+                                                                  : make_select(c, t, f, n->loc);
 }
 Expr IRMutator::mutate_node(const Expr& self, const CallNode* n) {
   auto args = mutate_all(*this, n->args);
@@ -228,7 +234,7 @@ Stmt IRMutator::mutate_node(const Stmt& self, const AllocateNode* n) {
 Stmt IRMutator::mutate_node(const Stmt& self, const ScopeIdBindNode* n) {
   Stmt body = mutate(n->body);
   if (body.same_as(n->body)) return self;
-  return make_scope_id_bind(n->id_kind, n->vars, n->extents, body, n->loc);
+  return make_scope_id_bind(n->id_kind, n->vars, n->extent_exprs, body, n->loc);
 }
 Stmt IRMutator::mutate_node(const Stmt& self, const TileCallNode* n) {
   std::vector<TileArg> args;

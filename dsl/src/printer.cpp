@@ -17,30 +17,39 @@ int precedence(const ExprNode* e) {
   if (e->kind == ExprKind::Binary) {
     auto* b = static_cast<const BinaryNode*>(e);
     switch (b->op) {
-      case BinOp::Or: return 1;
-      case BinOp::And: return 2;
+      case BinOp::Or:
+        return 1;
+      case BinOp::And:
+        return 2;
       case BinOp::EQ:
       case BinOp::NE:
       case BinOp::LT:
       case BinOp::LE:
       case BinOp::GT:
-      case BinOp::GE: return 4;
-      case BinOp::BitOr: return 5;
-      case BinOp::BitXor: return 6;
-      case BinOp::BitAnd: return 7;
+      case BinOp::GE:
+        return 4;
+      case BinOp::BitOr:
+        return 5;
+      case BinOp::BitXor:
+        return 6;
+      case BinOp::BitAnd:
+        return 7;
       case BinOp::Shl:
-      case BinOp::Shr: return 8;
+      case BinOp::Shr:
+        return 8;
       case BinOp::Add:
-      case BinOp::Sub: return 9;
+      case BinOp::Sub:
+        return 9;
       case BinOp::Mul:
       case BinOp::Div:
       case BinOp::Mod:
-      case BinOp::FloorDiv: return 10;
-      default: return 12;  // printed as calls
+      case BinOp::FloorDiv:
+        return 10;
+      default:
+        return 12;  // printed as calls
     }
   }
-  if (e->kind == ExprKind::Unary)
-    return static_cast<const UnaryNode*>(e)->op == UnOp::Not ? 3 : 11;
+  if (e->kind == ExprKind::Unary) return static_cast<const UnaryNode*>(e)->op == UnOp::Not ? 3 : 11;
   if (e->kind == ExprKind::IntImm && static_cast<const IntImmNode*>(e)->value < 0) return 11;
   if (e->kind == ExprKind::FloatImm && static_cast<const FloatImmNode*>(e)->value < 0) return 11;
   return 12;
@@ -85,10 +94,28 @@ class Printer : public IRVisitor {
       sig += (i ? ", " : "") + var_name(f->params[i].handle) + ": T.handle";
     line(sig + "):");
     ++indent_;
+    for (const DimParam& d : f->dims) {
+      std::string s = var_name(d.var) + " = T.dim(\"" + d.var.name() + "\"";
+      if (d.min != 1) s += ", min=" + std::to_string(d.min);
+      if (d.max != 2147483647) s += ", max=" + std::to_string(d.max);
+      if (d.multiple_of != 1) s += ", multiple_of=" + std::to_string(d.multiple_of);
+      line(s + ")");
+    }
+    for (const Param& p : f->params) {
+      if (!p.scalar.defined()) continue;
+      std::string facts;
+      if (p.has_facts) {
+        if (p.min != INT64_MIN) facts += ", min=" + std::to_string(p.min);
+        if (p.max != INT64_MAX) facts += ", max=" + std::to_string(p.max);
+        if (p.multiple_of != 1) facts += ", multiple_of=" + std::to_string(p.multiple_of);
+      }
+      line(var_name(p.scalar) + " = T.match_scalar(" + var_name(p.handle) + ", \"" +
+           p.scalar.dtype().name() + "\"" + facts + ")");
+    }
     for (const Param& p : f->params) {
       if (!p.buffer) continue;
       std::string s = buffer_name(p.buffer) + " = T.match_buffer(" + var_name(p.handle) + ", " +
-                      shape_str(p.buffer->shape) + ", \"" + p.buffer->dtype.name() + "\"";
+                      dims_str(p.buffer) + ", \"" + p.buffer->dtype.name() + "\"";
       if (!(p.buffer->layout == TileLayout::row_major(p.buffer->shape)) || opt_.canonical)
         s += ", layout=TileLayout(" + p.buffer->layout.str() + ")";
       line(s + ")");
@@ -148,6 +175,15 @@ class Printer : public IRVisitor {
     return op == "sum" || op == "max" || op == "min";
   }
 
+  // A buffer's extents as written: constants, or T::dim variables.
+  std::string dims_str(const Buffer& b) {
+    if (!b->symbolic()) return shape_str(b->shape);
+    std::string s = "(";
+    for (std::size_t i = 0; i < b->dims.size(); ++i) s += (i ? ", " : "") + expr(b->dims[i]);
+    if (b->dims.size() == 1) s += ",";
+    return s + ")";
+  }
+
   std::string shape_str(const std::vector<std::int64_t>& shape) {
     std::string s = "(";
     for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -181,8 +217,8 @@ class Printer : public IRVisitor {
     if (opt_.canonical && !declared_.count(b.get())) {
       declared_.insert(b.get());
       // Buffers are named positionally; their full description goes inline once.
-      return n + "{" + shape_str(b->shape) + "," + b->dtype.name() + "," + mem_scope_name(b->scope) +
-             "," + b->layout.str() + "}";
+      return n + "{" + dims_str(b) + "," + b->dtype.name() + "," + mem_scope_name(b->scope) + "," +
+             b->layout.str() + "}";
     }
     return n;
   }
@@ -232,7 +268,10 @@ class Printer : public IRVisitor {
       case BinOp::Min:
       case BinOp::Max:
       case BinOp::FloorMod:
-        expr_os_ << "T." << (n->op == BinOp::Min ? "min" : n->op == BinOp::Max ? "max" : "floormod")
+        expr_os_ << "T."
+                 << (n->op == BinOp::Min   ? "min"
+                     : n->op == BinOp::Max ? "max"
+                                           : "floormod")
                  << "(";
         print_expr(n->a);
         expr_os_ << ", ";
@@ -248,9 +287,15 @@ class Printer : public IRVisitor {
   }
   void visit_node(const UnaryNode* n) override {
     switch (n->op) {
-      case UnOp::Neg: expr_os_ << "-"; break;
-      case UnOp::Not: expr_os_ << "not "; break;
-      case UnOp::BitNot: expr_os_ << "~"; break;
+      case UnOp::Neg:
+        expr_os_ << "-";
+        break;
+      case UnOp::Not:
+        expr_os_ << "not ";
+        break;
+      case UnOp::BitNot:
+        expr_os_ << "~";
+        break;
     }
     child(n->a, n->op == UnOp::Not ? 3 : 11);
   }
@@ -265,16 +310,27 @@ class Printer : public IRVisitor {
   }
   void visit_node(const CallNode* n) override {
     switch (n->op) {
-      case Intrinsic::thread_idx: expr_os_ << "threadIdx.x"; return;
+      case Intrinsic::thread_idx:
+        expr_os_ << "threadIdx.x";
+        return;
       case Intrinsic::block_idx: {
         auto d = as_const_int(n->args[0]).value_or(0);
-        expr_os_ << "blockIdx." << "xyz"[d < 0 || d > 2 ? 0 : d];
+        expr_os_ << "blockIdx."
+                 << "xyz"[d < 0 || d > 2 ? 0 : d];
         return;
       }
-      case Intrinsic::shfl_xor: expr_os_ << "T.cuda.shfl_xor("; break;
-      case Intrinsic::reinterpret: expr_os_ << "T.reinterpret(\"" << n->dtype.name() << "\", "; break;
-      case Intrinsic::fabs: expr_os_ << "T.abs("; break;
-      default: expr_os_ << "T." << intrinsic_name(n->op) << "("; break;
+      case Intrinsic::shfl_xor:
+        expr_os_ << "T.cuda.shfl_xor(";
+        break;
+      case Intrinsic::reinterpret:
+        expr_os_ << "T.reinterpret(\"" << n->dtype.name() << "\", ";
+        break;
+      case Intrinsic::fabs:
+        expr_os_ << "T.abs(";
+        break;
+      default:
+        expr_os_ << "T." << intrinsic_name(n->op) << "(";
+        break;
     }
     for (std::size_t i = 0; i < n->args.size(); ++i) {
       if (i) expr_os_ << ", ";
@@ -294,15 +350,14 @@ class Printer : public IRVisitor {
   // ------------------------------------------------------------- stmts
   void visit_node(const StoreNode* n) override {
     std::string s = buffer_name(n->buffer) + "[";
-    for (std::size_t i = 0; i < n->indices.size(); ++i)
-      s += (i ? ", " : "") + expr(n->indices[i]);
+    for (std::size_t i = 0; i < n->indices.size(); ++i) s += (i ? ", " : "") + expr(n->indices[i]);
     line(s + "] = " + expr(n->value));
   }
   void visit_node(const EvaluateNode* n) override { line(expr(n->value)); }
   void visit_node(const ForNode* n) override {
-    std::string range = is_const_int(n->min, 0) ? expr(n->extent)
-                                                : expr(n->min) + ", " + expr(n->min) + " + " +
-                                                      expr(n->extent);
+    std::string range = is_const_int(n->min, 0)
+                            ? expr(n->extent)
+                            : expr(n->min) + ", " + expr(n->min) + " + " + expr(n->extent);
     line("for " + var_name(n->var) + " in T." +
          (n->for_kind == ForKind::unrolled ? "unroll(" : "serial(") + range + "):");
     block(n->body);
@@ -336,7 +391,8 @@ class Printer : public IRVisitor {
     for (std::size_t i = 0; i < n->vars.size(); ++i) lhs += (i ? ", " : "") + var_name(n->vars[i]);
     std::string ext;
     for (std::size_t i = 0; i < n->extents.size(); ++i)
-      ext += (i ? ", " : "") + std::to_string(n->extents[i]);
+      ext += (i ? ", " : "") +
+             (n->symbolic() ? expr(n->extent_exprs[i]) : std::to_string(n->extents[i]));
     line(lhs + " = T." + scope_id_name(n->id_kind) + "([" + ext + "])");
     print_stmt(n->body);
   }
@@ -347,10 +403,17 @@ class Printer : public IRVisitor {
   }
   void visit_node(const BarrierNode* n) override {
     switch (n->scope) {
-      case ExecScope::cta: line("T.cuda.cta_sync()"); break;
-      case ExecScope::warpgroup: line("T.cuda.warpgroup_sync()"); break;
-      case ExecScope::warp: line("T.cuda.warp_sync()"); break;
-      case ExecScope::thread: break;
+      case ExecScope::cta:
+        line("T.cuda.cta_sync()");
+        break;
+      case ExecScope::warpgroup:
+        line("T.cuda.warpgroup_sync()");
+        break;
+      case ExecScope::warp:
+        line("T.cuda.warp_sync()");
+        break;
+      case ExecScope::thread:
+        break;
     }
   }
   void visit_node(const CopyBytesNode* n) override {
@@ -432,7 +495,9 @@ bool structural_equal(const PrimFunc& a, const PrimFunc& b) {
 bool structural_equal(const Stmt& a, const Stmt& b) {
   return to_string(a, {.canonical = true}) == to_string(b, {.canonical = true});
 }
-std::uint64_t structural_hash(const PrimFunc& f) { return fnv1a(to_string(f, {.canonical = true})); }
+std::uint64_t structural_hash(const PrimFunc& f) {
+  return fnv1a(to_string(f, {.canonical = true}));
+}
 std::uint64_t structural_hash(const Stmt& s) { return fnv1a(to_string(s, {.canonical = true})); }
 
 }  // namespace tx

@@ -198,13 +198,15 @@ std::int64_t Env::known_divisor(const Expr& e) const {
           return sat_mul(known_divisor(b->a), std::int64_t{1} << *s);
         return 1;
       case BinOp::Mod:
-      case BinOp::FloorMod:
-        // a % c = a - c * (a / c): divisible by whatever divides both a and c.
-        if (auto c = as_const_int(b->b); c && *c > 0) {
-          std::int64_t da = known_divisor(b->a);
-          return da == 0 ? 0 : std::gcd(da, *c);
-        }
-        return 1;
+      case BinOp::FloorMod: {
+        // a % c = a - c * (a / c): divisible by whatever divides both a and c
+        // (c a constant, or a variable whose facts give a divisor).
+        std::int64_t da = known_divisor(b->a);
+        if (auto c = as_const_int(b->b); c && *c > 0) return da == 0 ? 0 : std::gcd(da, *c);
+        std::int64_t dc = known_divisor(b->b);
+        if (da == 0) return dc;
+        return std::gcd(da, dc);
+      }
       case BinOp::Div:
       case BinOp::FloorDiv:
         if (auto c = as_const_int(b->b); c && *c > 0) {
@@ -219,6 +221,119 @@ std::int64_t Env::known_divisor(const Expr& e) const {
   }
   if (auto* c = e.as<CastNode>()) return known_divisor(c->value);
   return 1;
+}
+
+std::optional<std::int64_t> evaluate_int(
+    const Expr& e, const std::function<std::optional<std::int64_t>(const VarNode*)>& var,
+    bool mathematical) {
+  if (!e.defined()) return std::nullopt;
+  DType t = e.dtype();
+  if (!t.is_integer() && !t.is_bool()) return std::nullopt;
+  if (auto c = as_const_int(e)) return *c;
+  if (auto* v = e.as<VarNode>()) return var(v);
+  auto fits = [&](__int128 r) -> std::optional<std::int64_t> {
+    if (t.is_bool()) return r != 0;
+    if (t.bits >= 64 || mathematical) {
+      if (r > INT64_MAX || r < INT64_MIN) return std::nullopt;
+      return static_cast<std::int64_t>(r);
+    }
+    __int128 lo = t.is_uint() ? 0 : -(static_cast<__int128>(1) << (t.bits - 1));
+    __int128 hi = t.is_uint() ? (static_cast<__int128>(1) << t.bits) - 1
+                              : (static_cast<__int128>(1) << (t.bits - 1)) - 1;
+    if (r < lo || r > hi) return std::nullopt;  // wraps on the GPU: not a value to trust
+    return static_cast<std::int64_t>(r);
+  };
+  auto sub = [&](const Expr& x) { return evaluate_int(x, var, mathematical); };
+  if (auto* c = e.as<CastNode>()) {
+    auto x = sub(c->value);
+    if (!x) return std::nullopt;
+    return fits(*x);
+  }
+  if (auto* s = e.as<SelectNode>()) {
+    auto c = sub(s->cond);
+    if (!c) return std::nullopt;
+    return sub(*c ? s->t : s->f);
+  }
+  if (auto* u = e.as<UnaryNode>()) {
+    auto x = sub(u->a);
+    if (!x) return std::nullopt;
+    switch (u->op) {
+      case UnOp::Neg:
+        return fits(-static_cast<__int128>(*x));
+      case UnOp::Not:
+        return *x == 0;
+      case UnOp::BitNot:
+        return fits(~*x);
+    }
+  }
+  auto* b = e.as<BinaryNode>();
+  if (!b) return std::nullopt;
+  auto x = sub(b->a);
+  if (!x) return std::nullopt;
+  if (b->op == BinOp::And && *x == 0) return 0;
+  if (b->op == BinOp::Or && *x != 0) return 1;
+  auto y = sub(b->b);
+  if (!y) return std::nullopt;
+  __int128 p = *x, q = *y;
+  switch (b->op) {
+    case BinOp::Add:
+      return fits(p + q);
+    case BinOp::Sub:
+      return fits(p - q);
+    case BinOp::Mul:
+      return fits(p * q);
+    case BinOp::Div:
+      if (q == 0) return std::nullopt;
+      return fits(p / q);
+    case BinOp::Mod:
+      if (q == 0) return std::nullopt;
+      return fits(p % q);
+    case BinOp::FloorDiv: {
+      if (q == 0) return std::nullopt;
+      __int128 r = p / q;
+      if ((p % q != 0) && ((p < 0) != (q < 0))) --r;
+      return fits(r);
+    }
+    case BinOp::FloorMod: {
+      if (q == 0) return std::nullopt;
+      __int128 r = p % q;
+      if (r != 0 && ((r < 0) != (q < 0))) r += q;
+      return fits(r);
+    }
+    case BinOp::Min:
+      return std::min(*x, *y);
+    case BinOp::Max:
+      return std::max(*x, *y);
+    case BinOp::EQ:
+      return *x == *y;
+    case BinOp::NE:
+      return *x != *y;
+    case BinOp::LT:
+      return *x < *y;
+    case BinOp::LE:
+      return *x <= *y;
+    case BinOp::GT:
+      return *x > *y;
+    case BinOp::GE:
+      return *x >= *y;
+    case BinOp::And:
+      return *y != 0;
+    case BinOp::Or:
+      return *y != 0;
+    case BinOp::BitAnd:
+      return fits(p & q);
+    case BinOp::BitOr:
+      return fits(p | q);
+    case BinOp::BitXor:
+      return fits(p ^ q);
+    case BinOp::Shl:
+      if (q < 0 || q >= t.bits) return std::nullopt;
+      return fits(p << static_cast<int>(q));
+    case BinOp::Shr:
+      if (q < 0 || q >= t.bits) return std::nullopt;
+      return fits(p >> static_cast<int>(q));
+  }
+  return std::nullopt;
 }
 
 // ------------------------------------------------------------- simplifier

@@ -38,6 +38,8 @@ class Facts : public IRVisitor {
 
 }  // namespace
 
+bool LoweredKernel::shape_generic() const { return !dims.empty() || launch.symbolic_grid; }
+
 LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   bool debug = opt.debug || debug_from_env();
   std::ostream& log = opt.log ? *opt.log : std::cerr;
@@ -76,14 +78,27 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   facts.visit(s);
   for (const Param& p : f->params) {
     KernelParamInfo info;
+    if (p.scalar.defined()) {
+      info.name = p.scalar.name();
+      info.dtype = p.scalar.dtype();
+      info.is_scalar = true;
+      info.min = p.min;
+      info.max = p.max;
+      info.multiple_of = p.multiple_of;
+      k.params.push_back(info);
+      continue;
+    }
     info.name = p.buffer->name;
     info.dtype = p.buffer->dtype;
     info.shape = p.buffer->shape;
     info.elems = p.buffer->storage_elems();
+    info.dims = p.buffer->dims;
+    info.symbolic = p.buffer->symbolic();
     auto it = facts.widest.find(p.buffer->data.get());
     info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
     k.params.push_back(info);
   }
+  k.dims = f->dims;
   std::int64_t off = 0;
   for (const Buffer& b : facts.shared) {
     off = (off + 15) / 16 * 16;

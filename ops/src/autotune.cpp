@@ -322,21 +322,14 @@ Config tuned_config(const OpInfo& op, DType dtype,
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     Config c = candidates[i];
     try {
-      Kernel k = kernel_for(op, dtype, shapes, params, c, device);
-      if (!out.defined()) {
-        Elementwise e(op.name, shapes, dtype, params, c, device);
-        out = Tensor::empty(e.out_shape(), e.out_dtype(), device);
-      }
-      // The kernels declare every tensor flat (nary_kernel.cpp).
-      std::vector<Tensor> args;
-      for (const Tensor& t : inputs) args.push_back(t.reshape({t.numel()}));
-      args.push_back(out.reshape({out.numel()}));
-      for (int w = 0; w < 3; ++w) k.launch(args);
+      Elementwise e(op.name, shapes, dtype, params, c, device);
+      if (!out.defined()) out = Tensor::empty(e.out_shape(), e.out_dtype(), device);
+      for (int w = 0; w < 3; ++w) e(inputs, out);
       std::vector<float> times;
       runtime::EventTimer t;
       for (int r = 0; r < 15; ++r) {
         t.start();
-        k.launch(args);
+        e(inputs, out);
         t.stop();
         times.push_back(t.elapsed_ms());
       }

@@ -57,4 +57,35 @@ struct NarySpec {
 
 PrimFunc build_nary(const NarySpec& s);
 
+// ----------------------------------------------- shape-generic (nary_generic.cpp)
+
+enum class Gated { none, gate, value };
+
+struct GenericOperand {
+  int param = 0;
+  DType compute = f32;
+  bool flat = false;          // read in the output's order (offset = index)
+  std::vector<bool> present;  // per coalesced dimension: false = broadcast (stride 0)
+  Gated gated = Gated::none;  // a half of a gated op's (M, 2N) input
+};
+
+// What one compiled kernel serves: every shape with this coalesced rank,
+// broadcast pattern and alignment class.
+struct GenericSpec {
+  std::string name;
+  std::size_t rank = 1;
+  DType out_dtype = f32;
+  std::vector<DType> param_dtypes;
+  std::vector<GenericOperand> operands;
+  // The innermost coalesced extent is a multiple of the vector width: a
+  // chunk never crosses a row (checked at launch through e[rank-1]'s facts).
+  bool inner_multiple_of_v = false;
+  std::function<Expr(const std::vector<Expr>&, const Expr&)> value;
+  Strategy strategy = Strategy::register_copy;
+  int threads = 256;
+  int npt = 4;
+};
+
+PrimFunc build_nary_generic(const GenericSpec& s);
+
 }  // namespace tx::ops::detail

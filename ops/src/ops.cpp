@@ -8,9 +8,11 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <list>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "nary_kernel.hpp"
 #include "ops_internal.hpp"
@@ -107,10 +109,75 @@ Config resolve(const Config& c, DType t, const OpInfo* op = nullptr) {
 }
 
 struct Plan {
-  detail::NarySpec spec;
+  detail::NarySpec spec;  // for these exact shapes
   std::vector<std::int64_t> out_shape;
   DType out_dtype;
+  // The shape-generic kernel of the same class, its cache key (no shapes),
+  // and this shape's scalar arguments (the coalesced extents e[1..]).
+  detail::GenericSpec generic;
+  std::string class_key;
+  std::vector<std::int64_t> scalars;
 };
+
+// Rows of the coalesced shape read in the output's order.
+bool operand_is_flat(const detail::NarySpec& s, const detail::Operand& o) {
+  std::int64_t inner = 1;
+  for (std::size_t d = s.shape.size(); d-- > 0;) {
+    if (o.strides[d] != inner) return false;
+    inner *= s.shape[d];
+  }
+  return o.offset == 0;
+}
+
+// The shape-generic kernel that serves p.spec's shapes and every other of
+// the same class: coalesced rank, which dimensions each operand broadcasts
+// (gated ops: the gate and value halves), and whether the innermost extent
+// is a multiple of the vector width.
+void make_generic(Plan& p, const OpInfo& op, bool gated) {
+  const detail::NarySpec& s = p.spec;
+  detail::GenericSpec& g = p.generic;
+  g.out_dtype = s.out_dtype;
+  g.param_dtypes = s.param_dtypes;
+  g.value = s.value;
+  g.strategy = s.strategy;
+  g.threads = s.threads;
+  g.npt = s.npt;
+  std::vector<std::int64_t> shape = s.shape;
+  // One element coalesces to no dimension at all: the class of flat 1-D.
+  const bool scalar = shape.empty();
+  if (scalar) shape = {1};
+  if (gated && shape.size() == 1) shape.insert(shape.begin(), 1);  // [rows, half]
+  g.rank = shape.size();
+  const int v = s.strategy == Strategy::direct ? 1 : s.npt;
+  g.inner_multiple_of_v = g.rank > 1 && shape.back() % v == 0;
+  std::string pattern;
+  for (std::size_t k = 0; k < s.operands.size(); ++k) {
+    const detail::Operand& o = s.operands[k];
+    detail::GenericOperand go;
+    go.param = o.param;
+    go.compute = o.compute;
+    if (gated) {
+      go.gated = k == 0 ? detail::Gated::gate : detail::Gated::value;
+      go.present.assign(g.rank, true);
+      pattern += k == 0 ? "G" : "V";
+    } else {
+      go.flat = scalar || operand_is_flat(s, o);
+      for (std::size_t d = 0; d < g.rank; ++d) go.present.push_back(scalar || o.strides[d] != 0);
+      pattern += go.flat ? "f" : "";
+      for (bool b : go.present) pattern += b ? "1" : "0";
+    }
+    pattern += "_";
+    g.operands.push_back(go);
+  }
+  for (std::size_t d = 1; d < g.rank; ++d) p.scalars.push_back(shape[d]);
+  std::ostringstream name;
+  name << "tx_" << op.name << "_" << s.param_dtypes.front().short_name() << "_"
+       << strategy_name(s.strategy) << "_t" << s.threads << "_v" << s.npt << "_r" << g.rank << "_"
+       << pattern << (g.inner_multiple_of_v ? "w" : "p");
+  g.name = name.str();
+  p.class_key = g.name + "|" + std::to_string(g.rank) + "|" + pattern +
+                (g.inner_multiple_of_v ? "|whole-rows" : "|any-rows");
+}
 
 // The kernel spec of an op on concrete shapes.
 Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
@@ -150,6 +217,7 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
     s.value = [&op, params](const std::vector<Expr>& in, const Expr&) {
       return op.expr(in, params);
     };
+    make_generic(p, op, /*gated=*/true);
     return p;
   }
 
@@ -172,6 +240,7 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
     s.operands.push_back({static_cast<int>(i), ci, c.strides[i], 0});
   }
   s.value = [&op, params](const std::vector<Expr>& in, const Expr&) { return op.expr(in, params); };
+  make_generic(p, op, /*gated=*/false);
   return p;
 }
 
@@ -193,15 +262,38 @@ std::string key_of(const std::string& op, DType dtype,
   return k.str();
 }
 
-std::mutex& cache_mutex() {
-  static std::mutex* m = new std::mutex();
-  return *m;
+// The key of a shape-generic kernel: what key_of says but the shapes, which
+// the class replaces.
+std::string class_key_of(const std::string& op, DType dtype, const std::vector<DType>& dtypes,
+                         const Params& params, const Config& cfg, Device d,
+                         const std::string& class_key) {
+  std::ostringstream k;
+  k << op << "|" << dtype.name() << "|" << d.str() << "|" << strategy_name(*cfg.strategy) << "|"
+    << cfg.threads << "|" << cfg.num_per_thread << "|generic|" << class_key;
+  for (DType t : dtypes) k << "|" << t.name();
+  for (double p : params) k << "|" << std::hexfloat << p;
+  return k.str();
 }
-std::map<CacheKey, Kernel>& kernel_cache() {
-  static auto* c = new std::map<CacheKey, Kernel>();
+
+// The in-memory kernel cache: least recently used out at the capacity.
+struct KernelCache {
+  std::mutex mu;
+  std::list<std::pair<std::string, Kernel>> lru;  // most recently used first
+  std::unordered_map<std::string, std::list<std::pair<std::string, Kernel>>::iterator> index;
+  std::size_t capacity = 4096;
+  std::uint64_t hits = 0, compiles = 0, evictions = 0;
+  void trim() {
+    while (lru.size() > capacity) {
+      index.erase(lru.back().first);
+      lru.pop_back();
+      ++evictions;
+    }
+  }
+};
+KernelCache& kernel_cache() {
+  static auto* c = new KernelCache();
   return *c;
 }
-std::atomic<std::uint64_t> cache_hits{0}, cache_compiles{0};
 
 // The kernels declare every tensor flat, (numel,) (nary_kernel.cpp); a
 // launch passes the caller's tensor as that view of the same storage
@@ -212,18 +304,26 @@ Tensor as_flat(const Tensor& t) { return t.shape().size() == 1 ? t : t.reshape({
 // on a miss. Built outside the lock: two threads missing on one key both
 // build, and both get the kernel stored first.
 Kernel cached(const std::string& key, const std::function<Kernel()>& build) {
+  KernelCache& c = kernel_cache();
   {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = kernel_cache().find({key});
-    if (it != kernel_cache().end()) {
-      cache_hits.fetch_add(1, std::memory_order_relaxed);
-      return it->second;
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.index.find(key);
+    if (it != c.index.end()) {
+      ++c.hits;
+      c.lru.splice(c.lru.begin(), c.lru, it->second);  // now the most recent
+      return it->second->second;
     }
   }
   Kernel k = build();
-  cache_compiles.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(cache_mutex());
-  return kernel_cache().emplace(CacheKey{key}, k).first->second;
+  std::lock_guard<std::mutex> lock(c.mu);
+  ++c.compiles;
+  auto it = c.index.find(key);
+  if (it != c.index.end()) return it->second->second;  // another thread stored it first
+  if (c.capacity == 0) return k;
+  c.lru.emplace_front(key, k);
+  c.index[key] = c.lru.begin();
+  c.trim();
+  return k;
 }
 
 // Checks the inputs against the op and returns the primary dtype.
@@ -261,35 +361,45 @@ Kernel get_kernel(const OpInfo& op, DType dtype,
                   Device device, Plan* out_plan) {
   Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
   if (out_plan) *out_plan = p;
-  return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device), [&] {
-    // Results rounded to 16 bits or fewer tolerate the hardware math
-    // approximations -- except where a quotient is floored: an approximate
-    // division can cross an integer.
-    bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float() &&
-                  op.name != "floor_divide" && op.name != "remainder";
-    return compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
+  // Results rounded to 16 bits or fewer tolerate the hardware math
+  // approximations -- except where a quotient is floored: an approximate
+  // division can cross an integer.
+  bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float() &&
+                op.name != "floor_divide" && op.name != "remainder";
+  if (cfg.exact_shape)
+    return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device), [&] {
+      return compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
+    });
+  return cached(class_key_of(op.name, dtype, dtypes, params, cfg, device, p.class_key), [&] {
+    return compile(detail::build_nary_generic(p.generic),
+                   {.device = device, .approx_math = approx});
   });
 }
 
 }  // namespace
 
 namespace detail {
-Kernel kernel_for(const OpInfo& op, DType dtype,
-                  const std::vector<std::vector<std::int64_t>>& shapes, const Params& params,
-                  const Config& cfg, Device device) {
-  std::vector<DType> dts;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    bool mask = (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
-    dts.push_back(mask ? boolean : dtype);
-  }
-  return get_kernel(op, dtype, shapes, dts, params, resolve(cfg, dtype, &op), device, nullptr);
-}
 Config resolved(const Config& c, DType t, const OpInfo& op) { return resolve(c, t, &op); }
 }  // namespace detail
 
 CacheStats cache_stats() {
-  return {cache_hits.load(std::memory_order_relaxed),
-          cache_compiles.load(std::memory_order_relaxed)};
+  KernelCache& c = kernel_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return {c.hits, c.compiles, c.evictions, c.lru.size(), c.capacity};
+}
+
+void set_cache_capacity(std::size_t kernels) {
+  KernelCache& c = kernel_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.capacity = kernels;
+  c.trim();
+}
+
+void clear_cache() {
+  KernelCache& c = kernel_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.lru.clear();
+  c.index.clear();
 }
 
 // The result shape of an op with a zero-size input: NumPy broadcasting, in
@@ -380,6 +490,7 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
   kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, &p);
   out_shape_ = p.out_shape;
   out_dtype_ = p.out_dtype;
+  if (!cfg_.exact_shape) scalars_ = p.scalars;
 }
 
 Tensor Elementwise::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
@@ -407,18 +518,22 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
     fail("tx.ops." + op_, "out", {},
          "needs a " + out_dtype_.name() + " tensor of shape " + shape_str(out_shape_) +
              (out.defined() ? ", got " + out.dtype().name() + " " + shape_str(out.shape()) : ""));
+  if (out.numel() == 0) return;  // a zero-size op: nothing to compute
+  // The kernels declare every tensor flat; a shape-generic one also takes
+  // the coalesced extents.
   std::array<Tensor, 8> flat;
-  std::array<const Tensor*, 8> args{};
+  std::array<Kernel::Arg, 16> args{};
   std::size_t n = 0;
   for (const Tensor& t : inputs) {
     flat[n] = as_flat(t);
-    args[n] = &flat[n];
+    args[n] = flat[n];
     ++n;
   }
-  if (out.numel() == 0) return;  // a zero-size op: nothing to compute
   flat[n] = as_flat(out);
-  args[n] = &flat[n];
-  kernel_.launch(args.data(), n + 1);
+  args[n] = flat[n];
+  ++n;
+  for (std::int64_t e : scalars_) args[n++] = Kernel::Arg(e);
+  kernel_.launch(args.data(), n);
 }
 
 // ------------------------------------------------------------------- run
@@ -545,8 +660,26 @@ void cast_into(const Tensor& x, Tensor& out, const Config& cfg) {
   s.threads = c.threads;
   s.npt = c.num_per_thread;
   s.value = [](const std::vector<Expr>& in, const Expr&) { return in[0]; };
-  std::string key = "cast|" + s.name + "|" + std::to_string(n) + "|" + x.device().str();
-  Kernel k = cached(key, [&] { return compile(detail::build_nary(s), {.device = x.device()}); });
+  if (cfg.exact_shape) {
+    std::string key = "cast|" + s.name + "|" + std::to_string(n) + "|" + x.device().str();
+    Kernel k = cached(key, [&] { return compile(detail::build_nary(s), {.device = x.device()}); });
+    k(as_flat(x), as_flat(out));
+    return;
+  }
+  // Every size through one shape-generic kernel per (from, to, config).
+  detail::GenericSpec g;
+  g.name = s.name;
+  g.rank = 1;
+  g.out_dtype = to;
+  g.param_dtypes = {from};
+  g.operands = {{0, compute, /*flat=*/true, {true}, detail::Gated::none}};
+  g.value = s.value;
+  g.strategy = s.strategy;
+  g.threads = s.threads;
+  g.npt = s.npt;
+  std::string key = "cast|" + s.name + "|generic|" + x.device().str();
+  Kernel k =
+      cached(key, [&] { return compile(detail::build_nary_generic(g), {.device = x.device()}); });
   k(as_flat(x), as_flat(out));
 }
 

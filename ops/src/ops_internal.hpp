@@ -8,13 +8,11 @@
 
 namespace tx::ops::detail {
 
-// The (cached) kernel of an op on concrete input shapes and config.
-Kernel kernel_for(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
-                  const Params& params, const Config& cfg, Device device);
 // Defaults filled in and checked.
 Config resolved(const Config& c, DType t, const OpInfo& op);
 // The autotuned config (timed on the GPU once, then remembered on disk).
-Config tuned_config(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
-                    const Params& params, Device device, const Config& requested);
+Config tuned_config(const OpInfo& op, DType dtype,
+                    const std::vector<std::vector<std::int64_t>>& shapes, const Params& params,
+                    Device device, const Config& requested);
 
 }  // namespace tx::ops::detail

@@ -5,7 +5,9 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -49,6 +51,14 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
   std::string r = "(";
   for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + (s.size() == 1 ? ",)" : ")");
+}
+
+// A parameter's extents as declared: (n, 4096).
+std::string dims_str(const lowering::KernelParamInfo& p) {
+  if (!p.symbolic) return shape_str(p.shape);
+  std::string r = "(";
+  for (std::size_t i = 0; i < p.dims.size(); ++i) r += (i ? ", " : "") + to_string(p.dims[i]);
+  return r + (p.dims.size() == 1 ? ",)" : ")");
 }
 
 }  // namespace
@@ -153,17 +163,32 @@ std::string Kernel::prepare_gpu() const {
   return origin;
 }
 
+void Kernel::launch(const std::vector<Arg>& args, std::source_location loc) const {
+  launch(args.data(), args.size(), loc);
+}
+
+void Kernel::launch(std::initializer_list<Arg> args, std::source_location loc) const {
+  launch(args.begin(), args.size(), loc);
+}
+
 void Kernel::launch(const std::vector<Tensor>& args, std::source_location loc) const {
+  std::vector<const Tensor*> p;
+  p.reserve(args.size());
+  for (const Tensor& t : args) p.push_back(&t);
+  launch(p.data(), p.size(), loc);
+}
+
+void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc loc) const {
   // Pointers on the stack: a launch allocates nothing on the fast path.
-  std::array<const Tensor*, 32> small{};
-  std::vector<const Tensor*> big;
-  const Tensor** p = small.data();
-  if (args.size() > small.size()) {
-    big.resize(args.size());
-    p = big.data();
+  std::array<Arg, 32> small{};
+  std::vector<Arg> big;
+  Arg* a = small.data();
+  if (n > small.size()) {
+    big.assign(n, Arg());
+    a = big.data();
   }
-  for (std::size_t i = 0; i < args.size(); ++i) p[i] = &args[i];
-  launch(p, args.size(), loc);
+  for (std::size_t i = 0; i < n; ++i) a[i] = Arg(*args[i]);
+  launch(a, n, loc);
 }
 
 namespace {
@@ -174,14 +199,27 @@ bool sync_after_launch() {
   }();
   return sync;
 }
+
+// A value of a scalar parameter or a T::dim as the kernel receives it: the
+// bytes of its C type (CUDA takes a pointer to each argument's value).
+struct ScalarSlot {
+  alignas(8) unsigned char bytes[8] = {};
+};
+
+template <class T>
+void put(ScalarSlot& slot, T v) {
+  static_assert(sizeof(T) <= sizeof(slot.bytes));
+  std::memcpy(slot.bytes, &v, sizeof(T));
+}
 }  // namespace
 
-void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc) const {
+void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
   if (!state_)
     fail("tx.Kernel.launch", "", call_loc,
          "the Kernel is empty (default-constructed); make one with tx::compile");
   const State& s = *state_;
   const auto& params = s.info.params;
+  const auto& dims = s.info.dims;
   // The caller's line; the kernel's own where no call site is known.
   SourceLoc loc = call_loc.known() ? call_loc : s.info.source->loc;
   auto bad = [&](std::size_t i, const std::string& reason) {
@@ -191,30 +229,131 @@ void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc
   };
   if (n != params.size())
     bad(params.size(),
-        "takes " + std::to_string(params.size()) + " tensors, got " + std::to_string(n));
+        "takes " + std::to_string(params.size()) + " arguments, got " + std::to_string(n));
+  // Kernel arguments: one slot per parameter, then one per T::dim.
+  const std::size_t slots = n + dims.size();
   std::array<void*, 32> small{};
+  std::array<ScalarSlot, 32> ssmall{};
+  std::array<std::int64_t, 32> esmall{};
   std::vector<void*> big;
+  std::vector<ScalarSlot> sbig;
+  std::vector<std::int64_t> ebig;
   void** ptrs = small.data();
-  if (n > small.size()) {
-    big.resize(n);
+  ScalarSlot* values = ssmall.data();
+  std::int64_t* elems = esmall.data();
+  if (slots > small.size()) {
+    big.resize(slots);
+    sbig.resize(slots);
+    ebig.resize(slots);
     ptrs = big.data();
+    values = sbig.data();
+    elems = ebig.data();
   }
+  // T::dim values as the tensors bind them, and which argument bound each.
+  std::array<std::int64_t, 16> dim_small{};
+  std::array<int, 16> dim_from_small{};
+  std::vector<std::int64_t> dim_big;
+  std::vector<int> dim_from_big;
+  std::int64_t* dim_value = dim_small.data();
+  int* dim_from = dim_from_small.data();
+  if (dims.size() > dim_small.size()) {
+    dim_big.assign(dims.size(), 0);
+    dim_from_big.assign(dims.size(), -1);
+    dim_value = dim_big.data();
+    dim_from = dim_from_big.data();
+  }
+  for (std::size_t d = 0; d < dims.size(); ++d) dim_from[d] = -1;
+  auto dim_index = [&](const Expr& e) -> int {
+    for (std::size_t d = 0; d < dims.size(); ++d)
+      if (e.get() == dims[d].var.get()) return static_cast<int>(d);
+    return -1;
+  };
+
   for (std::size_t i = 0; i < n; ++i) {
-    const Tensor& t = *args[i];
     const auto& pi = params[i];
+    const Arg& arg = args[i];
+    if (pi.is_scalar) {
+      if (arg.tensor()) bad(i, "is a scalar parameter (" + pi.dtype.name() + "), given a tensor");
+      if (pi.dtype.is_integer()) {
+        if (!arg.is_int())
+          bad(i, "is an integer parameter (" + pi.dtype.name() + "), given " +
+                     std::to_string(arg.as_double()));
+        double lo = pi.dtype.is_uint() ? 0.0 : -std::ldexp(1.0, pi.dtype.bits - 1);
+        double hi = std::ldexp(1.0, pi.dtype.bits - (pi.dtype.is_uint() ? 0 : 1)) - 1;
+        if (static_cast<double>(arg.as_int()) < lo || static_cast<double>(arg.as_int()) > hi)
+          bad(i, "value " + std::to_string(arg.as_int()) + " does not fit " + pi.dtype.name());
+        if (arg.as_int() < pi.min || arg.as_int() > pi.max || arg.as_int() % pi.multiple_of != 0)
+          bad(i, "value " + std::to_string(arg.as_int()) +
+                     " breaks the facts the kernel was "
+                     "compiled with (min " +
+                     std::to_string(pi.min) + ", max " + std::to_string(pi.max) + ", multiple of " +
+                     std::to_string(pi.multiple_of) + ")");
+        switch (pi.dtype.bits) {
+          case 8:
+            put(values[i], static_cast<std::int8_t>(arg.as_int()));
+            break;
+          case 16:
+            put(values[i], static_cast<std::int16_t>(arg.as_int()));
+            break;
+          case 32:
+            put(values[i], static_cast<std::int32_t>(arg.as_int()));
+            break;
+          default:
+            put(values[i], arg.as_int());
+            break;
+        }
+      } else if (pi.dtype == f64) {
+        put(values[i], arg.as_double());
+      } else {
+        put(values[i], static_cast<float>(arg.as_double()));
+      }
+      ptrs[i] = values[i].bytes;
+      elems[i] = 0;
+      continue;
+    }
+    if (!arg.tensor()) bad(i, "is a buffer parameter, given a number");
+    const Tensor& t = *arg.tensor();
     if (!t.defined()) bad(i, "tensor is undefined");
     if (t.numel() == 0)
       bad(i, "tensor is empty (shape " + shape_str(t.shape()) +
-                 "); a kernel's buffers have fixed, positive extents (the kernel declares " +
-                 shape_str(pi.shape) + ")");
+                 "); a kernel's buffers have positive extents (the kernel declares " +
+                 dims_str(pi) + ")");
     if (t.dtype() != pi.dtype)
       bad(i, "dtype " + t.dtype().name() + " but the kernel declares " + pi.dtype.name());
-    if (t.shape() != pi.shape)
-      bad(i, "shape " + shape_str(t.shape()) + " but the kernel declares " + shape_str(pi.shape) +
-                 (t.numel() == pi.elems ? " (same element count: pass t.reshape(...))" : ""));
-    if (t.numel() < pi.elems)
-      bad(i, "tensor holds " + std::to_string(t.numel()) + " elements, the layout needs " +
-                 std::to_string(pi.elems));
+    if (!pi.symbolic) {
+      if (t.shape() != pi.shape)
+        bad(i, "shape " + shape_str(t.shape()) + " but the kernel declares " + shape_str(pi.shape) +
+                   (t.numel() == pi.elems ? " (same element count: pass t.reshape(...))" : ""));
+      if (t.numel() < pi.elems)
+        bad(i, "tensor holds " + std::to_string(t.numel()) + " elements, the layout needs " +
+                   std::to_string(pi.elems));
+    } else {
+      // Extents known at launch: constants must match, T::dim variables are
+      // bound by the first tensor that has them and must agree after.
+      if (t.shape().size() != pi.dims.size())
+        bad(i, "shape " + shape_str(t.shape()) + " has " + std::to_string(t.shape().size()) +
+                   " dimensions but the kernel declares " + dims_str(pi));
+      for (std::size_t d = 0; d < pi.dims.size(); ++d) {
+        std::int64_t got = t.shape()[d];
+        if (auto c = as_const_int(pi.dims[d])) {
+          if (got != *c)
+            bad(i, "shape " + shape_str(t.shape()) + " but the kernel declares " + dims_str(pi) +
+                       " (dimension " + std::to_string(d) + ")");
+          continue;
+        }
+        int k = dim_index(pi.dims[d]);
+        if (dim_from[k] < 0) {
+          dim_value[k] = got;
+          dim_from[k] = static_cast<int>(i);
+        } else if (dim_value[k] != got) {
+          const auto& first = params[static_cast<std::size_t>(dim_from[k])];
+          bad(i, "extent " + dims[static_cast<std::size_t>(k)].var.name() + " is " +
+                     std::to_string(got) + " here (shape " + shape_str(t.shape()) + ") but " +
+                     std::to_string(dim_value[k]) + " in " + first.name + " (argument " +
+                     std::to_string(dim_from[k]) + "): the tensors disagree");
+        }
+      }
+    }
     if (!(t.device() == s.device))
       bad(i, "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
                  " (move it with .to(kernel.device()))");
@@ -223,6 +362,54 @@ void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc
       bad(i, "tensor data is not " + std::to_string(pi.align_bytes) +
                  "-byte aligned; the kernel makes vector accesses of that width on it");
     ptrs[i] = t.data_ptr();
+    elems[i] = t.numel();
+  }
+  // The facts each T::dim was compiled with.
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    const DimParam& dp = dims[d];
+    std::int64_t v = dim_value[d];
+    std::string from = dim_from[d] >= 0
+                           ? " (from " + params[static_cast<std::size_t>(dim_from[d])].name +
+                                 ", argument " + std::to_string(dim_from[d]) + ")"
+                           : "";
+    auto bad_dim = [&](const std::string& why) {
+      fail("launch " + s.kernel_name, dp.var.name(), loc,
+           "extent " + dp.var.name() + " = " + std::to_string(v) + from + " " + why +
+               " (T::dim at " + dp.loc.str() + ")");
+    };
+    if (v < dp.min) bad_dim("is below its min " + std::to_string(dp.min));
+    if (v > dp.max) bad_dim("is above its max " + std::to_string(dp.max));
+    if (dp.multiple_of > 1 && v % dp.multiple_of != 0)
+      bad_dim("is not a multiple of " + std::to_string(dp.multiple_of) +
+              ", which the kernel was specialized for");
+    put(values[n + d], static_cast<std::int32_t>(v));
+    ptrs[n + d] = values[n + d].bytes;
+  }
+  // The grid, where it is known only now.
+  std::array<std::int64_t, 3> grid = s.info.launch.grid;
+  if (s.info.launch.symbolic_grid) {
+    auto value_of = [&](const VarNode* v) -> std::optional<std::int64_t> {
+      for (std::size_t d = 0; d < dims.size(); ++d)
+        if (dims[d].var.get() == v) return dim_value[d];
+      for (std::size_t i = 0; i < n; ++i)
+        if (params[i].is_scalar && s.info.source->params[i].scalar.get() == v)
+          return args[i].is_int() ? args[i].as_int()
+                                  : static_cast<std::int64_t>(args[i].as_double());
+      return std::nullopt;
+    };
+    for (std::size_t g = 0; g < 3; ++g) {
+      const Expr& e = s.info.launch.grid_exprs[g];
+      if (!e.defined() || e.as<IntImmNode>()) continue;
+      auto v = lowering::evaluate_int(e, value_of, /*mathematical=*/true);
+      const std::int64_t hw = g == 0 ? 2147483647 : 65535;
+      if (!v || *v < 0 || *v > hw)
+        fail("launch " + s.kernel_name, "", loc,
+             "grid dimension " + std::to_string(g) + " = " + to_string(e) + " is " +
+                 (v ? std::to_string(*v) : std::string("not computable")) + ", outside [0, " +
+                 std::to_string(hw) + "]");
+      grid[g] = *v;
+    }
+    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // nothing to run
   }
 
   if (s.device.is_cuda()) {
@@ -241,28 +428,33 @@ void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc
                  " per CTA");
       s.ready.store(true, std::memory_order_release);
     }
+    // CUDA takes a pointer to each argument's value: the device address of a
+    // buffer, the value slot of a scalar or extent.
     std::array<runtime::DevicePtr, 32> dsmall{};
     std::array<void*, 32> ksmall{};
     std::vector<runtime::DevicePtr> dbig;
     std::vector<void*> kbig;
     runtime::DevicePtr* dptrs = dsmall.data();
     void** kargs = ksmall.data();
-    if (n > dsmall.size()) {
-      dbig.resize(n);
-      kbig.resize(n);
+    if (slots > dsmall.size()) {
+      dbig.resize(slots);
+      kbig.resize(slots);
       dptrs = dbig.data();
       kargs = kbig.data();
     }
-    for (std::size_t i = 0; i < n; ++i) {
-      dptrs[i] = static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(ptrs[i]));
-      kargs[i] = &dptrs[i];
+    for (std::size_t i = 0; i < slots; ++i) {
+      if (i < n && !params[i].is_scalar) {
+        dptrs[i] = static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(ptrs[i]));
+        kargs[i] = &dptrs[i];
+      } else {
+        kargs[i] = ptrs[i];
+      }
     }
-    const auto& g = s.info.launch.grid;
-    runtime::launch(
-        s.function,
-        {static_cast<unsigned>(g[0]), static_cast<unsigned>(g[1]), static_cast<unsigned>(g[2])},
-        {static_cast<unsigned>(s.info.launch.block), 1, 1},
-        static_cast<std::size_t>(s.info.shared_bytes), kargs, s.kernel_name);
+    runtime::launch(s.function,
+                    {static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
+                     static_cast<unsigned>(grid[2])},
+                    {static_cast<unsigned>(s.info.launch.block), 1, 1},
+                    static_cast<std::size_t>(s.info.shared_bytes), kargs, s.kernel_name);
     if (sync_after_launch()) runtime::synchronize(s.kernel_name);
     return;
   }
@@ -276,7 +468,7 @@ void Kernel::launch(const Tensor* const* args, std::size_t n, SourceLoc call_loc
       s.host = runtime::host_compile(s.info, s.cuda, s.checked);
     }
   }
-  s.host->run(ptrs, loc);
+  s.host->run({ptrs, grid, elems, loc});
 }
 
 void synchronize() {

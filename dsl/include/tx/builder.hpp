@@ -37,7 +37,8 @@ struct Name {
   Name(std::string s) : value(std::move(s)) {}  // NOLINT
 };
 
-// A kernel parameter (T.handle). Bound to a buffer by T::match_buffer.
+// A kernel parameter (T.handle). Bound to a buffer by T::match_buffer, or
+// to a scalar by T::match_scalar.
 class Handle : public Var {
  public:
   Handle() = default;
@@ -92,6 +93,40 @@ struct Value {
 };
 
 inline Slice span(Value start, std::int64_t extent) { return Slice(start.value, extent); }
+
+// One extent of a buffer or of the grid: a constant, or -- for kernels that
+// serve every size -- a T::dim variable (buffers), or an expression of them
+// and of scalar parameters (T::cta_id: ceildiv(n, 256)).
+struct Extent {
+  Expr value;
+  Extent(std::int64_t v)
+      : value(make_int(v, v > 2147483647 || v < -2147483648LL ? i64 : i32)) {}  // NOLINT
+  Extent(int v) : Extent(static_cast<std::int64_t>(v)) {}                       // NOLINT
+  template <class V>
+  requires DslValue<V> Extent(const V& v, Loc l = Loc::current())
+      : value(detail::materialize_at(v, l)) {}  // NOLINT
+};
+struct Extents {
+  std::vector<Extent> items;
+  Extents(std::initializer_list<Extent> l) : items(l) {}  // NOLINT: implicit by design
+  Extents(const std::vector<std::int64_t>& v) {           // NOLINT
+    for (auto e : v) items.emplace_back(e);
+  }
+  Extents(const std::vector<Expr>& v) {  // NOLINT
+    for (const Expr& e : v) items.push_back(Extent(e));
+  }
+};
+
+// What is known of a T::dim before launch; checked when it is bound. The
+// specialization facts of a shape-generic kernel: `multiple_of` lets
+// vector accesses along the dimension be proven aligned, `max` keeps index
+// arithmetic 32-bit (a buffer whose extents can pass 2^31 elements gets
+// 64-bit offsets).
+struct DimFacts {
+  std::int64_t min = 1;
+  std::int64_t max = 2147483647;
+  std::int64_t multiple_of = 1;
+};
 
 // A buffer element: reads as a value, assigns as a store.
 class BufferElem : public ExprTemplateTag {
@@ -288,15 +323,25 @@ PrimFunc prim_func_n(std::string name, std::vector<std::string> param_names,
                      const std::function<void(const std::vector<Handle>&)>& body,
                      Loc loc = Loc::current());
 
-TileBuffer match_buffer(const Handle& h, Shape shape, DType dtype,
+// Extents are constants or T::dim variables (shape-generic kernels).
+TileBuffer match_buffer(const Handle& h, Extents shape, DType dtype,
                         std::optional<TileLayout> layout = std::nullopt, Name name = {},
                         Loc loc = Loc::current());
+// A scalar parameter (an int or float passed at launch: alpha, a seed). An
+// integer one may state facts that the kernel is specialized for (a row
+// length that is a multiple of 8), checked at launch.
+Var match_scalar(const Handle& h, DType dtype, Name name = {},
+                 std::optional<DimFacts> facts = std::nullopt, Loc loc = Loc::current());
+// An extent known at launch, bound from the shapes of the tensors that use it
+// in T::match_buffer (they must agree), checked against `facts`.
+Var dim(Name name = {}, DimFacts facts = {}, Loc loc = Loc::current());
 TileBuffer alloc_buffer(Shape shape, DType dtype, MemScope scope,
                         std::optional<TileLayout> layout = std::nullopt, Name name = {},
                         Loc loc = Loc::current());
 
 void device_entry(Loc loc = Loc::current());
-IdVars cta_id(Shape extents, Name name = {}, Loc loc = Loc::current());
+// The grid: constants, or expressions known at launch (ceildiv(n, 256)).
+IdVars cta_id(Extents extents, Name name = {}, Loc loc = Loc::current());
 IdVars warpgroup_id(Shape extents, Name name = {}, Loc loc = Loc::current());
 IdVars warp_id(Shape extents, Name name = {}, Loc loc = Loc::current());
 IdVars lane_id(Shape extents, Name name = {}, Loc loc = Loc::current());

@@ -341,6 +341,21 @@ auto floormod(A a, B b) {
   }
 }
 
+// ceil(a / b) for non-negative integers: the grid of a shape-generic kernel,
+// T::cta_id({ceildiv(n, 256)}).
+template <class A, class B>
+requires MixedOperands<A, B>
+auto ceildiv(const A& a, const B& b) {
+  if constexpr (Literal<B>)
+    return (a + (b - 1)) / b;  // n + 255, not n + 256 - 1
+  else
+    return (a + b - 1) / b;
+}
+template <Literal A, Literal B>
+auto ceildiv(A a, B b) {
+  return (a + b - 1) / b;
+}
+
 template <class A, class B, class C>
 requires(Operand<A>&& Operand<B>&& Operand<C> &&
          (DslValue<A> || DslValue<B> || DslValue<C>)) auto fma(const A& a, const B& b, const C& c) {

@@ -201,13 +201,21 @@ class BufferNode {
  public:
   const std::string name;
   const DType dtype;
+  // Static extents; for a dimension of symbolic extent, its upper bound (the
+  // T::dim's max), which is what layouts and storage sizes are computed with.
   const std::vector<std::int64_t> shape;
   const MemScope scope;
   const TileLayout layout;  // always set; defaults to row-major on memory
   const Var data;           // identity of the storage; views share it
   const SourceLoc loc;
+  // The extents as expressions: an IntImm per static dimension, the T::dim
+  // variable of a symbolic one (global buffers only, row-major).
+  const std::vector<Expr> dims;
   BufferNode(std::string n, DType t, std::vector<std::int64_t> s, MemScope sc, TileLayout l, Var d,
-             SourceLoc lc);
+             SourceLoc lc, std::vector<Expr> dims = {});
+
+  // Some extent is known only at launch.
+  bool symbolic() const;
 
   std::int64_t numel() const;
   // Elements one thread stores: the layout's storage cosize for local
@@ -243,6 +251,10 @@ class Buffer {
 // Validates: positive shape, layout describes the shape, thread axes only on local buffers.
 Buffer make_buffer(std::string name, DType dtype, std::vector<std::int64_t> shape, MemScope scope,
                    std::optional<TileLayout> layout, SourceLoc loc);
+// A global buffer some of whose extents are T::dim variables (the others
+// IntImms); `bounds` are their static upper bounds. Row-major only.
+Buffer make_symbolic_buffer(std::string name, DType dtype, std::vector<Expr> dims,
+                            std::vector<std::int64_t> bounds, SourceLoc loc);
 // A flat 1-D view of a buffer's storage (per-thread storage for local buffers).
 Buffer flat_view(const Buffer& b);
 
@@ -511,15 +523,21 @@ class ScopeIdBindNode : public StmtNode {
   static constexpr StmtKind kKind = StmtKind::ScopeIdBind;
   const ScopeIdKind id_kind;
   const std::vector<Var> vars;
+  // Static extents; 0 where the extent is an expression of T::dim variables
+  // or scalar parameters (cta_id only: the grid is computed at launch).
   const std::vector<std::int64_t> extents;
   const Stmt body;
+  // The extents as expressions (IntImms where static).
+  const std::vector<Expr> extent_exprs;
   ScopeIdBindNode(ScopeIdKind k, std::vector<Var> v, std::vector<std::int64_t> e, Stmt b,
-                  SourceLoc l)
+                  SourceLoc l, std::vector<Expr> ee)
       : StmtNode(kKind, l),
         id_kind(k),
         vars(std::move(v)),
         extents(std::move(e)),
-        body(std::move(b)) {}
+        body(std::move(b)),
+        extent_exprs(std::move(ee)) {}
+  bool symbolic() const;
 };
 
 // Execution scope of a tile primitive: which threads cooperate on it.
@@ -599,6 +617,9 @@ Stmt make_let(Var v, Expr value, Stmt body, SourceLoc loc = {});
 Stmt make_allocate(Buffer b, Stmt body, SourceLoc loc = {});
 Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::int64_t> extents,
                         Stmt body, SourceLoc loc = {});
+// With extents that may be expressions (cta_id over a symbolic grid).
+Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<Expr> extents, Stmt body,
+                        SourceLoc loc = {});
 Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
                     SourceLoc loc = {});
 Stmt make_barrier(ExecScope s, SourceLoc loc = {});
@@ -610,7 +631,21 @@ Stmt make_origin(std::string text, Stmt body, SourceLoc loc = {});
 
 struct Param {
   Var handle;     // the T.handle parameter
-  Buffer buffer;  // bound by T.match_buffer (empty if never matched)
+  Buffer buffer;  // bound by T.match_buffer (empty if not a buffer)
+  Var scalar;     // bound by T.match_scalar (empty if not a scalar)
+  // An integer scalar's facts, checked at launch (full range when not given).
+  std::int64_t min = INT64_MIN, max = INT64_MAX, multiple_of = 1;
+  bool has_facts = false;
+};
+
+// An extent known at launch (T::dim): bound from the shapes of the tensors
+// passed, checked against these facts, passed to the kernel as an int.
+struct DimParam {
+  Var var;
+  std::int64_t min = 1;
+  std::int64_t max = 2147483647;
+  std::int64_t multiple_of = 1;
+  SourceLoc loc;
 };
 
 class PrimFuncNode {
@@ -620,8 +655,15 @@ class PrimFuncNode {
   const Stmt body;
   const SourceLoc loc;
   const bool lowered;  // true once tile calls are expanded
-  PrimFuncNode(std::string n, std::vector<Param> p, Stmt b, SourceLoc l, bool low)
-      : name(std::move(n)), params(std::move(p)), body(std::move(b)), loc(l), lowered(low) {}
+  const std::vector<DimParam> dims;
+  PrimFuncNode(std::string n, std::vector<Param> p, Stmt b, SourceLoc l, bool low,
+               std::vector<DimParam> d = {})
+      : name(std::move(n)),
+        params(std::move(p)),
+        body(std::move(b)),
+        loc(l),
+        lowered(low),
+        dims(std::move(d)) {}
 };
 
 class PrimFunc {

@@ -36,6 +36,7 @@ class BoundsCheck : public IRVisitor {
   explicit BoundsCheck(const LaunchConfig& launch) : launch_(launch) {
     env_.cta_threads = launch.block;
     env_.grid = launch.grid;
+    for (const auto& [v, f] : launch.param_facts) env_.bind(v, f);
   }
 
   using IRVisitor::visit;
@@ -54,6 +55,11 @@ class BoundsCheck : public IRVisitor {
 
   void visit_node(const ScopeIdBindNode* n) override {
     for (auto& [v, f] : scope_id_facts(n, launch_)) env_.bind(v, f);
+    // A grid computed at launch: bx < its extent, like a loop's bound (so a
+    // witness never takes a CTA the grid does not have).
+    if (n->symbolic())
+      for (std::size_t i = 0; i < n->vars.size(); ++i)
+        loops_[n->vars[i].get()] = {make_int(0), n->extent_exprs[i]};
     visit(n->body);
   }
   void visit_node(const ForNode* n) override {
@@ -109,15 +115,20 @@ class BoundsCheck : public IRVisitor {
   void check(const Buffer& b, const std::vector<Expr>& idx, SourceLoc loc) {
     for (std::size_t d = 0; d < idx.size() && d < b->shape.size(); ++d) {
       Interval iv = env_.bound(idx[d]);
-      std::int64_t extent = b->shape[d];
-      if (iv.lo >= 0 && iv.hi < extent) continue;
+      // A symbolic extent (a T::dim): its smallest value decides the filter,
+      // and the witness chooses it along with the other variables.
+      const Expr& extent_expr = b->dims[d];
+      Interval ext = env_.bound(extent_expr);
+      if (iv.lo >= 0 && iv.hi < ext.lo) continue;
       Assignment at;
-      auto value = witness(idx[d], extent, &at);
+      std::int64_t extent = 0;
+      auto value = witness(idx[d], extent_expr, &at, &extent);
       if (!value) continue;
       std::string where;
       std::vector<std::pair<std::string, std::int64_t>> shown;
       std::unordered_set<const VarNode*> in_index;
       free_vars(idx[d], &in_index);
+      free_vars(extent_expr, &in_index);
       for (auto& [v, x] : at)
         if (in_index.count(v)) shown.emplace_back(v->name, x);
       std::sort(shown.begin(), shown.end());
@@ -129,16 +140,17 @@ class BoundsCheck : public IRVisitor {
                              : "index `" + to_string(idx[d]) + "`" + dim + " reaches " +
                                    std::to_string(*value) +
                                    (where.empty() ? "" : " (at " + where + ")") + ",";
-      fail(op_, b->name, loc,
-           what + " outside [0, " + std::to_string(extent) + ") of " + b->name +
-               shape_text(b->shape));
+      std::string range = "[0, " + std::to_string(extent) + ")";
+      if (!extent_expr.as<IntImmNode>())
+        range = "[0, " + to_string(extent_expr) + ") = [0, " + std::to_string(extent) + ")";
+      fail(op_, b->name, loc, what + " outside " + range + " of " + b->name + shape_text(b));
     }
   }
 
-  static std::string shape_text(const std::vector<std::int64_t>& s) {
+  static std::string shape_text(const Buffer& b) {
     std::string r = " (";
-    for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + (s.size() == 1 ? ",)" : ")");
+    for (std::size_t i = 0; i < b->dims.size(); ++i) r += (i ? ", " : "") + to_string(b->dims[i]);
+    return r + (b->dims.size() == 1 ? ",)" : ")");
   }
 
   // Variables an expression depends on, through the T::let values.
@@ -164,9 +176,11 @@ class BoundsCheck : public IRVisitor {
   }
 
   // A value of `index` outside [0, extent) under some feasible assignment.
-  std::optional<std::int64_t> witness(const Expr& index, std::int64_t extent, Assignment* found) {
+  std::optional<std::int64_t> witness(const Expr& index, const Expr& extent_expr, Assignment* found,
+                                      std::int64_t* found_extent) {
     std::unordered_set<const VarNode*> vars;
     free_vars(index, &vars);
+    free_vars(extent_expr, &vars);
     for (const auto& g : guards_) free_vars(g.first, &vars);
     // The free variables (not T::let values, which are computed) with their
     // candidate values; a variable without a finite range cannot be chosen.
@@ -192,6 +206,7 @@ class BoundsCheck : public IRVisitor {
     std::sort(order.begin(), order.end(),
               [&](std::size_t a, std::size_t b) { return free[a]->id < free[b]->id; });
 
+    std::int64_t point_extent = 0;
     auto try_point = [&](const Assignment& a) -> std::optional<std::int64_t> {
       for (const auto& [v, lp] : loops_) {
         if (!a.count(v)) continue;
@@ -203,7 +218,11 @@ class BoundsCheck : public IRVisitor {
         if (!c || (*c != 0) != polarity) return std::nullopt;
       }
       auto x = eval(index, a);
-      if (x && (*x < 0 || *x >= extent)) return x;
+      auto extent = eval(extent_expr, a);
+      if (x && extent && (*x < 0 || *x >= *extent)) {
+        point_extent = *extent;
+        return x;
+      }
       return std::nullopt;
     };
 
@@ -211,11 +230,16 @@ class BoundsCheck : public IRVisitor {
     // random points otherwise (the search is only a way to find a witness).
     // The message shows the point that lies farthest outside.
     std::optional<std::int64_t> best;
-    auto distance = [&](std::int64_t x) { return x < 0 ? -x : x - extent + 1; };
+    std::int64_t best_distance = 0;
     auto consider = [&](const Assignment& a) {
-      if (auto x = try_point(a); x && (!best || distance(*x) > distance(*best))) {
+      auto x = try_point(a);
+      if (!x) return;
+      std::int64_t distance = *x < 0 ? -*x : *x - point_extent + 1;
+      if (!best || distance > best_distance) {
         best = x;
+        best_distance = distance;
         *found = a;
+        *found_extent = point_extent;
       }
     };
     std::size_t combos = 1;
@@ -244,122 +268,17 @@ class BoundsCheck : public IRVisitor {
     return best;
   }
 
-  // Integer value of an expression at an assignment; nullopt when it reads
-  // memory, is not an integer, or leaves the range of its type.
+  // Integer value of an expression at an assignment (T::let values computed
+  // from their definitions).
   std::optional<std::int64_t> eval(const Expr& e, const Assignment& a, int depth = 0) const {
-    if (!e.defined() || depth > 256) return std::nullopt;
-    DType t = e.dtype();
-    if (!t.is_integer() && !t.is_bool()) return std::nullopt;
-    if (auto c = as_const_int(e)) return *c;
-    if (auto* v = e.as<VarNode>()) {
+    if (depth > 64) return std::nullopt;
+    return evaluate_int(e, [&](const VarNode* v) -> std::optional<std::int64_t> {
       auto it = a.find(v);
       if (it != a.end()) return it->second;
       auto l = lets_.find(v);
       if (l != lets_.end()) return eval(l->second, a, depth + 1);
       return std::nullopt;
-    }
-    auto fits = [&](__int128 r) -> std::optional<std::int64_t> {
-      if (t.is_bool()) return r != 0;
-      if (t.bits >= 64) {
-        if (r > INT64_MAX || r < INT64_MIN) return std::nullopt;
-        return static_cast<std::int64_t>(r);
-      }
-      __int128 lo = t.is_uint() ? 0 : -(static_cast<__int128>(1) << (t.bits - 1));
-      __int128 hi = t.is_uint() ? (static_cast<__int128>(1) << t.bits) - 1
-                                : (static_cast<__int128>(1) << (t.bits - 1)) - 1;
-      if (r < lo || r > hi) return std::nullopt;  // wraps on the GPU: not a value to trust
-      return static_cast<std::int64_t>(r);
-    };
-    if (auto* c = e.as<CastNode>()) {
-      auto x = eval(c->value, a, depth + 1);
-      if (!x) return std::nullopt;
-      return fits(*x);
-    }
-    if (auto* s = e.as<SelectNode>()) {
-      auto c = eval(s->cond, a, depth + 1);
-      if (!c) return std::nullopt;
-      return eval(*c ? s->t : s->f, a, depth + 1);
-    }
-    if (auto* u = e.as<UnaryNode>()) {
-      auto x = eval(u->a, a, depth + 1);
-      if (!x) return std::nullopt;
-      switch (u->op) {
-        case UnOp::Neg:
-          return fits(-static_cast<__int128>(*x));
-        case UnOp::Not:
-          return *x == 0;
-        case UnOp::BitNot:
-          return fits(~*x);
-      }
-    }
-    auto* b = e.as<BinaryNode>();
-    if (!b) return std::nullopt;
-    auto x = eval(b->a, a, depth + 1);
-    if (!x) return std::nullopt;
-    if (b->op == BinOp::And && *x == 0) return 0;
-    if (b->op == BinOp::Or && *x != 0) return 1;
-    auto y = eval(b->b, a, depth + 1);
-    if (!y) return std::nullopt;
-    __int128 p = *x, q = *y;
-    switch (b->op) {
-      case BinOp::Add:
-        return fits(p + q);
-      case BinOp::Sub:
-        return fits(p - q);
-      case BinOp::Mul:
-        return fits(p * q);
-      case BinOp::Div:
-        if (q == 0) return std::nullopt;
-        return fits(p / q);
-      case BinOp::Mod:
-        if (q == 0) return std::nullopt;
-        return fits(p % q);
-      case BinOp::FloorDiv: {
-        if (q == 0) return std::nullopt;
-        __int128 r = p / q;
-        if ((p % q != 0) && ((p < 0) != (q < 0))) --r;
-        return fits(r);
-      }
-      case BinOp::FloorMod: {
-        if (q == 0) return std::nullopt;
-        __int128 r = p % q;
-        if (r != 0 && ((r < 0) != (q < 0))) r += q;
-        return fits(r);
-      }
-      case BinOp::Min:
-        return std::min(*x, *y);
-      case BinOp::Max:
-        return std::max(*x, *y);
-      case BinOp::EQ:
-        return *x == *y;
-      case BinOp::NE:
-        return *x != *y;
-      case BinOp::LT:
-        return *x < *y;
-      case BinOp::LE:
-        return *x <= *y;
-      case BinOp::GT:
-        return *x > *y;
-      case BinOp::GE:
-        return *x >= *y;
-      case BinOp::And:
-        return *y != 0;
-      case BinOp::Or:
-        return *y != 0;
-      case BinOp::BitAnd:
-        return fits(p & q);
-      case BinOp::BitOr:
-        return fits(p | q);
-      case BinOp::BitXor:
-        return fits(p ^ q);
-      case BinOp::Shl:
-        if (q < 0 || q >= t.bits) return std::nullopt;
-        return fits(p << static_cast<int>(q));
-      case BinOp::Shr:
-        if (q < 0 || q >= t.bits) return std::nullopt;
-        return fits(p >> static_cast<int>(q));
-    }
-    return std::nullopt;
+    });
   }
 
   LaunchConfig launch_;

@@ -47,6 +47,15 @@ class Flattener : public IRMutator {
            "element access to a register tile distributed over threads (" + b->layout.str() +
                "); an index does not say which thread holds the element -- use tile primitives "
                "(Tx::...::copy) to move it");
+    if (b->symbolic()) {
+      // Row-major over extents known at launch: i * (n1 * n2) + j * n2 + k.
+      Expr off = idx.back(), stride = b->dims.back();
+      for (std::size_t d = idx.size() - 1; d-- > 0;) {
+        off = add(off, mul(idx[d], stride));
+        stride = mul(stride, b->dims[d]);
+      }
+      return simplify(off);
+    }
     std::string why;
     auto dims = group_by_dims(b->layout.shard(), b->shape, &why);
     if (!dims) fail(what, b->name, loc, why);

@@ -44,13 +44,14 @@ class GuardIndices : public ScopedMutator {
     std::vector<Expr> out = indices;
     bool changed = false;
     for (std::size_t d = 0; d < indices.size(); ++d) {
+      // A symbolic extent (a T::dim) is known at launch only: always checked.
+      const Expr& extent = b->dims[d];
+      auto fixed = as_const_int(extent);
       Interval r = env_.bound(indices[d]);
-      if (r.lo >= 0 && r.hi < b->shape[d]) continue;
+      if (fixed && r.lo >= 0 && r.hi < *fixed) continue;
       const Expr& i = indices[d];
       out[d] = make_call(Intrinsic::check_index,
-                         {i, make_int(b->shape[d], i.dtype(), i->loc),
-                          make_int(static_cast<std::int64_t>(d)), make_int(-1)},
-                         i->loc);
+                         {i, extent, make_int(static_cast<std::int64_t>(d)), make_int(-1)}, i->loc);
       changed = true;
     }
     return changed ? out : std::vector<Expr>{};

@@ -5,6 +5,8 @@
 #include "tx/lowering/lower.hpp"
 #include "tx/printer.hpp"
 
+// (Predicated tiles on extents known at launch: whole_tile and masked below.)
+
 namespace tx::lowering {
 
 namespace {
@@ -33,11 +35,61 @@ class TileLowerer : public ScopedMutator {
     ctx.scope_threads = exec_scope_threads(n->scope, launch_.block);
     ctx.env = &env_;
     ctx.guards = guards_;
+    if (Expr whole = whole_tile(n); whole.defined()) return masked(ctx, whole);
     DispatchResult r = dispatch(ctx);
     if (log_) log_->push_back({tile_call_str(n), r.variant->qualified(), n->loc});
     return r.lowered;
   }
 
+ private:
+  // A copy whose region lies on an extent known at launch (a T::dim) may
+  // reach past its end: the tile is whole when start + extent <= n. Returns
+  // that condition (over every such region), or nothing.
+  Expr whole_tile(const TileCallNode* n) {
+    if (n->op != "copy") return Expr();
+    Expr cond;
+    for (const TileArg& a : n->args) {
+      auto* r = std::get_if<BufferRegion>(&a);
+      if (!r || !r->buffer->symbolic() || r->buffer->dims.size() != 1) continue;
+      Expr end = add(r->ranges[0].start, c32(r->ranges[0].extent));
+      Expr inside = simplify(make_binary(BinOp::LE, end, r->buffer->dims[0]), &env_);
+      if (is_const_int(inside, 1)) continue;
+      cond = cond.defined() ? land(cond, inside) : inside;
+    }
+    return cond;
+  }
+
+  // Predicated tiles: a whole tile by the variant dispatch picks (vector
+  // accesses), a partial one element by element (copy/fallback, masked).
+  // The condition must hold for the whole group of the copy's scope; where it
+  // does not (it varies inside a warp), every tile is copied element by
+  // element.
+  Stmt masked(DispatchContext ctx, const Expr& whole) {
+    const TileCallNode* n = ctx.call;
+    Uniformity level = env_.level(whole);
+    DispatchContext part = ctx;
+    part.mask_symbolic = true;
+    TileAttrs forced = n->attrs;
+    forced.variant = "fallback";
+    Stmt forced_call = make_tile_call(n->op, n->scope, n->args, forced, n->loc);
+    part.call = forced_call.as<TileCallNode>();
+    if (static_cast<int>(level) < static_cast<int>(scope_level(n->scope))) {
+      DispatchResult r = dispatch(part);
+      if (log_) log_->push_back({tile_call_str(n), "copy/fallback (masked)", n->loc});
+      return r.lowered;
+    }
+    DispatchContext full = ctx;
+    full.guards.push_back({whole, n->loc, level, to_string(whole)});
+    DispatchResult w = dispatch(full);
+    part.guards.push_back({whole, n->loc, level, "not (" + to_string(whole) + ")"});
+    DispatchResult p = dispatch(part);
+    if (log_)
+      log_->push_back({tile_call_str(n),
+                       w.variant->qualified() + " (whole tiles), copy/fallback (partial)", n->loc});
+    return make_if(whole, w.lowered, p.lowered, n->loc);
+  }
+
+ public:
  private:
   std::vector<TileCallRecord>* log_;
 };

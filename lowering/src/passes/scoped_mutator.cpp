@@ -12,13 +12,27 @@ std::vector<std::pair<Var, VarFact>> scope_id_facts(const ScopeIdBindNode* n,
   for (std::size_t i = 0; i < n->vars.size(); ++i) {
     VarFact f;
     switch (n->id_kind) {
-      case ScopeIdKind::cta_id: f = {upto(n->extents[i]), Uniformity::cta}; break;
-      case ScopeIdKind::warpgroup_id: f = {upto(n->extents[i]), Uniformity::warpgroup}; break;
-      case ScopeIdKind::warp_id: f = {upto(n->extents[i]), Uniformity::warp}; break;
-      case ScopeIdKind::warp_id_in_wg: f = {upto(4), Uniformity::warp}; break;
-      case ScopeIdKind::lane_id: f = {upto(32), Uniformity::thread}; break;
-      case ScopeIdKind::thread_id: f = {upto(launch.block), Uniformity::thread}; break;
-      case ScopeIdKind::thread_id_in_wg: f = {upto(128), Uniformity::thread}; break;
+      case ScopeIdKind::cta_id:
+        f = {upto(launch.grid[i]), Uniformity::cta};
+        break;
+      case ScopeIdKind::warpgroup_id:
+        f = {upto(n->extents[i]), Uniformity::warpgroup};
+        break;
+      case ScopeIdKind::warp_id:
+        f = {upto(n->extents[i]), Uniformity::warp};
+        break;
+      case ScopeIdKind::warp_id_in_wg:
+        f = {upto(4), Uniformity::warp};
+        break;
+      case ScopeIdKind::lane_id:
+        f = {upto(32), Uniformity::thread};
+        break;
+      case ScopeIdKind::thread_id:
+        f = {upto(launch.block), Uniformity::thread};
+        break;
+      case ScopeIdKind::thread_id_in_wg:
+        f = {upto(128), Uniformity::thread};
+        break;
     }
     out.emplace_back(n->vars[i], f);
   }
@@ -33,12 +47,24 @@ std::vector<Expr> scope_id_values(const ScopeIdBindNode* n) {
       case ScopeIdKind::cta_id:
         out.push_back(make_call(Intrinsic::block_idx, {c32(static_cast<std::int64_t>(i))}));
         break;
-      case ScopeIdKind::warpgroup_id: out.push_back(div(t, c32(128))); break;
-      case ScopeIdKind::warp_id: out.push_back(div(t, c32(32))); break;
-      case ScopeIdKind::warp_id_in_wg: out.push_back(mod(div(t, c32(32)), c32(4))); break;
-      case ScopeIdKind::lane_id: out.push_back(mod(t, c32(32))); break;
-      case ScopeIdKind::thread_id: out.push_back(t); break;
-      case ScopeIdKind::thread_id_in_wg: out.push_back(mod(t, c32(128))); break;
+      case ScopeIdKind::warpgroup_id:
+        out.push_back(div(t, c32(128)));
+        break;
+      case ScopeIdKind::warp_id:
+        out.push_back(div(t, c32(32)));
+        break;
+      case ScopeIdKind::warp_id_in_wg:
+        out.push_back(mod(div(t, c32(32)), c32(4)));
+        break;
+      case ScopeIdKind::lane_id:
+        out.push_back(mod(t, c32(32)));
+        break;
+      case ScopeIdKind::thread_id:
+        out.push_back(t);
+        break;
+      case ScopeIdKind::thread_id_in_wg:
+        out.push_back(mod(t, c32(128)));
+        break;
     }
   }
   return out;
@@ -47,13 +73,13 @@ std::vector<Expr> scope_id_values(const ScopeIdBindNode* n) {
 ScopedMutator::ScopedMutator(const LaunchConfig& launch) : launch_(launch) {
   env_.cta_threads = launch.block;
   env_.grid = launch.grid;
+  for (const auto& [v, f] : launch.param_facts) env_.bind(v, f);
 }
 
 Stmt ScopedMutator::mutate_node(const Stmt& self, const ForNode* n) {
   Interval lo = env_.bound(n->min), ex = env_.bound(n->extent);
   VarFact f;
-  if (lo.bounded() && ex.bounded())
-    f.range = {lo.lo, lo.hi + std::max<std::int64_t>(ex.hi - 1, 0)};
+  if (lo.bounded() && ex.bounded()) f.range = {lo.lo, lo.hi + std::max<std::int64_t>(ex.hi - 1, 0)};
   f.level = std::min(env_.level(n->min), env_.level(n->extent));
   env_.bind(n->var, f);
   bool varying = f.level != Uniformity::cta;
@@ -94,23 +120,47 @@ std::optional<Narrowing> narrowing(const Expr& c, const Env& env) {
     k = as_const_int(b->a);
     if (!v || !k) return std::nullopt;
     switch (op) {
-      case BinOp::LT: op = BinOp::GT; break;
-      case BinOp::LE: op = BinOp::GE; break;
-      case BinOp::GT: op = BinOp::LT; break;
-      case BinOp::GE: op = BinOp::LE; break;
-      default: break;
+      case BinOp::LT:
+        op = BinOp::GT;
+        break;
+      case BinOp::LE:
+        op = BinOp::GE;
+        break;
+      case BinOp::GT:
+        op = BinOp::LT;
+        break;
+      case BinOp::GE:
+        op = BinOp::LE;
+        break;
+      default:
+        break;
     }
   }
   const VarFact* f = env.find(v);
   Interval r = f ? f->range : Interval::everything();
   Narrowing n{v, r, r};
   switch (op) {
-    case BinOp::LT: n.then_range.hi = std::min(r.hi, *k - 1); n.else_range.lo = std::max(r.lo, *k); break;
-    case BinOp::LE: n.then_range.hi = std::min(r.hi, *k); n.else_range.lo = std::max(r.lo, *k + 1); break;
-    case BinOp::GT: n.then_range.lo = std::max(r.lo, *k + 1); n.else_range.hi = std::min(r.hi, *k); break;
-    case BinOp::GE: n.then_range.lo = std::max(r.lo, *k); n.else_range.hi = std::min(r.hi, *k - 1); break;
-    case BinOp::EQ: n.then_range = {std::max(r.lo, *k), std::min(r.hi, *k)}; break;
-    default: return std::nullopt;
+    case BinOp::LT:
+      n.then_range.hi = std::min(r.hi, *k - 1);
+      n.else_range.lo = std::max(r.lo, *k);
+      break;
+    case BinOp::LE:
+      n.then_range.hi = std::min(r.hi, *k);
+      n.else_range.lo = std::max(r.lo, *k + 1);
+      break;
+    case BinOp::GT:
+      n.then_range.lo = std::max(r.lo, *k + 1);
+      n.else_range.hi = std::min(r.hi, *k);
+      break;
+    case BinOp::GE:
+      n.then_range.lo = std::max(r.lo, *k);
+      n.else_range.hi = std::min(r.hi, *k - 1);
+      break;
+    case BinOp::EQ:
+      n.then_range = {std::max(r.lo, *k), std::min(r.hi, *k)};
+      break;
+    default:
+      return std::nullopt;
   }
   return n;
 }

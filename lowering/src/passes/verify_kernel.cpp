@@ -7,6 +7,7 @@
 // condition that varies between the threads they synchronize -- undefined
 // on the GPU and impossible for the host fallback -- so they are rejected
 // here with the user's line.
+#include <algorithm>
 #include <map>
 
 #include "tx/lowering/lower.hpp"
@@ -25,8 +26,7 @@ class StructureCheck : public IRVisitor {
     std::string op = std::string("T.") + scope_id_name(n->id_kind);
     if (depth > 0) fail(op, "", n->loc, "scope ids must be bound at the top level of the kernel");
     if (ids.count(n->id_kind))
-      fail(op, "", n->loc,
-           "is bound twice (first at " + ids[n->id_kind]->loc.str() + ")");
+      fail(op, "", n->loc, "is bound twice (first at " + ids[n->id_kind]->loc.str() + ")");
     ids[n->id_kind] = n;
     IRVisitor::visit_node(n);
   }
@@ -46,14 +46,15 @@ class StructureCheck : public IRVisitor {
 // Walks with an Env so conditions can be classified by uniformity.
 class BarrierCheck : public ScopedMutator {
  public:
-  using ScopedMutator::ScopedMutator;
   using ScopedMutator::mutate_node;
+  using ScopedMutator::ScopedMutator;
   Stmt mutate_node(const Stmt& self, const BarrierNode* n) override {
     Uniformity need = scope_level(n->scope);
     for (const Guard& g : guards_)
       if (static_cast<int>(g.level) < static_cast<int>(need))
-        fail(std::string("T.cuda.") +
-                 (n->scope == ExecScope::cta ? "cta_sync" : n->scope == ExecScope::warp ? "warp_sync" : "warpgroup_sync"),
+        fail(std::string("T.cuda.") + (n->scope == ExecScope::cta    ? "cta_sync"
+                                       : n->scope == ExecScope::warp ? "warp_sync"
+                                                                     : "warpgroup_sync"),
              "", n->loc,
              "barrier under the condition `" + g.text + "` (" + g.loc.str() +
                  ") which varies per " + uniformity_name(g.level) +
@@ -70,12 +71,54 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
   StructureCheck sc;
   sc.visit(f->body);
   LaunchConfig lc;
+  // The facts every pass may assume: T::dim variables within their facts,
+  // scalar parameters within their type, all uniform over the whole launch.
+  Env facts;
+  // A T::dim is bound from a tensor's shape at launch: some buffer must have it.
+  for (const DimParam& d : f->dims) {
+    bool used = false;
+    for (const Param& p : f->params)
+      if (p.buffer)
+        for (const Expr& e : p.buffer->dims) used = used || e.same_as(d.var);
+    if (!used)
+      fail("T.dim", d.var.name(), d.loc,
+           "is not an extent of any T::match_buffer: a T::dim is bound from the shapes of the "
+           "tensors passed (a value passed at launch is a T::match_scalar)");
+  }
+  for (const DimParam& d : f->dims) {
+    VarFact fact{{d.min, d.max}, Uniformity::cta, d.multiple_of};
+    lc.param_facts.emplace_back(d.var, fact);
+    facts.bind(d.var, fact);
+  }
+  for (const Param& p : f->params)
+    if (p.scalar.defined()) {
+      VarFact fact{facts.bound(p.scalar), Uniformity::cta, 1};  // the dtype's range
+      if (p.has_facts) {
+        fact.range = {std::max(fact.range.lo, p.min), std::min(fact.range.hi, p.max)};
+        fact.divisor = p.multiple_of;
+      }
+      lc.param_facts.emplace_back(p.scalar, fact);
+      facts.bind(p.scalar, fact);
+    }
   auto get = [&](ScopeIdKind k) -> const ScopeIdBindNode* {
     auto it = sc.ids.find(k);
     return it == sc.ids.end() ? nullptr : it->second;
   };
-  if (auto* c = get(ScopeIdKind::cta_id))
-    for (std::size_t i = 0; i < c->extents.size(); ++i) lc.grid[i] = c->extents[i];
+  for (std::size_t i = 0; i < 3; ++i) lc.grid_exprs[i] = make_int(1);
+  if (auto* c = get(ScopeIdKind::cta_id)) {
+    for (std::size_t i = 0; i < c->extents.size(); ++i) {
+      lc.grid_exprs[i] = c->extent_exprs[i];
+      if (c->extents[i] > 0) {
+        lc.grid[i] = c->extents[i];
+        continue;
+      }
+      // Known at launch: the largest it can be is what the analyses assume.
+      lc.symbolic_grid = true;
+      const std::int64_t hw = i == 0 ? 2147483647 : 65535;
+      Interval b = facts.bound(c->extent_exprs[i]);
+      lc.grid[i] = std::clamp<std::int64_t>(b.hi, 1, hw);
+    }
+  }
   std::int64_t block = 0;
   const ScopeIdBindNode* first = nullptr;
   auto implies = [&](const ScopeIdBindNode* n, std::int64_t threads) {
@@ -90,11 +133,13 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
                std::to_string(block));
     }
   };
-  implies(get(ScopeIdKind::thread_id), get(ScopeIdKind::thread_id) ? get(ScopeIdKind::thread_id)->extents[0] : 0);
+  implies(get(ScopeIdKind::thread_id),
+          get(ScopeIdKind::thread_id) ? get(ScopeIdKind::thread_id)->extents[0] : 0);
   if (auto* w = get(ScopeIdKind::warp_id)) implies(w, w->extents[0] * 32);
   if (auto* w = get(ScopeIdKind::warpgroup_id)) implies(w, w->extents[0] * 128);
   if (auto* l = get(ScopeIdKind::lane_id)) {
-    if (l->extents[0] != 32) fail("T.lane_id", "", l->loc, "a warp has 32 lanes; use T.lane_id([32])");
+    if (l->extents[0] != 32)
+      fail("T.lane_id", "", l->loc, "a warp has 32 lanes; use T.lane_id([32])");
     if (block == 0) {
       block = 32;
       first = l;
@@ -107,9 +152,12 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
   if ((get(ScopeIdKind::warp_id_in_wg) || get(ScopeIdKind::thread_id_in_wg) ||
        get(ScopeIdKind::warpgroup_id)) &&
       block % 128 != 0)
-    fail("T.warpgroup_id", "", f->loc, "warpgroup ids need a CTA of whole warpgroups (128 threads each)");
+    fail("T.warpgroup_id", "", f->loc,
+         "warpgroup ids need a CTA of whole warpgroups (128 threads each)");
   if (block == 0) block = 1;
-  if (block > 1024) fail("T.thread_id", "", first ? first->loc : f->loc, "a CTA has at most 1024 threads, got " + std::to_string(block));
+  if (block > 1024)
+    fail("T.thread_id", "", first ? first->loc : f->loc,
+         "a CTA has at most 1024 threads, got " + std::to_string(block));
   lc.block = static_cast<int>(block);
   for (auto g : lc.grid)
     if (g > 2147483647) fail("T.cta_id", "", f->loc, "grid dimension too large");

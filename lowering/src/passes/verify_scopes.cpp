@@ -75,6 +75,7 @@ class ScopeCheck : public IRVisitor {
   explicit ScopeCheck(const Bindings& b) : bindings_(b) {}
 
   void add_param(const Buffer& b) { buffers_.insert(b->data.get()); }
+  void add_var(const Var& v) { vars_.insert(v.get()); }
 
   using IRVisitor::visit;
   using IRVisitor::visit_node;
@@ -100,7 +101,8 @@ class ScopeCheck : public IRVisitor {
                "); a T::let, loop variable or T::if_ body ends with its block");
     fail(op_, n->name, loc_,
          "variable `" + n->name + "` (made at " + n->loc.str() +
-             ") is not bound in this kernel: use a scope id, a loop variable or a T::let of it");
+             ") is not bound in this kernel: use a scope id, a loop variable, a T::let, a T::dim "
+             "or a scalar parameter of it");
   }
   void visit_buffer(const Buffer& b) override {
     if (!b || buffers_.count(b->data.get())) return;
@@ -152,8 +154,11 @@ void verify_scopes(const PrimFunc& f) {
   Bindings b;
   b.visit(f->body);
   ScopeCheck c(b);
-  for (const Param& p : f->params)
+  for (const Param& p : f->params) {
     if (p.buffer) c.add_param(p.buffer);
+    if (p.scalar.defined()) c.add_var(p.scalar);
+  }
+  for (const DimParam& d : f->dims) c.add_var(d.var);
   c.visit(f->body);
 }
 

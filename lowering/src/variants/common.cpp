@@ -61,6 +61,14 @@ Check regions_in_bounds(const DispatchContext& ctx) {
     for (std::size_t d = 0; d < r->ranges.size(); ++d) {
       Interval s = ctx.env->bound(r->ranges[d].start);
       std::int64_t dim = r->buffer->shape[d];
+      // An extent known at launch: the region may reach past it (the copy is
+      // predicated: lower_tile_ops), only its start must be inside.
+      if (!r->buffer->dims[d].as<IntImmNode>()) {
+        if (s.lo < 0)
+          return operand_reason(*r,
+                                "region in dimension " + std::to_string(d) + " may start below 0");
+        continue;
+      }
       if (s.lo < 0 || s.hi + r->ranges[d].extent > dim) {
         std::string range = s.bounded() ? "[" + std::to_string(s.lo) + ", " +
                                               std::to_string(s.hi + r->ranges[d].extent) + ")"
@@ -73,11 +81,24 @@ Check regions_in_bounds(const DispatchContext& ctx) {
   return ok();
 }
 
+// Layouts of buffers with extents known at launch are exact in one
+// dimension only (stride 1): a multi-dimensional one's strides are products
+// of T::dim variables, which the layout algebra does not take.
+Check symbolic_regions_flat(const DispatchContext& ctx) {
+  for (const BufferRegion* r : region_args(ctx.call))
+    if (r->buffer->symbolic() && r->buffer->dims.size() > 1)
+      return operand_reason(*r,
+                            "tile primitives take buffers with extents known at launch in one "
+                            "dimension only (declare it flat, or use element access)");
+  return ok();
+}
+
 std::vector<std::pair<std::string, Predicate>> common_predicates() {
   return {{"target", target_is_cuda},
           {"scope_fits_cta", scope_fits_cta},
           {"all_threads_active", all_threads_active},
-          {"regions_in_bounds", regions_in_bounds}};
+          {"regions_in_bounds", regions_in_bounds},
+          {"symbolic_regions_flat", symbolic_regions_flat}};
 }
 
 Buffer scratch(const std::string& name, DType dtype, std::int64_t n) {

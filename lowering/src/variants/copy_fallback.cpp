@@ -23,7 +23,8 @@ namespace {
 Check no_distributed_registers(const DispatchContext& ctx) {
   for (const BufferRegion* r : region_args(ctx.call))
     if (r->buffer->scope == MemScope::local && r->buffer->layout.has_thread_axes())
-      return operand_reason(*r, "register tile distributed over threads (handled by copy/reg only)");
+      return operand_reason(*r,
+                            "register tile distributed over threads (handled by copy/reg only)");
   return ok();
 }
 
@@ -61,7 +62,17 @@ Plan plan(const DispatchContext& ctx) {
   Stmt body = make_store(fd, make_load(fs, {simplify(offset(*ls, idx), ctx.env)}),
                          {simplify(offset(*ld, idx), ctx.env)});
   std::int64_t rounds = (n + threads - 1) / threads;
-  if (rounds * threads != n) body = make_if(lt(idx, c32(n)), body);
+  Expr guard;
+  if (rounds * threads != n) guard = lt(idx, c32(n));
+  // A partial tile on an extent known at launch: only the elements inside it
+  // (the region is one-dimensional there: symbolic_regions_flat).
+  if (ctx.mask_symbolic)
+    for (const BufferRegion* r : {&dst, &src})
+      if (r->buffer->symbolic()) {
+        Expr inside = lt(add(r->ranges[0].start, idx), r->buffer->dims[0]);
+        guard = guard.defined() ? land(guard, inside) : inside;
+      }
+  if (guard.defined()) body = make_if(guard, body);
   Stmt s = make_for(i, c32(0), c32(rounds), ForKind::serial, body);
   if (local_src && ctx.scope_threads > 1) s = make_if(eq(rel, c32(0)), s);
 
@@ -74,7 +85,7 @@ Plan plan(const DispatchContext& ctx) {
     std::lock_guard<std::mutex> lock(mu);
     first = warned.insert(site).second;
   }
-  if (first)
+  if (first && !ctx.mask_symbolic)  // a partial tile is this variant's job, not a miss
     warn(tile_call_str(ctx.call) + " at " + ctx.call->loc.str() +
          ": no vectorized copy variant applies; using copy/fallback (a scalar loop)");
   return make_origin(origin_text(ctx, "copy/fallback"), s, ctx.call->loc);

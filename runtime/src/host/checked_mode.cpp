@@ -53,6 +53,7 @@ struct Checker::State {
   std::vector<std::unordered_map<std::int64_t, std::unique_ptr<Cell[]>>> shadow;
   std::map<std::tuple<int, int, int, int>, Finding> findings;  // deduplicated by sites
   std::int64_t total = 0;
+  std::vector<std::int64_t> bounds;  // per slot: valid indices [0, bound)
 
   State(const CheckPlan& p, const lowering::LaunchConfig& l)
       : plan(p),
@@ -61,7 +62,9 @@ struct Checker::State {
         wg_epoch(static_cast<std::size_t>(l.block)),
         warp_epoch(static_cast<std::size_t>(l.block)),
         shadow(p.buffers.size()),
-        last_page(p.buffers.size(), {-1, nullptr}) {}
+        last_page(p.buffers.size(), {-1, nullptr}) {
+    for (const CheckBuffer& b : p.buffers) bounds.push_back(b.elems);
+  }
 
   // The last page each slot touched: accesses mostly walk a buffer in
   // order, so most lookups skip the map.
@@ -147,8 +150,14 @@ struct Checker::State {
   }
 };
 
-Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch)
-    : state_(std::make_unique<State>(plan, launch)) {}
+Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
+                 const std::int64_t* param_elems)
+    : state_(std::make_unique<State>(plan, launch)) {
+  // A symbolic buffer's bound is its tensor's size in this launch.
+  for (std::size_t k = 0; k < plan.buffers.size(); ++k)
+    if (plan.buffers[k].param >= 0 && param_elems)
+      state_->bounds[k] = param_elems[plan.buffers[k].param];
+}
 Checker::~Checker() = default;
 
 namespace {
@@ -213,9 +222,10 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
                (f.count > 1 ? " elements [" + std::to_string(f.index) + ", " +
                                   std::to_string(f.index + f.count) + ")"
                             : " element " + std::to_string(f.index)) +
-               " of " + shape_text(*b) + ", which holds [0, " + std::to_string(b->elems) +
-               ") (thread " + std::to_string(f.second.thread) + ", CTA " +
-               std::to_string(f.second.cta) + "); the checked run skipped the access";
+               " of " + shape_text(*b) + ", which holds [0, " +
+               std::to_string(s.bounds[static_cast<std::size_t>(f.slot)]) + ") (thread " +
+               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta) +
+               "); the checked run skipped the access";
         break;
       case Kind::index_range: {
         // index: the index; count: its dimension.
@@ -257,9 +267,10 @@ extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int6
                                      std::int32_t thread) {
   auto& s = *static_cast<Checker::State*>(checker);
   const auto& b = s.plan.buffers[static_cast<std::size_t>(slot)];
+  const std::int64_t bound = s.bounds[static_cast<std::size_t>(slot)];
   bool write = flags & 1;
   auto cur = s.now(thread, site);
-  if (index < 0 || count < 0 || index > b.elems - count) {
+  if (index < 0 || count < 0 || index > bound - count) {
     tx::runtime::host::Finding f{
         tx::runtime::host::Kind::out_of_bounds, slot, index, count, {}, cur, false, write, 1};
     s.add(f);

@@ -32,6 +32,7 @@ namespace tx::runtime::host {
 
 // A buffer the checks know by its slot number.
 struct CheckBuffer {
+  int param = -1;  // the kernel argument it is, for global buffers
   std::string name;
   MemScope scope = MemScope::global;
   std::int64_t elems = 0;           // valid indices: [0, elems)
@@ -57,7 +58,10 @@ Stmt instrument_checks(const lowering::LoweredKernel& k, CheckPlan* plan);
 // The state of one checked launch (what tx_host_check_* update).
 class Checker {
  public:
-  Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch);
+  // `param_elems`: the element count of each kernel argument (buffers of
+  // extents known at launch are bounded by their tensor's).
+  Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
+          const std::int64_t* param_elems);
   ~Checker();
   Checker(const Checker&) = delete;
   Checker& operator=(const Checker&) = delete;

@@ -107,7 +107,7 @@ class Emitter {
     ScratchLayout L = layout_scratch(k_, body);
     llvm::Type* ptr = llvm::PointerType::getUnqual(C);
     llvm::Type* i64 = B.getInt64Ty();
-    auto* fty = llvm::FunctionType::get(B.getVoidTy(), {ptr, i64, i64, ptr, ptr}, false);
+    auto* fty = llvm::FunctionType::get(B.getVoidTy(), {ptr, i64, i64, ptr, ptr, ptr}, false);
     F = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, M);
     F->addFnAttr(llvm::Attribute::NoUnwind);
     F->addFnAttr(llvm::Attribute::MustProgress);
@@ -118,6 +118,8 @@ class Emitter {
     llvm::Value* scratch = F->getArg(3);
     checker_ = F->getArg(4);
     checker_->setName("checker");
+    llvm::Value* grid_arg = F->getArg(5);
+    grid_arg->setName("grid");
     args->setName("args");
     first->setName("first_block");
     last->setName("end_block");
@@ -126,11 +128,28 @@ class Emitter {
     entry_ = llvm::BasicBlock::Create(C, "entry", F);
     B.SetInsertPoint(entry_);
     const auto& params = k_.lowered->params;
+    // args[i]: a buffer's storage, or a pointer to a scalar's value; after
+    // the parameters, one pointer per T::dim (an int32).
     for (std::size_t i = 0; i < params.size(); ++i) {
-      if (!params[i].buffer) continue;
       Value* slot = B.CreateConstInBoundsGEP1_64(ptr, args, i);
+      if (params[i].scalar.defined()) {
+        const Var& v = params[i].scalar;
+        auto* at = B.CreateAlignedLoad(ptr, slot, llvm::Align(8));
+        vars_[v.get()] = from_mem(
+            B.CreateAlignedLoad(mem_type(v.dtype()), at, llvm::Align(v.dtype().bytes()), v.name()),
+            v.dtype());
+        continue;
+      }
+      if (!params[i].buffer) continue;
       auto* p = B.CreateAlignedLoad(ptr, slot, llvm::Align(8), params[i].buffer->name);
       bases_[params[i].buffer->data.get()] = p;
+    }
+    const auto& dims = k_.lowered->dims;
+    for (std::size_t d = 0; d < dims.size(); ++d) {
+      Value* slot = B.CreateConstInBoundsGEP1_64(ptr, args, params.size() + d);
+      auto* at = B.CreateAlignedLoad(ptr, slot, llvm::Align(8));
+      vars_[dims[d].var.get()] =
+          B.CreateAlignedLoad(B.getInt32Ty(), at, llvm::Align(4), dims[d].var.name());
     }
     for (auto& [data, off] : L.offset)
       bases_[data] = B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), scratch,
@@ -146,9 +165,10 @@ class Emitter {
     lin->addIncoming(first, entry_);
     B.CreateCondBr(B.CreateICmpSLT(lin, last), bodyb, exit);
     B.SetInsertPoint(bodyb);
-    const auto& g = k_.launch.grid;
-    Value* gx = B.getInt64(static_cast<std::uint64_t>(g[0]));
-    Value* gy = B.getInt64(static_cast<std::uint64_t>(g[1]));
+    // The grid of this launch (a shape-generic kernel's is computed at launch).
+    Value* gx = B.CreateAlignedLoad(i64, grid_arg, llvm::Align(8), "gridDim.x");
+    Value* gy = B.CreateAlignedLoad(i64, B.CreateConstInBoundsGEP1_64(i64, grid_arg, 1),
+                                    llvm::Align(8), "gridDim.y");
     Value* yz = B.CreateUDiv(lin, gx);
     block_idx_[0] = B.CreateTrunc(B.CreateURem(lin, gx), B.getInt32Ty(), "blockIdx.x");
     block_idx_[1] = B.CreateTrunc(B.CreateURem(yz, gy), B.getInt32Ty(), "blockIdx.y");

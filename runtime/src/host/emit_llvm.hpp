@@ -1,14 +1,14 @@
 // Host form -> LLVM IR. One function per kernel:
 //
 //   void <name>(void* const* args, int64 first_block, int64 end_block, void* scratch,
-//               void* checker)
+//               void* checker, const int64* grid)
 //
 // runs the CTAs first_block .. end_block-1 (linear ids, x fastest) one after
 // the other. `scratch` is per-CTA storage of scratch_bytes (the kernel's
 // shared memory at its lowering offsets, then the host form's lane and
 // per-thread arrays); a caller running CTAs in parallel gives each worker its
-// own. `thread` is the host form's thread var (its loops get vectorization
-// hints). With `checked`, the check_* intrinsics of instrument_checks become
+// own; `grid` is this launch's grid (x, y, z). `thread` is the host form's thread var (its loops
+// get vectorization hints). With `checked`, the check_* intrinsics of instrument_checks become
 // calls of the tx_host_check_* functions on `checker` (checked_mode.hpp);
 // without, `checker` is unused.
 #pragma once
@@ -32,7 +32,7 @@ struct EmittedModule {
 };
 
 using HostEntry = void (*)(void* const* args, std::int64_t first_block, std::int64_t end_block,
-                           void* scratch, void* checker);
+                           void* scratch, void* checker, const std::int64_t* grid);
 
 EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
                         const Stmt& host_body, const Var& thread, const std::string& function_name,

@@ -170,45 +170,46 @@ class JitKernel : public HostKernel {
         block_(launch.block),
         scratch_bytes_(scratch_bytes),
         name_(std::move(name)),
-        plan_(std::move(plan)) {
-    blocks_ = launch.grid[0] * launch.grid[1] * launch.grid[2];
-  }
+        plan_(std::move(plan)) {}
 
-  void run(void* const* args, SourceLoc loc) const override {
+  void run(const HostLaunch& l) const override {
+    void* const* args = l.args;
+    const std::int64_t* grid = l.grid.data();
+    const std::int64_t blocks = l.grid[0] * l.grid[1] * l.grid[2];
     if (plan_) {
       // Checked: one CTA after another (the cross-CTA shadow is one map),
       // then the report.
-      host::Checker checker(*plan_, launch_);
+      host::Checker checker(*plan_, launch_, l.elems);
       Scratch s(scratch_bytes_);
-      fn_(args, 0, blocks_, s.p, &checker.state());
-      checker.report(lowering::sanitize_identifier(name_), loc);
+      fn_(args, 0, blocks, s.p, &checker.state(), grid);
+      checker.report(lowering::sanitize_identifier(name_), l.loc);
       return;
     }
-    int workers = choose_workers();
+    int workers = choose_workers(blocks);
     if (workers <= 1) {
       Scratch s(scratch_bytes_);
-      fn_(args, 0, blocks_, s.p, nullptr);
+      fn_(args, 0, blocks, s.p, nullptr, grid);
       return;
     }
     // Contiguous, fixed ranges: which CTA runs where never depends on timing.
     // Every worker's scratch is allocated here, where running out of memory
     // is a tx error rather than an exception in a thread.
-    std::int64_t per = (blocks_ + workers - 1) / workers;
+    std::int64_t per = (blocks + workers - 1) / workers;
     std::vector<std::unique_ptr<Scratch>> scratch;
-    for (int w = 0; w < workers && w * per < blocks_; ++w)
+    for (int w = 0; w < workers && w * per < blocks; ++w)
       scratch.push_back(std::make_unique<Scratch>(scratch_bytes_));
     std::vector<std::thread> pool;
     for (std::size_t w = 1; w < scratch.size(); ++w) {
-      std::int64_t b = static_cast<std::int64_t>(w) * per, e = std::min(blocks_, b + per);
+      std::int64_t b = static_cast<std::int64_t>(w) * per, e = std::min(blocks, b + per);
       void* sp = scratch[w]->p;
-      auto range = [this, args, b, e, sp] { fn_(args, b, e, sp, nullptr); };
+      auto range = [this, args, b, e, sp, grid] { fn_(args, b, e, sp, nullptr, grid); };
       try {
         pool.emplace_back(range);
       } catch (const std::system_error&) {
         range();  // no thread to be had: this one runs the range
       }
     }
-    fn_(args, 0, std::min(blocks_, per), scratch[0]->p, nullptr);
+    fn_(args, 0, std::min(blocks, per), scratch[0]->p, nullptr, grid);
     for (std::thread& t : pool) t.join();
   }
 
@@ -233,18 +234,17 @@ class JitKernel : public HostKernel {
     Scratch& operator=(const Scratch&) = delete;
   };
 
-  int choose_workers() const {
+  int choose_workers(std::int64_t blocks) const {
     // Below ~64K GPU threads of work, starting threads costs more than it saves.
-    if (blocks_ < 2 || blocks_ * block_ < (std::int64_t{1} << 16)) return 1;
+    if (blocks < 2 || blocks * block_ < (std::int64_t{1} << 16)) return 1;
     int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     int cap = std::min(hw, 32);
     if (const char* v = std::getenv("TX_HOST_THREADS"); v && *v) cap = std::max(1, std::atoi(v));
-    return static_cast<int>(std::min<std::int64_t>(cap, blocks_));
+    return static_cast<int>(std::min<std::int64_t>(cap, blocks));
   }
 
   host::HostEntry fn_;
   lowering::LaunchConfig launch_;
-  std::int64_t blocks_ = 1;
   std::int64_t block_ = 1;
   std::int64_t scratch_bytes_ = 0;
   std::string name_;

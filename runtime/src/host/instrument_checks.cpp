@@ -30,8 +30,11 @@ class Instrument : public IRMutator {
     for_each_stmt(k.source->body, [&](const Stmt& s) {
       if (auto* a = s.as<AllocateNode>()) source_[a->buffer->data.get()] = a->buffer;
     });
-    for (const Param& p : k.lowered->params)
-      if (p.buffer) add_buffer(p.buffer);
+    for (std::size_t i = 0; i < k.lowered->params.size(); ++i)
+      if (const Buffer& b = k.lowered->params[i].buffer) {
+        add_buffer(b);
+        plan_->buffers.back().param = static_cast<int>(i);
+      }
   }
 
   using IRMutator::mutate;
@@ -119,9 +122,9 @@ class Instrument : public IRMutator {
       auto it = source_.find(b->data.get());
       const Buffer& shown = it != source_.end() ? it->second : b;
       what = shown->name + " (";
-      for (std::size_t d = 0; d < shown->shape.size(); ++d)
-        what += (d ? ", " : "") + std::to_string(shown->shape[d]);
-      what += shown->shape.size() == 1 ? ",)" : ")";
+      for (std::size_t d = 0; d < shown->dims.size(); ++d)
+        what += (d ? ", " : "") + to_string(shown->dims[d]);
+      what += shown->dims.size() == 1 ? ",)" : ")";
     }
     std::vector<Expr> args = c->args;
     args[3] = make_int(site(access_.op ? access_.op : "T.load", what, c->loc));
@@ -150,7 +153,7 @@ class Instrument : public IRMutator {
     cb.races = b->scope != MemScope::local;
     auto it = source_.find(d);
     if (it != source_.end() && it->second->layout == TileLayout::row_major(it->second->shape) &&
-        b->scope != MemScope::local)
+        b->scope != MemScope::local && !it->second->symbolic())
       cb.shape = it->second->shape;
     slots_[d] = static_cast<int>(plan_->buffers.size());
     plan_->buffers.push_back(std::move(cb));

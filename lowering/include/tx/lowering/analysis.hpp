@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <unordered_map>
@@ -54,6 +55,17 @@ class Env {
   std::unordered_map<const VarNode*, VarFact> vars_;
 };
 
+// The value of an integer (or bool) expression, given the values of its
+// variables (`var` returns nullopt for an unknown one); nullopt when it
+// reads memory, calls a function, divides by zero or leaves the range of its
+// type (which would wrap on the GPU). The launch evaluates grids with it; the
+// bounds check, witnesses.
+// With `mathematical`, integers do not wrap at their type's width (only at
+// 64 bits): what a launch computes on the host for a grid written in i32.
+std::optional<std::int64_t> evaluate_int(
+    const Expr& e, const std::function<std::optional<std::int64_t>(const VarNode*)>& var,
+    bool mathematical = false);
+
 // Constant folding and the identities that index arithmetic needs
 // (x*1, x+0, (x*c)/c, (x%c) when 0 <= x < c, ...). With an Env, ranges of
 // vars let it drop divisions and modulos that cannot change the value.
@@ -64,7 +76,7 @@ inline Expr c32(std::int64_t v) { return make_int(v, i32); }
 Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
 Expr sub(Expr a, Expr b);
-Expr div(Expr a, Expr b);   // truncating (operands are non-negative in lowering)
+Expr div(Expr a, Expr b);  // truncating (operands are non-negative in lowering)
 Expr mod(Expr a, Expr b);
 Expr lt(Expr a, Expr b);
 Expr land(Expr a, Expr b);  // logical and

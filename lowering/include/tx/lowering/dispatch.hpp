@@ -41,6 +41,10 @@ struct DispatchContext {
   int cta_threads = 1;
   const Env* env = nullptr;
   std::vector<Guard> guards;
+  // Regions on extents known at launch (T::dim) may reach past them: the
+  // variant must copy only the elements inside (copy/fallback does, element
+  // by element). lower_tile_ops sets it on the partial-tile branch.
+  bool mask_symbolic = false;
 };
 
 // ok, or the reason a variant does not apply.

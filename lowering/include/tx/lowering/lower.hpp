@@ -31,16 +31,30 @@
 namespace tx::lowering {
 
 struct LaunchConfig {
+  // The grid; for a grid known only at launch (T::cta_id of T::dim
+  // expressions), its largest value under the dims' facts.
   std::array<std::int64_t, 3> grid{1, 1, 1};
   int block = 1;  // threads per CTA (tx blocks are one-dimensional)
+  // The grid as expressions: IntImms, or expressions of T::dim variables and
+  // scalar parameters that the launch evaluates.
+  std::array<Expr, 3> grid_exprs{};
+  bool symbolic_grid = false;
+  // What every pass may assume of the kernel's T::dim variables (their
+  // facts) and scalar parameters (their type's range): bound at the top.
+  std::vector<std::pair<Var, VarFact>> param_facts;
 };
 
 struct KernelParamInfo {
-  std::string name;  // the buffer's name
+  std::string name;  // the buffer's (or scalar's) name
   DType dtype;
-  std::vector<std::int64_t> shape;
-  std::int64_t elems = 0;  // storage elements (the layout's cosize)
-  int align_bytes = 1;     // widest vector access the kernel makes on it
+  std::vector<std::int64_t> shape;  // static extents (a symbolic one: its bound)
+  std::int64_t elems = 0;           // storage elements (the layout's cosize)
+  int align_bytes = 1;              // widest vector access the kernel makes on it
+  bool is_scalar = false;           // a T::match_scalar parameter (no buffer)
+  // An integer scalar's facts, checked at launch.
+  std::int64_t min = INT64_MIN, max = INT64_MAX, multiple_of = 1;
+  std::vector<Expr> dims;  // the extents as written (T::dim vars where symbolic)
+  bool symbolic = false;
 };
 
 struct SharedAllocation {
@@ -63,6 +77,10 @@ struct LoweredKernel {
   std::vector<SharedAllocation> shared;
   std::int64_t shared_bytes = 0;
   std::vector<TileCallRecord> dispatched;
+  // The T::dim variables: passed after the parameters, as ints, bound at launch.
+  std::vector<DimParam> dims;
+  // Some extent or the grid is known only at launch.
+  bool shape_generic() const;
 };
 
 struct LowerOptions {

@@ -10,7 +10,11 @@
 //
 // Tensors are contiguous (tx tensors have no strides), so every input is
 // handled directly; there is no silent copy. Zero-size inputs give
-// zero-size results without a launch, as in PyTorch. Kernels are cached per (op,
+// zero-size results without a launch, as in PyTorch.
+//
+// Kernels are shape-generic: one compiled kernel serves every shape with
+// the same (op, dtypes, coalesced rank, broadcast pattern, alignment class);
+// a new token count in a serving loop is a cache hit, not a compile. Kernels are cached per (op,
 // dtype, shapes, parameters, config): building an op twice compiles once
 // (cache_stats() shows it), and the disk cache makes the next process fast.
 #pragma once
@@ -39,6 +43,9 @@ struct Config {
   int threads = 0;                     // default 128 for one-input ops, else 256 (fastest measured)
   int num_per_thread = 0;  // default: 16 bytes of elements (32 for fp8; casts: see cast())
   bool tune = false;       // time candidates on the GPU and remember the winner
+  // One kernel for these exact shapes rather than the shape-generic kernel
+  // that serves every shape of the op's class (the comparison of bench/shapes).
+  bool exact_shape = false;
 };
 
 // Scalar parameters of the independent ops (see each op).
@@ -66,8 +73,16 @@ std::vector<std::string> op_names();
 struct CacheStats {
   std::uint64_t hits = 0;
   std::uint64_t compiles = 0;
+  std::uint64_t evictions = 0;  // least recently used kernels dropped at the capacity
+  std::size_t size = 0;         // kernels held now
+  std::size_t capacity = 0;
 };
 CacheStats cache_stats();
+// At most `kernels` kernels are kept (least recently used first out;
+// default 4096); 0 keeps none. Kernels in use by an Elementwise stay valid.
+void set_cache_capacity(std::size_t kernels);
+// Drops every cached kernel (the disk cache keeps their binaries).
+void clear_cache();
 
 // Built once, launched many times.
 class Elementwise {
@@ -87,6 +102,8 @@ class Elementwise {
  private:
   void build(const Config& cfg, std::optional<Device> device);
   void launch(const std::vector<Tensor>& inputs, Tensor& out) const;
+  // A shape-generic kernel's scalar arguments: the coalesced extents.
+  std::vector<std::int64_t> scalars_;
   std::string op_;
   std::vector<std::vector<std::int64_t>> in_shapes_;
   DType dtype_, out_dtype_;

@@ -13,10 +13,13 @@
 // mismatch as a tx error naming the kernel and the parameter.
 #pragma once
 
+#include <array>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <source_location>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tx/ir.hpp"
@@ -58,28 +61,62 @@ class Kernel {
   std::string ptx(const std::string& arch = "sm_90a") const;
   bool checked() const;  // runs in the checked host mode
 
-  // Runs the kernel on its device; tensors in parameter order. Errors name
-  // the line of the call (`loc`, defaulted to the caller's).
+  // One argument of a launch: a tensor for a T::match_buffer parameter, or a
+  // number for a T::match_scalar one.
+  class Arg {
+   public:
+    Arg() = default;
+    Arg(const Tensor& t) : tensor_(&t) {}  // NOLINT: implicit by design
+    template <class N>
+    requires std::is_arithmetic_v<N> Arg(N v)  // NOLINT
+        : is_int_(std::is_integral_v<N>),
+          i_(static_cast<std::int64_t>(v)),
+          f_(static_cast<double>(v)) {}
+    const Tensor* tensor() const { return tensor_; }
+    bool is_int() const { return is_int_; }
+    std::int64_t as_int() const { return i_; }
+    double as_double() const { return f_; }
+
+   private:
+    const Tensor* tensor_ = nullptr;
+    bool is_int_ = false;
+    std::int64_t i_ = 0;
+    double f_ = 0;
+  };
+
+  // Runs the kernel on its device; arguments in parameter order (T::dim
+  // extents are bound from the tensors' shapes, not passed). Errors name the
+  // line of the call (`loc`, defaulted to the caller's). An Arg refers to its
+  // tensor: the tensors must outlive the call.
+  void launch(const std::vector<Arg>& args,
+              std::source_location loc = std::source_location::current()) const;
+  void launch(std::initializer_list<Arg> args,
+              std::source_location loc = std::source_location::current()) const;
   void launch(const std::vector<Tensor>& args,
               std::source_location loc = std::source_location::current()) const;
+  void launch(const Arg* args, std::size_t n, SourceLoc loc = {}) const;
   void launch(const Tensor* const* args, std::size_t n, SourceLoc loc = {}) const;
 
   // The first argument of k(a, b, ...), which also records the caller's line
   // (a function with a parameter pack cannot default a trailing one).
   struct FirstArg {
-    const Tensor& tensor;
+    Arg arg;
     SourceLoc loc;
     FirstArg(const Tensor& t,  // NOLINT: implicit by design
              std::source_location l = std::source_location::current())
-        : tensor(t), loc(l) {}
+        : arg(t), loc(l) {}
+    template <class N>
+    requires std::is_arithmetic_v<N> FirstArg(
+        N v, std::source_location l = std::source_location::current())  // NOLINT
+        : arg(v), loc(l) {}
   };
   template <class... Ts>
   void operator()(const FirstArg& first, const Ts&... rest) const {
-    const Tensor* args[] = {&first.tensor, &rest...};
+    const Arg args[] = {first.arg, Arg(rest)...};
     launch(args, 1 + sizeof...(Ts), first.loc);
   }
   void operator()(std::source_location loc = std::source_location::current()) const {
-    launch(nullptr, 0, loc);
+    launch(static_cast<const Arg*>(nullptr), 0, loc);
   }
 
   // Builds (or fetches from cache) the GPU binary now; returns where it came
@@ -105,12 +142,21 @@ namespace tx::runtime {
 
 // The host fallback's interface; implemented with LLVM ORC in
 // runtime/src/host/ when tx is built with LLVM.
+// One launch of a host kernel: args[i] points at parameter i's element
+// storage (a buffer) or value (a scalar; then the T::dim extents, as
+// int32_t), the grid as evaluated for this launch, each buffer parameter's
+// element count (for the checked mode's bounds), and the launch's line.
+struct HostLaunch {
+  void* const* args = nullptr;
+  std::array<std::int64_t, 3> grid{1, 1, 1};
+  const std::int64_t* elems = nullptr;
+  SourceLoc loc;
+};
+
 class HostKernel {
  public:
   virtual ~HostKernel();
-  // args[i] points at parameter i's element storage; `loc` is the launch's
-  // line, for the errors of the checked mode.
-  virtual void run(void* const* args, SourceLoc loc) const = 0;
+  virtual void run(const HostLaunch& launch) const = 0;
 };
 
 bool host_jit_available(std::string* why = nullptr);

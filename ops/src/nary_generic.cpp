@@ -1,0 +1,171 @@
+// build_nary_generic: the library's kernel template for every size at once.
+// One kernel serves an (op, dtype, coalesced rank, broadcast pattern,
+// alignment class): the tensors' extents are T::dim variables bound at
+// launch, the coalesced extents scalar parameters, the grid ceildiv(n, chunk).
+//
+// Thread g owns the chunk [g * v, g * v + v) of the flat output. Its copies
+// are predicated tiles (lower_tile_ops): a whole chunk moves with 128-bit
+// vectors, the one chunk that straddles n element by element, and chunks
+// past n not at all -- no separate tail code. What a chunk reads from each
+// operand:
+//
+//   flat (the output's order: unary ops, same-shape binary ops)
+//     a vector copy at the same offset, whatever n;
+//   a row of the operand along the innermost extent (a (N,) bias under an
+//     (M, N) input, the gate and value halves of silu_and_mul), when the
+//     alignment class says a chunk stays inside one row (innermost extent a
+//     multiple of v): a vector copy at the chunk's offset, computed once;
+//   broadcast along the innermost extent (a (M, 1) per-row scale), same
+//     class: one scalar load per chunk;
+//   anything else: element by element, the index clamped to n - 1 so that a
+//     chunk past n reads nothing out of bounds.
+#include "nary_kernel.hpp"
+#include "tx/lowering/analysis.hpp"
+
+namespace tx::ops::detail {
+
+PrimFunc build_nary_generic(const GenericSpec& s) {
+  const int threads = s.threads;
+  const int v = s.strategy == Strategy::direct ? 1 : s.npt;
+  const std::size_t rank = s.rank;
+
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < s.param_dtypes.size(); ++i)
+    names.push_back("x" + std::to_string(i) + "_ptr");
+  names.push_back("y_ptr");
+  for (std::size_t d = 1; d < rank; ++d) names.push_back("e" + std::to_string(d) + "_ptr");
+
+  return T::prim_func_n(s.name, names, [&](const std::vector<Handle>& h) {
+    const std::size_t ni = s.param_dtypes.size();
+    // An input read in the output's order has the output's extent n (one
+    // T::dim: the launch checks that they agree, and the kernel knows it);
+    // any other input has an extent of its own.
+    Var n = T::dim("n");
+    std::vector<TileBuffer> in;
+    for (std::size_t i = 0; i < ni; ++i) {
+      bool flat = false;
+      for (const GenericOperand& o : s.operands)
+        flat = flat || (o.param == static_cast<int>(i) && o.flat);
+      Var n_i = flat ? n : T::dim("n" + std::to_string(i));
+      in.push_back(
+          T::match_buffer(h[i], {n_i}, s.param_dtypes[i], std::nullopt, "x" + std::to_string(i)));
+    }
+    auto out = T::match_buffer(h[ni], {n}, s.out_dtype, std::nullopt, "y");
+    // The coalesced extents e[1..rank-1] (e[0] = n / the rest is never
+    // needed); the innermost carries the alignment class.
+    std::vector<Expr> e(rank);
+    for (std::size_t d = 1; d < rank; ++d) {
+      DimFacts f{.min = 1, .max = 2147483647, .multiple_of = 1};
+      if (d + 1 == rank && s.inner_multiple_of_v) f.multiple_of = v;
+      e[d] = T::match_scalar(h[ni + d], i32, "e" + std::to_string(d), f);
+    }
+    const std::int64_t chunk = static_cast<std::int64_t>(threads) * v;
+    auto bx = T::cta_id({ceildiv(n, static_cast<int>(chunk))}, "bx");
+    auto tid = T::thread_id({threads}, "tid");
+
+    // Offset of flat output index idx in operand o: the sum over coalesced
+    // dimensions of ((idx / inner) % extent) * stride.
+    auto offset_of = [&](const GenericOperand& o, const Expr& idx) -> Expr {
+      if (o.flat) return lowering::simplify(idx);
+      if (o.gated != Gated::none) {
+        // (M, 2N) -> gate | value: row * 2N + col (+ N).
+        const Expr& half = e[rank - 1];
+        Expr off = Expr((idx / half) * (half * 2) + idx % half);
+        if (o.gated == Gated::value) off = Expr(off + half);
+        return lowering::simplify(off);
+      }
+      Expr off = make_int(0);
+      Expr inner = make_int(1);
+      Expr stride = make_int(1);  // the operand's own row-major stride
+      for (std::size_t d = rank; d-- > 0;) {
+        Expr ext = d == 0 ? Expr() : e[d];
+        if (o.present[d]) {
+          Expr c = is_const_int(inner, 1) ? idx : Expr(idx / inner);
+          if (d != 0) c = c % ext;
+          off = is_const_int(stride, 1) ? Expr(off + c) : Expr(off + c * stride);
+          if (d != 0) stride = is_const_int(stride, 1) ? ext : Expr(stride * ext);
+        }
+        if (d != 0) inner = is_const_int(inner, 1) ? ext : Expr(inner * ext);
+      }
+      return lowering::simplify(off);
+    };
+    Expr last = lowering::simplify(Expr(n - 1));
+    // An element read clamps its offset to the operand's extent too: the
+    // kernel is then safe for any extents the launch binds, not only the
+    // consistent ones the library passes (bounds are proven, not assumed).
+    auto load_at = [&](const GenericOperand& o, const Expr& idx) -> Expr {
+      const TileBuffer& b = in[static_cast<std::size_t>(o.param)];
+      Expr off = offset_of(o, idx);
+      if (!o.flat) off = Expr(min(off, b->dims[0] - 1));
+      Expr raw = b(off);
+      return raw.dtype() == o.compute ? raw : Expr(cast(raw, o.compute));
+    };
+    auto result = [&](const std::vector<Expr>& raw, const Expr& idx) -> Expr {
+      std::vector<Expr> ins;
+      for (std::size_t k = 0; k < raw.size(); ++k) {
+        bool simple = raw[k].as<VarNode>() || raw[k].as<IntImmNode>() || raw[k].as<FloatImmNode>();
+        ins.push_back(simple ? raw[k] : Expr(T::let(raw[k], "v" + std::to_string(k))));
+      }
+      Expr r = s.value(ins, idx);
+      return r.dtype() == s.out_dtype ? r : Expr(cast(r, s.out_dtype));
+    };
+
+    Var g = T::let(bx * threads + tid, "g");
+    Var base = v == 1 ? g : T::let(g * v, "base");
+    // Elements at base + j with j >= n - base do not exist; their gathers
+    // read element n - 1 instead (their results are never stored).
+    auto clamped = [&](const Expr& idx) { return Expr(min(idx, last)); };
+
+    if (s.strategy != Strategy::register_copy) {
+      // One element at a time, each behind its own guard.
+      auto body = [&](const Expr& idx) {
+        T::if_(idx < n, [&] {
+          std::vector<Expr> ins;
+          for (const GenericOperand& o : s.operands) ins.push_back(load_at(o, idx));
+          out(idx) = result(ins, idx);
+        });
+      };
+      if (v == 1) {
+        body(base);
+      } else {
+        for (Var j : T::unroll(v, "j")) body(base + j);
+      }
+      return;
+    }
+
+    std::vector<std::function<Expr(const Expr&)>> elem;
+    for (std::size_t k = 0; k < s.operands.size(); ++k) {
+      const GenericOperand& o = s.operands[k];
+      const TileBuffer& buf = in[static_cast<std::size_t>(o.param)];
+      bool inner_present = o.present[rank - 1];
+      bool whole_rows = rank == 1 || s.inner_multiple_of_v;
+      if (o.flat || (whole_rows && inner_present)) {
+        // A vector copy (predicated: the chunk that straddles the operand's
+        // end copies element by element).
+        Var at = T::let(offset_of(o, base), "x" + std::to_string(k) + "_at");
+        auto r = T::alloc_buffer({v}, buf->dtype, scope::local, std::nullopt,
+                                 "x" + std::to_string(k) + "_r");
+        Tx::thread::copy(r, buf[region(span(at, v))]);
+        DType c = o.compute;
+        elem.push_back([r, c](const Expr& j) {
+          Expr x = r(j);
+          return x.dtype() == c ? x : Expr(cast(x, c));
+        });
+      } else if (whole_rows && !inner_present) {
+        Var sv = T::let(load_at(o, clamped(base)), "x" + std::to_string(k) + "_s");
+        elem.push_back([sv](const Expr&) { return Expr(sv); });
+      } else {
+        elem.push_back([&, k](const Expr& j) { return load_at(s.operands[k], clamped(base + j)); });
+      }
+    }
+    auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
+    for (Var j : T::unroll(v, "j")) {
+      std::vector<Expr> ins;
+      for (auto& f : elem) ins.push_back(f(j));
+      yr(j) = result(ins, base + j);
+    }
+    Tx::thread::copy(out[region(span(base, v))], yr);
+  });
+}
+
+}  // namespace tx::ops::detail

@@ -1,0 +1,223 @@
+// Shape-generic kernels (issue 15): T::dim extents bound at launch, scalar
+// parameters, grids known at launch, predicated tiles, and the op library
+// compiling one kernel per class of shapes. Kernels run on the host JIT
+// (CI); gpu_shapes runs the same on the GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "test_support.hpp"
+#include "tx/ops/ops.hpp"
+#include "tx/tx.hpp"
+
+#define TX_SAMPLE_NO_MAIN
+#include "shape_generic.cpp"
+
+using namespace tx;
+
+namespace {
+
+bool host_ready() {
+  static const bool ok = runtime::host_jit_available();
+  return ok;
+}
+#define HOST_CASE(name) TEST_CASE(name* doctest::skip(!host_ready()))
+
+// y = 2 x + 1 in tiles of 8 per thread, any n: the copies are predicated
+// tiles (whole ones with vectors, the straddling one element by element).
+PrimFunc tiles(DType t) {
+  return T::prim_func("tiles", [&](Handle X_ptr, Handle Y_ptr) {
+    auto n = T::dim("n");
+    auto X = T::match_buffer(X_ptr, {n}, t);
+    auto Y = T::match_buffer(Y_ptr, {n}, t);
+    auto bx = T::cta_id({ceildiv(n, 1024)});
+    auto tid = T::thread_id({128});
+    auto base = T::let((bx * 128 + tid) * 8);
+    auto R = T::alloc_buffer({8}, t, scope::local);
+    Tx::thread::copy(R, X[region(span(base, 8))]);
+    for (Var j : T::unroll(8)) R(j) = cast(cast(R(j), f32) * 2.0f + 1.0f, t);
+    Tx::thread::copy(Y[region(span(base, 8))], R);
+  });
+}
+
+std::vector<std::int64_t> sizes() {
+  std::vector<std::int64_t> s = {1, 7, 8, 4097, 999983};
+  const char* large = std::getenv("TX_TEST_LARGE");
+  if (!(large && std::string(large) == "0")) s.push_back((std::int64_t{1} << 24) + 3);
+  return s;
+}
+
+}  // namespace
+
+HOST_CASE("one compiled kernel runs every size against the double reference") {
+  for (DType t : {f32, f16}) {
+    CAPTURE(t.name());
+    Kernel k = compile(tiles(t), {.device = Device::host()});
+    CHECK(k.info().shape_generic());
+    for (std::int64_t n : sizes()) {
+      CAPTURE(n);
+      std::vector<double> x = test::random_values(static_cast<std::size_t>(n), t, -4, 4);
+      Tensor X = Tensor::from_doubles(x, {n}, t, Device::host());
+      Tensor Y = Tensor::empty({n}, t, Device::host());
+      Y.fill_bits(test::poison_bits(t));
+      k(X, Y);
+      std::vector<double> y = Y.to_doubles(), want(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) want[i] = quantize(2 * x[i] + 1, t);
+      CHECK(test::max_rel_error(y, want, 0, test::default_rtol(t)) <= 1.0);
+    }
+  }
+}
+
+HOST_CASE("the op library: one kernel per class of shapes, right on every size") {
+  ops::CacheStats s0 = ops::cache_stats();
+  for (std::int64_t n : sizes()) {
+    CAPTURE(n);
+    std::vector<double> x = test::random_values(static_cast<std::size_t>(n), f16, -3, 3);
+    Tensor X = Tensor::from_doubles(x, {n}, f16, Device::host());
+    Tensor Y = ops::gelu(X);
+    std::vector<double> y = Y.to_doubles(), want(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i)
+      want[i] = quantize(x[i] * 0.5 * std::erfc(-x[i] / std::sqrt(2.0)), f16);
+    CHECK(test::max_rel_error(y, want, 1e-3, 2e-3) <= 1.0);
+  }
+  CHECK(ops::cache_stats().compiles == s0.compiles + 1);  // every size: one gelu kernel
+}
+
+HOST_CASE("symbolic 2-D shapes with a broadcast") {
+  // The DSL: the sample's kernel, compiled once.
+  Kernel k = compile(scale_bias_rows(), {.device = Device::host()});
+  for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {4, 300}, {9, 1031}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    std::vector<double> x = test::random_values(static_cast<std::size_t>(rows * cols), f32);
+    std::vector<double> b = test::random_values(static_cast<std::size_t>(cols), f32);
+    Tensor X = Tensor::from_doubles(x, {rows, cols}, f32, Device::host());
+    Tensor B = Tensor::from_doubles(b, {cols}, f32, Device::host());
+    Tensor Y = Tensor::empty({rows, cols}, f32, Device::host());
+    Y.fill_bits(test::poison_bits(f32));
+    k(X, B, Y, -1.25);
+    std::vector<double> y = Y.to_doubles(), want(x.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) want[r * cols + c] = -1.25 * x[r * cols + c] + b[c];
+    CHECK(test::max_rel_error(y, want, 1e-6, 1e-6) <= 1.0);
+  }
+  // The op library: (M, N) + (N,) for many M, N of one class -> one kernel.
+  ops::CacheStats s0 = ops::cache_stats();
+  for (auto [m, nn] : {std::pair<std::int64_t, std::int64_t>{3, 64}, {17, 128}, {2, 4096}}) {
+    std::vector<double> a = test::random_values(static_cast<std::size_t>(m * nn), bf16);
+    std::vector<double> b = test::random_values(static_cast<std::size_t>(nn), bf16);
+    Tensor A = Tensor::from_doubles(a, {m, nn}, bf16, Device::host());
+    Tensor B = Tensor::from_doubles(b, {nn}, bf16, Device::host());
+    std::vector<double> s = ops::add(A, B).to_doubles();
+    for (std::int64_t i = 0; i < m * nn; ++i)
+      CHECK(s[static_cast<std::size_t>(i)] ==
+            quantize(a[static_cast<std::size_t>(i)] + b[static_cast<std::size_t>(i % nn)], bf16));
+  }
+  CHECK(ops::cache_stats().compiles == s0.compiles + 1);
+}
+
+HOST_CASE("a launch whose tensors disagree on an extent is an error naming both") {
+  Kernel k = compile(scale_bias_rows(), {.device = Device::host()});
+  Tensor X = Tensor::empty({3, 7}, f32, Device::host());
+  Tensor B = Tensor::empty({7}, f32, Device::host());
+  Tensor Y = Tensor::empty({3, 8}, f32, Device::host());
+  int line = __LINE__ + 2;
+  try {
+    k(X, B, Y, 1.0);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "launch scale_bias_rows");
+    CHECK(e.operand() == "Y (argument 2)");
+    CHECK(e.reason() ==
+          "extent cols is 8 here (shape (3, 8)) but 7 in X (argument 0): the tensors disagree");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+  // A scalar where a tensor goes, and the other way round.
+  Tensor Y7 = Tensor::empty({3, 7}, f32, Device::host());
+  CHECK_THROWS_WITH(k(X, B, Y7, X),
+                    doctest::Contains("is a scalar parameter (float32), given a tensor"));
+  CHECK_THROWS_WITH(k(X, 2.0, Y7, 1.0), doctest::Contains("is a buffer parameter, given a number"));
+}
+
+TEST_CASE("a fact the kernel needs but cannot prove is named") {
+  // A tile primitive on a buffer with two extents known at launch: its
+  // strides are products of T::dim variables, which the layout algebra does
+  // not take.
+  auto f = T::prim_func("rows2d", [&](Handle A_ptr, Handle B_ptr) {
+    auto m = T::dim("m");
+    auto n = T::dim("n");
+    auto A = T::match_buffer(A_ptr, {m, n}, f32);
+    auto B = T::match_buffer(B_ptr, {m, n}, f32);
+    auto bx = T::cta_id({m});
+    T::thread_id({32});
+    Tx::warp::copy(B[region(span(bx, 1), {0, 32})], A[region(span(bx, 1), {0, 32})]);
+  });
+  CHECK_THROWS_WITH(compile(f), doctest::Contains("tile primitives take buffers with extents known "
+                                                  "at launch in one dimension only"));
+  // Facts are checked at launch: the kernel was specialized for n % 8 == 0.
+  if (!host_ready()) return;
+  auto g = T::prim_func("vec8", [&](Handle A_ptr) {
+    auto n = T::dim("n", {.min = 8, .multiple_of = 8});
+    auto A = T::match_buffer(A_ptr, {n}, f32);
+    auto bx = T::cta_id({ceildiv(n, 8)});
+    T::thread_id({1});
+    auto R = T::alloc_buffer({8}, f32, scope::local);
+    Tx::thread::copy(R, A[region(span(bx * 8, 8))]);
+    Tx::thread::copy(A[region(span(bx * 8, 8))], R);
+  });
+  Kernel k = compile(g, {.device = Device::host()});
+  Tensor ok = Tensor::from_doubles(std::vector<double>(24, 1.0), {24}, f32, Device::host());
+  CHECK_NOTHROW(k(ok));
+  Tensor odd = Tensor::from_doubles(std::vector<double>(20, 1.0), {20}, f32, Device::host());
+  CHECK_THROWS_WITH(k(odd),
+                    doctest::Contains("extent n = 20 (from A, argument 0) is not a multiple "
+                                      "of 8, which the kernel was specialized for"));
+  Tensor small = Tensor::from_doubles(std::vector<double>(4, 1.0), {4}, f32, Device::host());
+  CHECK_THROWS_WITH(k(small), doctest::Contains("is below its min 8"));
+}
+
+TEST_CASE("a sweep of 200 serving shapes compiles a handful of kernels") {
+  // Tokens 1..8192 x hidden 4096 (built, not run: the kernels are what counts).
+  std::mt19937_64 rng(42);
+  std::uniform_int_distribution<std::int64_t> tokens(1, 8192);
+  ops::CacheStats s0 = ops::cache_stats();
+  for (int i = 0; i < 200; ++i) {
+    std::int64_t t = tokens(rng);
+    for (DType d : {f16, bf16}) {
+      ops::Elementwise gelu("gelu", {{t, 4096}}, d, {}, {}, Device::host());
+      ops::Elementwise add("add", {{t, 4096}, {4096}}, d, {}, {}, Device::host());
+      ops::Elementwise glu("silu_and_mul", {{t, 2 * 4096}}, d, {}, {}, Device::host());
+    }
+  }
+  ops::CacheStats s1 = ops::cache_stats();
+  MESSAGE("200 shapes x 3 ops x 2 dtypes: " << s1.compiles - s0.compiles << " compiles");
+  // One token coalesces add's (1, 4096) + (4096,) to a flat pair: a second class.
+  CHECK(s1.compiles - s0.compiles <= 2 * (1 + 2 + 1));
+}
+
+TEST_CASE("the kernel cache has a capacity, evicts the least recently used, and clears") {
+  ops::clear_cache();
+  ops::set_cache_capacity(2);
+  ops::CacheStats s0 = ops::cache_stats();
+  ops::Elementwise a("exp", {{16}}, f32, {}, {}, Device::host());
+  ops::Elementwise b("log", {{16}}, f32, {}, {}, Device::host());
+  ops::Elementwise a2("exp", {{32}}, f32, {}, {}, Device::host());  // a hit: exp is now the newest
+  ops::Elementwise c("sqrt", {{16}}, f32, {}, {}, Device::host());  // evicts log
+  ops::CacheStats s1 = ops::cache_stats();
+  CHECK(s1.size == 2);
+  CHECK(s1.capacity == 2);
+  CHECK(s1.evictions == s0.evictions + 1);
+  CHECK(s1.hits == s0.hits + 1);
+  ops::Elementwise a3("exp", {{64}}, f32, {}, {}, Device::host());  // still cached
+  CHECK(ops::cache_stats().hits == s1.hits + 1);
+  ops::Elementwise b2("log", {{64}}, f32, {}, {}, Device::host());  // was evicted: compiled again
+  CHECK(ops::cache_stats().compiles == s1.compiles + 1);
+  CHECK(&a3.kernel().info() == &a.kernel().info());
+  ops::clear_cache();
+  CHECK(ops::cache_stats().size == 0);
+  ops::set_cache_capacity(4096);
+  // An evicted kernel stays valid in the objects that hold it.
+  CHECK(b.kernel().cuda_source().find("log") != std::string::npos);
+}
