@@ -21,6 +21,8 @@ have_header boost/hana.hpp || missing+=(libboost-dev)
 have_header doctest/doctest.h || [ -e /usr/include/doctest.h ] || missing+=(doctest-dev)
 
 optional=()
+# DLPack (Tensor::from_dlpack); without it tx builds without that feature.
+have_header dlpack/dlpack.h || optional+=(libdlpack-dev)
 if [ "${TX_HOST_JIT:-AUTO}" != "OFF" ]; then
   if ! ls /usr/lib/llvm-*/lib/cmake/llvm/LLVMConfig.cmake >/dev/null 2>&1; then
     optional+=(llvm-19-dev)

@@ -55,7 +55,29 @@ namespace {
   X(cuEventCreate)            \
   X(cuEventDestroy)           \
   X(cuEventRecord)            \
-  X(cuEventSynchronize)
+  X(cuEventSynchronize)       \
+  X(cuEventQuery)             \
+  X(cuStreamCreate)           \
+  X(cuStreamDestroy)          \
+  X(cuStreamSynchronize)      \
+  X(cuStreamWaitEvent)        \
+  X(cuMemcpyHtoDAsync)        \
+  X(cuMemcpyDtoHAsync)        \
+  X(cuMemcpyDtoDAsync)        \
+  X(cuMemsetD8Async)          \
+  X(cuMemHostAlloc)           \
+  X(cuMemFreeHost)            \
+  X(cuPointerGetAttribute)
+
+// Stream-ordered allocation (CUDA 11.2+): optional; without it tensors fall
+// back to cuMemAlloc / cuMemFree.
+#define TX_CU_OPTIONAL(X)      \
+  X(cuMemAllocAsync)           \
+  X(cuMemFreeAsync)            \
+  X(cuDeviceGetDefaultMemPool) \
+  X(cuMemPoolSetAttribute)     \
+  X(cuMemPoolGetAttribute)     \
+  X(cuMemPoolTrimTo)
 
 struct Driver {
   void* handle = nullptr;
@@ -64,6 +86,7 @@ struct Driver {
   int device_count = 0;
 #define TX_CU_MEMBER(name) decltype(&name) p_##name = nullptr;
   TX_CU_REQUIRED(TX_CU_MEMBER)
+  TX_CU_OPTIONAL(TX_CU_MEMBER)
   TX_CU_MEMBER(cuEventElapsedTime)
 #undef TX_CU_MEMBER
 };
@@ -93,6 +116,10 @@ Driver* open_driver() {
   if (!d->p_##name) missing += std::string(missing.empty() ? "" : ", ") + TX_CU_STR(name);
   TX_CU_REQUIRED(TX_CU_LOAD)
 #undef TX_CU_LOAD
+#define TX_CU_LOAD_OPTIONAL(name) \
+  d->p_##name = reinterpret_cast<decltype(&name)>(dlsym(d->handle, TX_CU_STR(name)));
+  TX_CU_OPTIONAL(TX_CU_LOAD_OPTIONAL)
+#undef TX_CU_LOAD_OPTIONAL
   // CUDA 12.8 headers map cuEventElapsedTime to _v2; older drivers only have
   // the original, whose prototype is the same.
   d->p_cuEventElapsedTime = reinterpret_cast<decltype(&cuEventElapsedTime)>(
@@ -172,7 +199,8 @@ void check(CUresult r, const char* call, const std::string& what, const std::str
   fail("tx.cuda", what, {}, reason, detail);
 }
 
-// TX_CUDA_DEVICE, validated once against the device count.
+// TX_CUDA_DEVICE, validated once against the device count: the device of
+// Device::cuda() and of tx's defaults.
 int device_ordinal() {
   static const int ordinal = [] {
     const Driver& d = need();
@@ -190,27 +218,48 @@ int device_ordinal() {
   return ordinal;
 }
 
-CUdevice cu_device() {
-  static const CUdevice dev = [] {
-    CUdevice d = 0;
-    check(need().p_cuDeviceGet(&d, device_ordinal()), "cuDeviceGet", "device");
-    return d;
-  }();
-  return dev;
+// Per device: the CUdevice, its primary context, its stream-ordered memory
+// pool. Made on first use of the ordinal, never destroyed (modules and
+// allocations may outlive any static destructor order).
+struct DeviceState {
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  CUmemoryPool pool = nullptr;  // null: no stream-ordered allocation
+};
+
+constexpr int kMaxDevices = 64;
+
+DeviceState& device_state(int ordinal) {
+  static std::mutex mu;
+  static DeviceState* states[kMaxDevices] = {};
+  const Driver& d = need();
+  if (ordinal < 0 || ordinal >= d.device_count || ordinal >= kMaxDevices)
+    fail("tx.cuda", "cuda:" + std::to_string(ordinal), {},
+         "no such device: this machine has " + std::to_string(d.device_count) +
+             " CUDA device(s), numbered from 0");
+  std::lock_guard<std::mutex> lock(mu);
+  if (!states[ordinal]) {
+    auto* s = new DeviceState();
+    check(d.p_cuDeviceGet(&s->dev, ordinal), "cuDeviceGet", "device");
+    check(d.p_cuDevicePrimaryCtxRetain(&s->ctx, s->dev), "cuDevicePrimaryCtxRetain", "device");
+    // The device's default pool keeps what tensors free (release threshold:
+    // everything), so a freed temporary's memory is reused by the next one on
+    // its stream without a trip to the driver's allocator or a device sync.
+    if (d.p_cuMemAllocAsync && d.p_cuDeviceGetDefaultMemPool &&
+        d.p_cuDeviceGetDefaultMemPool(&s->pool, s->dev) == CUDA_SUCCESS) {
+      cuuint64_t keep = ~cuuint64_t{0};
+      d.p_cuMemPoolSetAttribute(s->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
+    } else {
+      s->pool = nullptr;
+    }
+    states[ordinal] = s;
+  }
+  return *states[ordinal];
 }
 
-CUcontext primary_context() {
-  static const CUcontext ctx = [] {
-    CUcontext c = nullptr;
-    check(need().p_cuDevicePrimaryCtxRetain(&c, cu_device()), "cuDevicePrimaryCtxRetain", "device");
-    return c;
-  }();
-  return ctx;
-}
-
-// Any thread may call into tx: make the primary context current on this
-// one. cuCtxGetCurrent is a thread-local read, cheap enough to do per call.
-const Driver& make_current() {
+// Any thread may call into tx: make the device's primary context current on
+// this one. cuCtxGetCurrent is a thread-local read, cheap enough per call.
+const Driver& make_current(int ordinal) {
   const Driver& d = need();
   if (g_lost.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(g_lost_mu);
@@ -219,19 +268,21 @@ const Driver& make_current() {
          "a kernel fault is sticky for the whole process in the CUDA driver; restart the process "
          "to use the GPU again (kernels compiled for Device::host() still run)");
   }
-  CUcontext ctx = primary_context();
+  CUcontext ctx = device_state(ordinal).ctx;
   CUcontext cur = nullptr;
   if (d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS || cur != ctx)
     check(d.p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent", "device");
   return d;
 }
 
+const Driver& make_current() { return make_current(device_ordinal()); }
+
 // For destructors: release resources if the driver works, never throw.
-bool make_current_noexcept() noexcept {
+bool make_current_noexcept(int ordinal = -1) noexcept {
   try {
     // After a fault the driver refuses everything, frees included.
     if (!driver().error.empty() || context_lost()) return false;
-    make_current();
+    make_current(ordinal < 0 ? device_ordinal() : ordinal);
     return true;
   } catch (...) {
     return false;
@@ -270,39 +321,52 @@ std::string DeviceInfo::arch() const {
   return a;
 }
 
-const DeviceInfo& current_device() {
-  make_current();
-  static const DeviceInfo info = [] {
+int device_count() {
+  const Driver& d = driver();
+  return d.error.empty() ? d.device_count : 0;
+}
+
+int default_ordinal() { return device_ordinal(); }
+
+const DeviceInfo& device_info(int ordinal) {
+  make_current(ordinal);
+  static std::mutex mu;
+  static DeviceInfo* infos[kMaxDevices] = {};
+  std::lock_guard<std::mutex> lock(mu);
+  if (!infos[ordinal]) {
     const Driver& d = need();
-    DeviceInfo i;
-    i.ordinal = device_ordinal();
-    CUdevice dev = 0;
-    check(d.p_cuDeviceGet(&dev, i.ordinal), "cuDeviceGet", "device");
+    auto* i = new DeviceInfo();
+    i->ordinal = ordinal;
+    CUdevice dev = device_state(ordinal).dev;
     char name[256] = {};
     check(d.p_cuDeviceGetName(name, sizeof name, dev), "cuDeviceGetName", "device");
-    i.name = name;
+    i->name = name;
     auto attr = [&](CUdevice_attribute a) {
       int v = 0;
       check(d.p_cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute", "device");
       return v;
     };
-    i.cc_major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-    i.cc_minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-    i.sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
-    i.max_threads_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
-    i.max_shared_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
-    i.max_shared_per_block_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
-    i.l2_bytes = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+    i->cc_major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+    i->cc_minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+    i->sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    i->max_threads_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    i->max_shared_per_block = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+    i->max_shared_per_block_optin = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    i->l2_bytes = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
     std::size_t mem = 0;
     check(d.p_cuDeviceTotalMem(&mem, dev), "cuDeviceTotalMem", "device");
-    i.total_memory = mem;
-    return i;
-  }();
-  return info;
+    i->total_memory = mem;
+    infos[ordinal] = i;
+  }
+  return *infos[ordinal];
 }
 
-std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::string& name) {
-  const Driver& d = make_current();
+const DeviceInfo& current_device() { return device_info(device_ordinal()); }
+
+std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::string& name,
+                                     int ordinal) {
+  if (ordinal < 0) ordinal = device_ordinal();
+  const Driver& d = make_current(ordinal);
   if (cubin.empty()) fail("tx.cuda", name, {}, "cuModuleLoadData: the binary is empty");
   CUmodule mod = nullptr;
   CUresult r = d.p_cuModuleLoadData(&mod, cubin.data());
@@ -315,15 +379,17 @@ std::shared_ptr<Module> Module::load(const std::vector<char>& cubin, const std::
   std::shared_ptr<Module> m(new Module());
   m->module_ = mod;
   m->name_ = name;
+  m->ordinal_ = ordinal;
   return m;
 }
 
 Module::~Module() {
-  if (module_ && make_current_noexcept()) driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
+  if (module_ && make_current_noexcept(ordinal_))
+    driver().p_cuModuleUnload(static_cast<CUmodule>(module_));
 }
 
 void* Module::function(const std::string& kernel_name) const {
-  const Driver& d = make_current();
+  const Driver& d = make_current(ordinal_);
   CUfunction f = nullptr;
   check(d.p_cuModuleGetFunction(&f, static_cast<CUmodule>(module_), kernel_name.c_str()),
         "cuModuleGetFunction", kernel_name, "module " + name_);
@@ -331,8 +397,8 @@ void* Module::function(const std::string& kernel_name) const {
 }
 
 void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, void** args,
-            const std::string& kernel_name) {
-  const Driver& d = make_current();
+            const std::string& kernel_name, int ordinal, StreamHandle stream) {
+  const Driver& d = make_current(ordinal < 0 ? device_ordinal() : ordinal);
   if (!function) fail("tx.cuda", kernel_name, {}, "launch: no CUfunction (module not loaded?)");
   // The configuration text is built only for an error message: launches are hot.
   auto config = [&] {
@@ -347,7 +413,8 @@ void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, voi
     if (r != CUDA_SUCCESS) check(r, "cuFuncSetAttribute", kernel_name, config());
   }
   CUresult r = d.p_cuLaunchKernel(f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                  static_cast<unsigned>(shared_bytes), nullptr, args, nullptr);
+                                  static_cast<unsigned>(shared_bytes),
+                                  static_cast<CUstream>(stream), args, nullptr);
   if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel", kernel_name, config());
 }
 
@@ -356,48 +423,208 @@ void synchronize(const std::string& what) {
   check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", what);
 }
 
-DevicePtr device_alloc(std::size_t bytes) {
-  const Driver& d = make_current();
+void synchronize_device(int ordinal, const std::string& what) {
+  const Driver& d = make_current(ordinal);
+  check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", what);
+}
+
+// ------------------------------------------------------------- memory
+
+bool stream_ordered_allocation(int ordinal) { return device_state(ordinal).pool != nullptr; }
+
+DevicePtr device_alloc(std::size_t bytes, int ordinal, StreamHandle stream) {
+  if (ordinal < 0) ordinal = device_ordinal();
+  const Driver& d = make_current(ordinal);
   CUdeviceptr p = 0;
   // A zero-byte request still gets a distinct, aligned address.
-  check(d.p_cuMemAlloc(&p, bytes == 0 ? 1 : bytes), "cuMemAlloc",
-        "device_alloc(" + std::to_string(bytes) + " bytes)");
+  const std::size_t n = bytes == 0 ? 1 : bytes;
+  const std::string what = "device_alloc(" + std::to_string(bytes) + " bytes)";
+  if (device_state(ordinal).pool)
+    check(d.p_cuMemAllocAsync(&p, n, static_cast<CUstream>(stream)), "cuMemAllocAsync", what);
+  else
+    check(d.p_cuMemAlloc(&p, n), "cuMemAlloc", what);
   return static_cast<DevicePtr>(p);
 }
 
-void device_free(DevicePtr p) noexcept {
-  if (p && make_current_noexcept()) driver().p_cuMemFree(cu(p));
+void device_free(DevicePtr p, int ordinal, StreamHandle stream) noexcept {
+  if (ordinal < 0) {
+    try {
+      ordinal = device_ordinal();
+    } catch (...) {
+      return;
+    }
+  }
+  if (!p || !make_current_noexcept(ordinal)) return;
+  // Stream-ordered: the block returns to the pool once the stream's earlier
+  // work is done, and the next allocation on that stream may take it at
+  // once -- no device-wide synchronization, unlike cuMemFree.
+  if (device_state(ordinal).pool)
+    driver().p_cuMemFreeAsync(cu(p), static_cast<CUstream>(stream));
+  else
+    driver().p_cuMemFree(cu(p));
 }
 
-void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes) {
+PoolStats pool_stats(int ordinal) {
+  PoolStats st;
+  DeviceState& ds = device_state(ordinal);
+  if (!ds.pool) return st;
+  const Driver& d = make_current(ordinal);
+  cuuint64_t v = 0;
+  if (d.p_cuMemPoolGetAttribute(ds.pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v) == CUDA_SUCCESS)
+    st.reserved_bytes = v;
+  if (d.p_cuMemPoolGetAttribute(ds.pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v) == CUDA_SUCCESS)
+    st.used_bytes = v;
+  if (d.p_cuMemPoolGetAttribute(ds.pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &v) == CUDA_SUCCESS)
+    st.peak_reserved_bytes = v;
+  st.stream_ordered = true;
+  return st;
+}
+
+void pool_trim(int ordinal) {
+  DeviceState& ds = device_state(ordinal);
+  if (!ds.pool) return;
+  const Driver& d = make_current(ordinal);
+  check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", "empty_cache");
+  check(d.p_cuMemPoolTrimTo(ds.pool, 0), "cuMemPoolTrimTo", "empty_cache");
+}
+
+void* host_alloc_pinned(std::size_t bytes) {
+  const Driver& d = make_current();
+  void* p = nullptr;
+  check(d.p_cuMemHostAlloc(&p, bytes == 0 ? 1 : bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc",
+        "pinned host memory (" + std::to_string(bytes) + " bytes)");
+  return p;
+}
+
+void host_free_pinned(void* p) noexcept {
+  if (p && make_current_noexcept()) driver().p_cuMemFreeHost(p);
+}
+
+int pointer_device(DevicePtr p) {
+  const Driver& d = make_current();
+  int ordinal = -1;
+  if (d.p_cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, cu(p)) !=
+      CUDA_SUCCESS)
+    return -1;
+  return ordinal;
+}
+
+void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, StreamHandle stream) {
   if (bytes == 0) return;
   const Driver& d = make_current();
-  check(d.p_cuMemcpyHtoD(cu(dst), src, bytes), "cuMemcpyHtoD",
-        "copy_to_device(" + std::to_string(bytes) + " bytes)");
+  const std::string what = "copy_to_device(" + std::to_string(bytes) + " bytes)";
+  if (!stream) {
+    check(d.p_cuMemcpyHtoD(cu(dst), src, bytes), "cuMemcpyHtoD", what);
+    return;
+  }
+  check(d.p_cuMemcpyHtoDAsync(cu(dst), src, bytes, static_cast<CUstream>(stream)),
+        "cuMemcpyHtoDAsync", what);
 }
 
-void copy_to_host(void* dst, DevicePtr src, std::size_t bytes) {
+void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
   if (bytes == 0) return;
   const Driver& d = make_current();
-  check(d.p_cuMemcpyDtoH(dst, cu(src), bytes), "cuMemcpyDtoH",
-        "copy_to_host(" + std::to_string(bytes) + " bytes)");
+  const std::string what = "copy_to_host(" + std::to_string(bytes) + " bytes)";
+  if (!stream) {
+    check(d.p_cuMemcpyDtoH(dst, cu(src), bytes), "cuMemcpyDtoH", what);
+    return;
+  }
+  check(d.p_cuMemcpyDtoHAsync(dst, cu(src), bytes, static_cast<CUstream>(stream)),
+        "cuMemcpyDtoHAsync", what);
 }
 
-void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes) {
+void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle stream) {
   if (bytes == 0) return;
   const Driver& d = make_current();
-  check(d.p_cuMemcpyDtoD(cu(dst), cu(src), bytes), "cuMemcpyDtoD",
-        "copy_device_to_device(" + std::to_string(bytes) + " bytes)");
+  const std::string what = "copy_device_to_device(" + std::to_string(bytes) + " bytes)";
+  if (!stream) {
+    check(d.p_cuMemcpyDtoD(cu(dst), cu(src), bytes), "cuMemcpyDtoD", what);
+    return;
+  }
+  check(d.p_cuMemcpyDtoDAsync(cu(dst), cu(src), bytes, static_cast<CUstream>(stream)),
+        "cuMemcpyDtoDAsync", what);
 }
 
-void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes) {
+void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes, StreamHandle stream) {
   if (bytes == 0) return;
   const Driver& d = make_current();
-  check(d.p_cuMemsetD8(cu(dst), value, bytes), "cuMemsetD8",
-        "memset_device(" + std::to_string(bytes) + " bytes)");
+  const std::string what = "memset_device(" + std::to_string(bytes) + " bytes)";
+  if (!stream) {
+    check(d.p_cuMemsetD8(cu(dst), value, bytes), "cuMemsetD8", what);
+    return;
+  }
+  check(d.p_cuMemsetD8Async(cu(dst), value, bytes, static_cast<CUstream>(stream)),
+        "cuMemsetD8Async", what);
 }
 
-EventTimer::EventTimer() {
+// ------------------------------------------------------ streams, events
+
+StreamHandle stream_create(int ordinal) {
+  const Driver& d = make_current(ordinal);
+  CUstream s = nullptr;
+  // Non-blocking: no implicit synchronization with the legacy default stream,
+  // so work on two tx streams (or a caller's) overlaps.
+  check(d.p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate", "Stream");
+  return s;
+}
+
+void stream_destroy(int ordinal, StreamHandle s) noexcept {
+  if (s && make_current_noexcept(ordinal)) driver().p_cuStreamDestroy(static_cast<CUstream>(s));
+}
+
+void stream_synchronize(int ordinal, StreamHandle s, const std::string& what) {
+  const Driver& d = make_current(ordinal);
+  check(d.p_cuStreamSynchronize(static_cast<CUstream>(s)), "cuStreamSynchronize", what);
+}
+
+void stream_wait_event(int ordinal, StreamHandle s, EventHandle e) {
+  const Driver& d = make_current(ordinal);
+  check(d.p_cuStreamWaitEvent(static_cast<CUstream>(s), static_cast<CUevent>(e), 0),
+        "cuStreamWaitEvent", "Stream.wait");
+}
+
+EventHandle event_create(int ordinal, bool timing) {
+  const Driver& d = make_current(ordinal);
+  CUevent e = nullptr;
+  check(d.p_cuEventCreate(&e, timing ? CU_EVENT_DEFAULT : CU_EVENT_DISABLE_TIMING), "cuEventCreate",
+        "Event");
+  return e;
+}
+
+void event_destroy(int ordinal, EventHandle e) noexcept {
+  if (e && make_current_noexcept(ordinal)) driver().p_cuEventDestroy(static_cast<CUevent>(e));
+}
+
+void event_record(int ordinal, EventHandle e, StreamHandle s) {
+  const Driver& d = make_current(ordinal);
+  check(d.p_cuEventRecord(static_cast<CUevent>(e), static_cast<CUstream>(s)), "cuEventRecord",
+        "Event.record");
+}
+
+void event_synchronize(int ordinal, EventHandle e) {
+  const Driver& d = make_current(ordinal);
+  check(d.p_cuEventSynchronize(static_cast<CUevent>(e)), "cuEventSynchronize", "Event.synchronize");
+}
+
+bool event_query(int ordinal, EventHandle e) {
+  const Driver& d = make_current(ordinal);
+  CUresult r = d.p_cuEventQuery(static_cast<CUevent>(e));
+  if (r == CUDA_ERROR_NOT_READY) return false;
+  check(r, "cuEventQuery", "Event.query");
+  return true;
+}
+
+float event_elapsed_ms(int ordinal, EventHandle start, EventHandle stop) {
+  const Driver& d = make_current(ordinal);
+  float ms = 0;
+  check(d.p_cuEventElapsedTime(&ms, static_cast<CUevent>(start), static_cast<CUevent>(stop)),
+        "cuEventElapsedTime", "Event.elapsed_ms");
+  return ms;
+}
+
+// ---------------------------------------------------------- EventTimer
+
+EventTimer::EventTimer(StreamHandle stream) : stream_(stream) {
   const Driver& d = make_current();
   CUevent a = nullptr, b = nullptr;
   check(d.p_cuEventCreate(&a, CU_EVENT_DEFAULT), "cuEventCreate", "EventTimer");
@@ -417,14 +644,14 @@ EventTimer::~EventTimer() {
 
 void EventTimer::start() {
   const Driver& d = make_current();
-  check(d.p_cuEventRecord(static_cast<CUevent>(start_), nullptr), "cuEventRecord",
-        "EventTimer.start");
+  check(d.p_cuEventRecord(static_cast<CUevent>(start_), static_cast<CUstream>(stream_)),
+        "cuEventRecord", "EventTimer.start");
 }
 
 void EventTimer::stop() {
   const Driver& d = make_current();
-  check(d.p_cuEventRecord(static_cast<CUevent>(stop_), nullptr), "cuEventRecord",
-        "EventTimer.stop");
+  check(d.p_cuEventRecord(static_cast<CUevent>(stop_), static_cast<CUstream>(stream_)),
+        "cuEventRecord", "EventTimer.stop");
 }
 
 float EventTimer::elapsed_ms() {

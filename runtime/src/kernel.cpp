@@ -357,6 +357,12 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
     if (!(t.device() == s.device))
       bad(i, "tensor is on " + t.device().str() + " but the kernel runs on " + s.device.str() +
                  " (move it with .to(kernel.device()))");
+    // T.match_buffer declares a row-major buffer: a strided view would be
+    // read as if it were one.
+    if (!t.is_contiguous())
+      bad(i, "tensor is a strided view (shape " + shape_str(t.shape()) + ", strides " +
+                 shape_str(t.strides()) + ") but the kernel declares a row-major buffer " +
+                 dims_str(pi) + "; pass t.contiguous()");
     auto addr = reinterpret_cast<std::uintptr_t>(t.data_ptr());
     if (addr % static_cast<std::uintptr_t>(pi.align_bytes) != 0)
       bad(i, "tensor data is not " + std::to_string(pi.align_bytes) +

@@ -3,6 +3,7 @@
 // (tx::encode_bits / tx::decode_bits from the DSL layer).
 #include "tx/runtime/tensor.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstdlib>
@@ -24,13 +25,25 @@ struct Tensor::Storage {
   std::size_t bytes = 0;
   void* host = nullptr;
   runtime::DevicePtr dev = 0;
+  // The caller's memory (from_blob): never freed by tx; `release` runs
+  // when the last view is gone.
+  bool borrowed = false;
+  std::function<void()> release;
 
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
+    if (borrowed) {
+      if (release) release();
+      return;
+    }
     std::free(host);
-    runtime::device_free(dev);
+    if (dev) runtime::device_free(dev, device.index);
+  }
+  unsigned char* base() const {
+    return device.is_cuda() ? reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(dev))
+                            : static_cast<unsigned char*>(host);
   }
 };
 
@@ -75,6 +88,49 @@ std::string shape_str(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
+std::vector<std::int64_t> row_major(const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> s(shape.size());
+  std::int64_t n = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    s[d] = n;
+    n *= std::max<std::int64_t>(shape[d], 1);
+  }
+  return s;
+}
+
+// The largest element offset a view reaches (its offset when empty).
+std::int64_t last_offset(const std::vector<std::int64_t>& shape,
+                         const std::vector<std::int64_t>& strides, std::int64_t offset) {
+  std::int64_t hi = offset;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] == 0) return offset;
+  for (std::size_t d = 0; d < shape.size(); ++d) hi += (shape[d] - 1) * strides[d];
+  return hi;
+}
+
+// Calls f(offset in elements) for every element of the view, row-major.
+template <class F>
+void for_each_offset(const std::vector<std::int64_t>& shape,
+                     const std::vector<std::int64_t>& strides, std::int64_t offset, F&& f) {
+  for (std::int64_t e : shape)
+    if (e == 0) return;
+  std::vector<std::int64_t> idx(shape.size(), 0);
+  std::int64_t off = offset;
+  while (true) {
+    f(off);
+    std::size_t d = shape.size();
+    while (d-- > 0) {
+      if (++idx[d] < shape[d]) {
+        off += strides[d];
+        break;
+      }
+      off -= (shape[d] - 1) * strides[d];
+      idx[d] = 0;
+    }
+    if (d == static_cast<std::size_t>(-1)) return;
+  }
+}
+
 }  // namespace
 
 Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device) {
@@ -92,12 +148,12 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
     if (!runtime::cuda_available(&why))
       fail("tx.Tensor.empty", device.str(), {}, "no usable GPU: " + why,
            "create the tensor on Device::host(), or set TX_DEVICE=host");
-    const int ordinal = runtime::current_device().ordinal;
-    if (device.index != ordinal)
+    const int count = runtime::device_count();
+    if (device.index < 0 || device.index >= count)
       fail("tx.Tensor.empty", device.str(), {},
-           "tx uses one GPU per process, cuda:" + std::to_string(ordinal) +
-               " (select another with TX_CUDA_DEVICE)");
-    st->dev = runtime::device_alloc(st->bytes);
+           "no such GPU: this machine has " + std::to_string(count) + " (cuda:0" +
+               (count > 1 ? " .. cuda:" + std::to_string(count - 1) : std::string()) + ")");
+    st->dev = runtime::device_alloc(st->bytes, device.index);
   } else {
     // aligned_alloc wants a multiple of the alignment, and a distinct
     // pointer even for an empty tensor.
@@ -109,9 +165,187 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
   }
   Tensor t;
   t.storage_ = std::move(st);
+  t.strides_ = row_major(shape);
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   return t;
+}
+
+Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtype, Device device,
+                         std::vector<std::int64_t> strides, std::function<void()> release) {
+  const char* op = "tx.Tensor.from_blob";
+  if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
+    fail(op, "", {}, "dtype " + dtype.name() + " has no elements");
+  const std::int64_t n = element_count(shape, "Tensor.from_blob");
+  if (strides.empty()) strides = row_major(shape);
+  if (strides.size() != shape.size())
+    fail(op, "strides", {},
+         std::to_string(strides.size()) + " strides for the " + std::to_string(shape.size()) +
+             " dimensions of shape " + shape_str(shape));
+  for (std::int64_t s : strides)
+    if (s < 0)
+      fail(op, "strides", {},
+           "negative stride " + std::to_string(s) + " in " + shape_str(strides) +
+               " (tx views take strides of 0 or more)");
+  if (!data && n > 0) fail(op, "data", {}, "a null pointer for " + std::to_string(n) + " elements");
+  if (device.is_cuda()) {
+    std::string why;
+    if (!runtime::cuda_available(&why)) fail(op, device.str(), {}, "no usable GPU: " + why);
+    // The driver knows where the memory lives: a host pointer, or memory of
+    // another GPU, is refused here rather than faulting in a kernel.
+    if (n > 0) {
+      int owner = runtime::pointer_device(
+          static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(data)));
+      if (owner < 0)
+        fail(op, "data", {},
+             "the pointer is not device memory the CUDA driver knows (a host pointer? pass "
+             "Device::host())");
+      if (owner != device.index)
+        fail(op, "data", {},
+             "the memory is on cuda:" + std::to_string(owner) + ", not " + device.str());
+    }
+  }
+  auto st = std::make_shared<Storage>();
+  st->device = device;
+  st->borrowed = true;
+  st->release = std::move(release);
+  st->bytes = n == 0 ? 0
+                     : static_cast<std::size_t>(last_offset(shape, strides, 0) + 1) *
+                           static_cast<std::size_t>(dtype.bytes());
+  if (device.is_cuda())
+    st->dev = static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(data));
+  else
+    st->host = data;
+  Tensor t;
+  t.storage_ = std::move(st);
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  t.dtype_ = dtype;
+  return t;
+}
+
+bool Tensor::is_contiguous() const {
+  std::int64_t want = 1;
+  for (std::size_t d = shape_.size(); d-- > 0;) {
+    if (shape_[d] == 0) return true;
+    if (shape_[d] != 1 && strides_[d] != want) return false;
+    want *= shape_[d];
+  }
+  return true;
+}
+
+bool Tensor::is_borrowed() const { return storage_ && storage_->borrowed; }
+
+Tensor Tensor::as_strided(std::vector<std::int64_t> shape, std::vector<std::int64_t> strides,
+                          std::int64_t storage_offset) const {
+  const char* op = "tx.Tensor.as_strided";
+  if (!storage_) fail(op, "", {}, "the tensor is undefined");
+  element_count(shape, "Tensor.as_strided");
+  if (strides.size() != shape.size())
+    fail(op, "strides", {},
+         std::to_string(strides.size()) + " strides for shape " + shape_str(shape));
+  for (std::int64_t s : strides)
+    if (s < 0) fail(op, "strides", {}, "negative stride " + std::to_string(s));
+  if (storage_offset < 0) fail(op, "storage_offset", {}, "is negative");
+  const auto es = static_cast<std::int64_t>(dtype_.bytes());
+  const std::int64_t have = static_cast<std::int64_t>(storage_->bytes) / es;
+  const std::int64_t hi = last_offset(shape, strides, storage_offset);
+  if (element_count(shape, "Tensor.as_strided") > 0 && hi >= have)
+    fail(op, "", {},
+         "shape " + shape_str(shape) + " with strides " + shape_str(strides) + " at offset " +
+             std::to_string(storage_offset) + " reaches element " + std::to_string(hi) +
+             ", past the " + std::to_string(have) + " elements of the storage");
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  t.offset_ = storage_offset;
+  return t;
+}
+
+Tensor Tensor::transpose(int dim0, int dim1) const {
+  std::vector<int> p(shape_.size());
+  for (std::size_t d = 0; d < p.size(); ++d) p[d] = static_cast<int>(d);
+  const int r = static_cast<int>(shape_.size());
+  for (int d : {dim0, dim1})
+    if (d < 0 || d >= r)
+      fail("tx.Tensor.transpose", "dim " + std::to_string(d), {},
+           "out of range for a tensor of " + std::to_string(r) + " dimensions");
+  std::swap(p[static_cast<std::size_t>(dim0)], p[static_cast<std::size_t>(dim1)]);
+  return permute(p);
+}
+
+Tensor Tensor::permute(const std::vector<int>& dims) const {
+  const char* op = "tx.Tensor.permute";
+  if (!storage_) fail(op, "", {}, "the tensor is undefined");
+  if (dims.size() != shape_.size())
+    fail(op, "dims", {},
+         std::to_string(dims.size()) + " dims for a tensor of " + std::to_string(shape_.size()));
+  std::vector<bool> seen(dims.size(), false);
+  std::vector<std::int64_t> shape, strides;
+  for (int d : dims) {
+    if (d < 0 || d >= static_cast<int>(dims.size()) || seen[static_cast<std::size_t>(d)])
+      fail(op, "dims", {}, "is not a permutation of 0 .. " + std::to_string(dims.size() - 1));
+    seen[static_cast<std::size_t>(d)] = true;
+    shape.push_back(shape_[static_cast<std::size_t>(d)]);
+    strides.push_back(strides_[static_cast<std::size_t>(d)]);
+  }
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  return t;
+}
+
+Tensor Tensor::slice(int dim, std::int64_t start, std::int64_t stop, std::int64_t step) const {
+  const char* op = "tx.Tensor.slice";
+  if (!storage_) fail(op, "", {}, "the tensor is undefined");
+  if (dim < 0 || dim >= static_cast<int>(shape_.size()))
+    fail(op, "dim " + std::to_string(dim), {},
+         "out of range for a tensor of " + std::to_string(shape_.size()) + " dimensions");
+  const auto d = static_cast<std::size_t>(dim);
+  if (step <= 0) fail(op, "step", {}, "must be positive, got " + std::to_string(step));
+  stop = std::min(stop, shape_[d]);
+  if (start < 0 || start > stop)
+    fail(op, "start", {},
+         std::to_string(start) + " outside [0, " + std::to_string(stop) + "] on dimension " +
+             std::to_string(dim) + " of extent " + std::to_string(shape_[d]));
+  Tensor t = *this;
+  t.offset_ += start * strides_[d];
+  t.shape_[d] = (stop - start + step - 1) / step;
+  t.strides_[d] *= step;
+  if (t.shape_[d] == 0) t.offset_ = offset_;
+  return t;
+}
+
+Tensor Tensor::expand(std::vector<std::int64_t> shape) const {
+  const char* op = "tx.Tensor.expand";
+  if (!storage_) fail(op, "", {}, "the tensor is undefined");
+  if (shape.size() < shape_.size())
+    fail(op, "shape", {},
+         shape_str(shape) + " has fewer dimensions than the tensor's " + shape_str(shape_));
+  const std::size_t lead = shape.size() - shape_.size();
+  std::vector<std::int64_t> strides(shape.size(), 0);
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (d < lead) continue;  // a new dimension: stride 0
+    std::int64_t have = shape_[d - lead];
+    if (have == shape[d]) {
+      strides[d] = strides_[d - lead];
+    } else if (have != 1) {
+      fail(op, "shape", {},
+           "cannot expand " + shape_str(shape_) + " to " + shape_str(shape) + ": dimension " +
+               std::to_string(d) + " has extent " + std::to_string(have) + ", not 1");
+    }
+  }
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  return t;
+}
+
+Tensor Tensor::contiguous() const {
+  if (!storage_) fail("tx.Tensor.contiguous", "", {}, "the tensor is undefined");
+  if (is_contiguous()) return *this;
+  std::vector<std::uint8_t> bytes = to_bytes();
+  return from_bytes(bytes.data(), bytes.size(), shape_, dtype_, device());
 }
 
 Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<std::int64_t> shape,
@@ -163,40 +397,90 @@ Tensor Tensor::reshape(std::vector<std::int64_t> shape) const {
     fail("tx.Tensor.reshape", "", {},
          "shape " + shape_str(shape) + " holds " + std::to_string(n) + " elements, the tensor " +
              std::to_string(numel()));
+  if (!is_contiguous())
+    fail("tx.Tensor.reshape", "", {},
+         "the tensor is a strided view (strides " + shape_str(strides_) +
+             "); call .contiguous() first");
   Tensor t = *this;
+  t.strides_ = row_major(shape);
   t.shape_ = std::move(shape);
   return t;
 }
 
-std::size_t Tensor::nbytes() const { return storage_ ? storage_->bytes : 0; }
+std::size_t Tensor::nbytes() const {
+  return static_cast<std::size_t>(numel()) * static_cast<std::size_t>(dtype_.bytes());
+}
 
 void* Tensor::data_ptr() const {
   if (!storage_) return nullptr;
-  if (storage_->device.is_cuda())
-    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(storage_->dev));
-  return storage_->host;
+  return storage_->base() + offset_ * dtype_.bytes();
 }
 
 void Tensor::copy_from_bytes(const void* data, std::size_t nbytes) {
   if (!storage_) fail("tx.Tensor.copy_from_bytes", "", {}, "the tensor is undefined");
-  if (nbytes != storage_->bytes)
-    fail(
-        "Tensor.copy_from_bytes", "", {},
-        std::to_string(nbytes) + " bytes given for a tensor of " + std::to_string(storage_->bytes));
+  if (nbytes != this->nbytes())
+    fail("tx.Tensor.copy_from_bytes", "", {},
+         std::to_string(nbytes) + " bytes given for a tensor of " + std::to_string(this->nbytes()));
   if (nbytes == 0) return;
-  if (storage_->device.is_cuda())
-    runtime::copy_to_device(storage_->dev, data, nbytes);
-  else
-    std::memcpy(storage_->host, data, nbytes);
+  const auto es = static_cast<std::int64_t>(dtype_.bytes());
+  if (is_contiguous()) {
+    if (storage_->device.is_cuda())
+      runtime::copy_to_device(reinterpret_cast<std::uintptr_t>(data_ptr()), data, nbytes);
+    else
+      std::memcpy(data_ptr(), data, nbytes);
+    return;
+  }
+  for (std::size_t d = 0; d < shape_.size(); ++d)
+    if (strides_[d] == 0 && shape_[d] > 1)
+      fail("tx.Tensor.copy_from_bytes", "", {},
+           "the tensor is an expanded view (stride 0 on dimension " + std::to_string(d) +
+               "): its elements share memory, so it cannot be written element by element");
+  // Scatter into the span of storage the view covers (read first on the
+  // GPU, so that the gaps keep their values).
+  const std::int64_t hi = last_offset(shape_, strides_, offset_);
+  const std::int64_t span = (hi - offset_ + 1) * es;
+  const auto* src = static_cast<const unsigned char*>(data);
+  auto scatter = [&](unsigned char* base) {
+    std::int64_t i = 0;
+    for_each_offset(shape_, strides_, 0,
+                    [&](std::int64_t off) { std::memcpy(base + off * es, src + (i++) * es, es); });
+  };
+  if (storage_->device.is_cuda()) {
+    std::vector<unsigned char> tmp(static_cast<std::size_t>(span));
+    const auto at = reinterpret_cast<std::uintptr_t>(data_ptr());
+    runtime::copy_to_host(tmp.data(), at, tmp.size());
+    scatter(tmp.data());
+    runtime::copy_to_device(at, tmp.data(), tmp.size());
+  } else {
+    scatter(static_cast<unsigned char*>(data_ptr()));
+  }
 }
 
 std::vector<std::uint8_t> Tensor::to_bytes() const {
   std::vector<std::uint8_t> out(nbytes());
   if (out.empty()) return out;
-  if (storage_->device.is_cuda())
-    runtime::copy_to_host(out.data(), storage_->dev, out.size());
-  else
-    std::memcpy(out.data(), storage_->host, out.size());
+  const auto es = static_cast<std::int64_t>(dtype_.bytes());
+  if (is_contiguous()) {
+    if (storage_->device.is_cuda())
+      runtime::copy_to_host(out.data(), reinterpret_cast<std::uintptr_t>(data_ptr()), out.size());
+    else
+      std::memcpy(out.data(), data_ptr(), out.size());
+    return out;
+  }
+  // Gather from the span of storage the view covers.
+  const std::int64_t hi = last_offset(shape_, strides_, offset_);
+  const std::int64_t span = (hi - offset_ + 1) * es;
+  std::vector<unsigned char> tmp;
+  const unsigned char* base = static_cast<const unsigned char*>(data_ptr());
+  if (storage_->device.is_cuda()) {
+    tmp.resize(static_cast<std::size_t>(span));
+    runtime::copy_to_host(tmp.data(), reinterpret_cast<std::uintptr_t>(data_ptr()), tmp.size());
+    base = tmp.data();
+  }
+  std::int64_t i = 0;
+  for_each_offset(shape_, strides_, 0, [&](std::int64_t off) {
+    std::memcpy(out.data() + (i++) * es, base + off * es, static_cast<std::size_t>(es));
+  });
   return out;
 }
 
@@ -216,15 +500,19 @@ std::vector<double> Tensor::to_doubles() const {
 Tensor Tensor::to(Device d) const {
   if (!storage_) fail("tx.Tensor.to", "", {}, "the tensor is undefined");
   if (d == device()) return *this;
+  if (!is_contiguous()) return contiguous().to(d);
   Tensor t = empty(shape_, dtype_, d);
+  const std::size_t bytes = nbytes();
+  const auto src_dev = reinterpret_cast<std::uintptr_t>(data_ptr());
+  if (bytes == 0) return t;
   if (storage_->device.is_cuda() && d.is_cuda()) {
-    runtime::copy_device_to_device(t.storage_->dev, storage_->dev, storage_->bytes);
+    runtime::copy_device_to_device(t.storage_->dev, src_dev, bytes);
   } else if (d.is_cuda()) {
-    runtime::copy_to_device(t.storage_->dev, storage_->host, storage_->bytes);
+    runtime::copy_to_device(t.storage_->dev, data_ptr(), bytes);
   } else if (storage_->device.is_cuda()) {
-    runtime::copy_to_host(t.storage_->host, storage_->dev, storage_->bytes);
-  } else if (storage_->bytes) {
-    std::memcpy(t.storage_->host, storage_->host, storage_->bytes);
+    runtime::copy_to_host(t.storage_->host, src_dev, bytes);
+  } else {
+    std::memcpy(t.storage_->host, data_ptr(), bytes);
   }
   return t;
 }
@@ -232,7 +520,7 @@ Tensor Tensor::to(Device d) const {
 void Tensor::fill_bits(std::uint64_t pattern) {
   if (!storage_) fail("tx.Tensor.fill_bits", "", {}, "the tensor is undefined");
   const auto es = static_cast<std::size_t>(dtype_.bytes());
-  std::vector<std::uint8_t> bytes(storage_->bytes);
+  std::vector<std::uint8_t> bytes(nbytes());
   for (std::size_t i = 0; i + es <= bytes.size(); i += es)
     std::memcpy(bytes.data() + i, &pattern, es);
   copy_from_bytes(bytes.data(), bytes.size());

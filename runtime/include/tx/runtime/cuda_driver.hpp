@@ -43,6 +43,15 @@ struct DeviceInfo {
 // Device TX_CUDA_DEVICE (default 0); makes its primary context current on
 // the calling thread. Throws tx::Error when no GPU is usable.
 const DeviceInfo& current_device();
+// Any device by ordinal (a tx::Error naming the count when there is none).
+const DeviceInfo& device_info(int ordinal);
+int device_count();     // 0 without a usable GPU
+int default_ordinal();  // TX_CUDA_DEVICE, default 0
+
+// Opaque driver handles (CUstream, CUevent); a null stream is the legacy
+// default stream.
+using StreamHandle = void*;
+using EventHandle = void*;
 
 // True after a kernel fault (an illegal address, a trap, ...). Such an error
 // is sticky for the whole process: the driver refuses every later call, even
@@ -54,7 +63,9 @@ bool context_lost() noexcept;
 // A loaded cubin. Unloaded on destruction.
 class Module {
  public:
-  static std::shared_ptr<Module> load(const std::vector<char>& cubin, const std::string& name);
+  // Loads into device `ordinal`'s context (-1: the default device).
+  static std::shared_ptr<Module> load(const std::vector<char>& cubin, const std::string& name,
+                                      int ordinal = -1);
   ~Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
@@ -65,30 +76,67 @@ class Module {
   Module() = default;
   void* module_ = nullptr;
   std::string name_;
+  int ordinal_ = 0;
 };
 
 struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
-// cuLaunchKernel on the default stream; raises the function's dynamic
-// shared-memory limit first when shared_bytes > 48 KiB.
+// cuLaunchKernel on `stream` of device `ordinal` (-1: the default device);
+// raises the function's dynamic shared-memory limit first when
+// shared_bytes > 48 KiB.
 void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, void** args,
-            const std::string& kernel_name);
+            const std::string& kernel_name, int ordinal = -1, StreamHandle stream = nullptr);
 // cuCtxSynchronize; `what` names the kernel or operation for the error message.
 void synchronize(const std::string& what);
+void synchronize_device(int ordinal, const std::string& what);
 
-DevicePtr device_alloc(std::size_t bytes);
-void device_free(DevicePtr p) noexcept;
-void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes);
-void copy_to_host(void* dst, DevicePtr src, std::size_t bytes);
-void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes);
-void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes);
+// Device memory: from the device's stream-ordered pool (cuMemAllocAsync /
+// cuMemFreeAsync on `stream`) where the driver has one, so that freeing a
+// temporary never synchronizes the device; cuMemAlloc / cuMemFree otherwise.
+DevicePtr device_alloc(std::size_t bytes, int ordinal = -1, StreamHandle stream = nullptr);
+void device_free(DevicePtr p, int ordinal = -1, StreamHandle stream = nullptr) noexcept;
+bool stream_ordered_allocation(int ordinal);
+struct PoolStats {
+  bool stream_ordered = false;
+  std::uint64_t reserved_bytes = 0;  // held by the pool (in use + cached)
+  std::uint64_t used_bytes = 0;      // in use by tensors
+  std::uint64_t peak_reserved_bytes = 0;
+};
+PoolStats pool_stats(int ordinal);
+// Returns the pool's cached memory to the driver (after a device sync).
+void pool_trim(int ordinal);
+void* host_alloc_pinned(std::size_t bytes);
+void host_free_pinned(void* p) noexcept;
+// The device a device address belongs to (-1: not a device address tx's driver knows).
+int pointer_device(DevicePtr p);
 
-// CUDA-event timing on the default stream.
+// Copies; with a stream they are asynchronous on it (host memory pinned for
+// true asynchrony), without one synchronous.
+void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes,
+                    StreamHandle stream = nullptr);
+void copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle stream = nullptr);
+void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes,
+                           StreamHandle stream = nullptr);
+void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes,
+                   StreamHandle stream = nullptr);
+
+StreamHandle stream_create(int ordinal);
+void stream_destroy(int ordinal, StreamHandle s) noexcept;
+void stream_synchronize(int ordinal, StreamHandle s, const std::string& what);
+void stream_wait_event(int ordinal, StreamHandle s, EventHandle e);
+EventHandle event_create(int ordinal, bool timing);
+void event_destroy(int ordinal, EventHandle e) noexcept;
+void event_record(int ordinal, EventHandle e, StreamHandle s);
+void event_synchronize(int ordinal, EventHandle e);
+bool event_query(int ordinal, EventHandle e);
+float event_elapsed_ms(int ordinal, EventHandle start, EventHandle stop);
+
+// CUDA-event timing on a stream (default: the legacy default stream).
 class EventTimer {
  public:
-  EventTimer();
+  explicit EventTimer(StreamHandle stream = nullptr);
   ~EventTimer();
   EventTimer(const EventTimer&) = delete;
   EventTimer& operator=(const EventTimer&) = delete;
@@ -99,6 +147,7 @@ class EventTimer {
  private:
   void* start_ = nullptr;
   void* stop_ = nullptr;
+  StreamHandle stream_ = nullptr;
 };
 
 }  // namespace tx::runtime

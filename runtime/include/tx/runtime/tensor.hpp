@@ -1,11 +1,14 @@
-// Tensors: typed, shaped, contiguous storage on a device (a CUDA GPU) or on
-// the host. Kernels take them as arguments; a kernel launched on the GPU
-// needs its tensors there, a kernel run on the host needs them on the host.
-// Moving is explicit: t.to(Device::host()).
+// Tensors: typed, shaped views of storage on a device (a CUDA GPU) or on the
+// host. The storage is tx's own (Tensor::empty, from_bytes, ...) or borrowed
+// (Tensor::from_blob: the caller's memory, the caller's lifetime). A view has
+// element strides and an offset (transpose, slice, expand, as_strided), as in
+// DLPack and PyTorch; kernels take contiguous tensors, the op library takes
+// any view. Moving is explicit: t.to(Device::host()).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +16,11 @@
 #include "tx/dtype.hpp"
 #include "tx/error.hpp"
 #include "tx/type_map.hpp"
+
+// DLPack's structs (dlpack/dlpack.h), declared here so that users of tx need
+// the DLPack header only where they exchange tensors.
+struct DLManagedTensor;
+struct DLManagedTensorVersioned;
 
 namespace tx {
 
@@ -27,6 +35,9 @@ struct Device {
   bool operator==(const Device&) const = default;
   std::string str() const;  // "cuda:0", "host"
 };
+
+// Whether tx was built with a DLPack header (Tensor::from_dlpack works).
+bool dlpack_available();
 
 // Where kernels and new tensors go by default: TX_DEVICE=cuda|host if set,
 // else the host under TX_CHECK=1 (the checked mode runs there), else the GPU
@@ -52,6 +63,24 @@ class Tensor {
   static Tensor from_bytes(const void* data, std::size_t nbytes, std::vector<std::int64_t> shape,
                            DType dtype, Device device = default_device());
 
+  // A tensor over memory tx does not own: `data` is a host pointer or a
+  // device address (as void*) on `device`; `strides` are in elements
+  // (default: row-major). tx never frees it; `release`, if given, runs when
+  // the last tensor viewing the memory is gone (a DLPack deleter, say).
+  static Tensor from_blob(void* data, std::vector<std::int64_t> shape, DType dtype, Device device,
+                          std::vector<std::int64_t> strides = {},
+                          std::function<void()> release = {});
+
+  // DLPack, zero-copy both ways. from_dlpack takes ownership of `m`: the
+  // tensor borrows its memory and calls m->deleter when the last view is
+  // gone. to_dlpack hands out a DLManagedTensor that keeps this tensor's
+  // storage alive until its deleter is called. The versioned struct needs a
+  // DLPack 1.0 header at build time; without one, a tx error.
+  static Tensor from_dlpack(DLManagedTensor* m);
+  static Tensor from_dlpack(DLManagedTensorVersioned* m);
+  DLManagedTensor* to_dlpack() const;
+  DLManagedTensorVersioned* to_dlpack_versioned() const;
+
   // Typed construction and read-back for C++ element types (float, int32_t, ...).
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, std::vector<std::int64_t> shape,
@@ -72,18 +101,40 @@ class Tensor {
 
   bool defined() const { return storage_ != nullptr; }
   const std::vector<std::int64_t>& shape() const { return shape_; }
+  // Element strides, one per dimension (row-major for a new tensor).
+  const std::vector<std::int64_t>& strides() const { return strides_; }
+  // Elements from the start of the storage to element (0, ..., 0).
+  std::int64_t storage_offset() const { return offset_; }
   DType dtype() const { return dtype_; }
   Device device() const;
   std::int64_t numel() const;
-  std::size_t nbytes() const;
+  std::size_t nbytes() const;  // numel * element size
+  // Row-major without gaps (dimensions of extent 1 may have any stride).
+  bool is_contiguous() const;
+  // The memory is the caller's (from_blob), not tx's.
+  bool is_borrowed() const;
 
-  // Host pointer for host tensors, device address (as void*) for GPU tensors.
+  // Host pointer for host tensors, device address (as void*) for GPU
+  // tensors: of element (0, ..., 0).
   void* data_ptr() const;
+
+  // Views: the same storage, other strides (no copy).
+  Tensor transpose(int dim0, int dim1) const;
+  Tensor permute(const std::vector<int>& dims) const;
+  // Elements start, start + step, ... below stop on `dim`.
+  Tensor slice(int dim, std::int64_t start, std::int64_t stop, std::int64_t step = 1) const;
+  // Dimensions of extent 1 repeated (stride 0) to `shape`; new leading
+  // dimensions may be added (NumPy broadcasting).
+  Tensor expand(std::vector<std::int64_t> shape) const;
+  Tensor as_strided(std::vector<std::int64_t> shape, std::vector<std::int64_t> strides,
+                    std::int64_t storage_offset) const;
+  // This tensor if contiguous, else a contiguous copy on the same device.
+  Tensor contiguous() const;
 
   Tensor to(Device d) const;  // a copy on d (the same tensor if already there)
   // The same storage under another shape with the same element count (no
-  // copy): kernels check shapes exactly, so this is how a flat tensor meets a
-  // kernel that declares (M, N).
+  // copy; the tensor must be contiguous): kernels check shapes exactly, so
+  // this is how a flat tensor meets a kernel that declares (M, N).
   Tensor reshape(std::vector<std::int64_t> shape) const;
   std::vector<double> to_doubles() const;
   std::vector<std::uint8_t> to_bytes() const;
@@ -96,6 +147,8 @@ class Tensor {
   struct Storage;
   std::shared_ptr<Storage> storage_;
   std::vector<std::int64_t> shape_;
+  std::vector<std::int64_t> strides_;
+  std::int64_t offset_ = 0;
   DType dtype_;
 };
 
