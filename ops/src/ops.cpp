@@ -524,8 +524,13 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
   std::array<Tensor, 8> flat;
   std::array<Kernel::Arg, 16> args{};
   std::size_t n = 0;
+  if (!out.is_contiguous())
+    fail("tx.ops." + op_, "out", {},
+         "is a strided view (strides " + shape_str(out.strides()) +
+             "); the op writes contiguous outputs: pass a contiguous tensor and copy");
   for (const Tensor& t : inputs) {
-    flat[n] = as_flat(t);
+    // A strided view (transposed, sliced, expanded) is gathered first.
+    flat[n] = as_flat(t.is_contiguous() ? t : t.contiguous());
     args[n] = flat[n];
     ++n;
   }
