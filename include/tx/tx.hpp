@@ -17,4 +17,5 @@
 #include "tx/layout.hpp"
 #include "tx/printer.hpp"
 #include "tx/runtime/kernel.hpp"
+#include "tx/runtime/stream.hpp"
 #include "tx/runtime/tensor.hpp"

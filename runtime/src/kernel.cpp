@@ -18,6 +18,7 @@
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/runtime/disk_cache.hpp"
 #include "tx/runtime/nvrtc.hpp"
+#include "tx/runtime/stream.hpp"
 
 namespace tx {
 
@@ -85,8 +86,16 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   // kernel is for, else the largest of any GPU (a host kernel must also be
   // one a GPU can run).
   lo.arch = opt.arch;
-  if (lo.arch.empty() && st->device.is_cuda() && runtime::cuda_available())
-    lo.arch = runtime::current_device().arch();
+  if (st->device.is_cuda() && runtime::cuda_available()) {
+    // Device::cuda(n): a GPU this machine has; each device loads its own
+    // module (kernels are compiled per architecture).
+    const int count = runtime::device_count();
+    if (st->device.index < 0 || st->device.index >= count)
+      fail("tx.compile", st->device.str(), f->loc,
+           "no such GPU: this machine has " + std::to_string(count) + " (cuda:0" +
+               (count > 1 ? " .. cuda:" + std::to_string(count - 1) : std::string()) + ")");
+    if (lo.arch.empty()) lo.arch = runtime::device_info(st->device.index).arch();
+  }
   st->info = lowering::lower(f, lo);
   st->kernel_name = lowering::sanitize_identifier(f->name);
   st->cuda = lowering::codegen_cuda(st->info, {st->kernel_name, opt.approx_math});
@@ -128,7 +137,7 @@ std::string Kernel::prepare_gpu() const {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.function) return "memory";
-  const runtime::DeviceInfo& dev = runtime::current_device();
+  const runtime::DeviceInfo& dev = runtime::device_info(s.device.index);
   std::string arch = s.arch.empty() ? dev.arch() : s.arch;
   std::string key = runtime::kernel_cache_key(s.cuda, runtime::nvrtc_default_options(arch), arch,
                                               runtime::nvrtc_version_string());
@@ -136,6 +145,7 @@ std::string Kernel::prepare_gpu() const {
   {
     ModuleCache& mc = module_cache();
     std::lock_guard<std::mutex> l2(mc.mu);
+    key += "@" + std::to_string(s.device.index);  // modules are per context
     auto it = mc.modules.find(key);
     if (it != mc.modules.end()) s.module = it->second;
   }
@@ -143,7 +153,7 @@ std::string Kernel::prepare_gpu() const {
     runtime::CachedCubin bin = runtime::cubin_for(s.cuda, s.kernel_name, arch);
     origin = bin.from_disk ? "disk" : "nvrtc";
     try {
-      s.module = runtime::Module::load(bin.cubin, s.kernel_name);
+      s.module = runtime::Module::load(bin.cubin, s.kernel_name, s.device.index);
     } catch (const Error& e) {
       // A cached binary the driver refuses (made for another GPU, or by a
       // toolchain this driver cannot read) is never fatal: recompile it.
@@ -153,7 +163,7 @@ std::string Kernel::prepare_gpu() const {
       bin = runtime::cubin_for(s.cuda, s.kernel_name, arch, runtime::DiskCache::instance(),
                                /*skip_disk=*/true);
       origin = "nvrtc";
-      s.module = runtime::Module::load(bin.cubin, s.kernel_name);
+      s.module = runtime::Module::load(bin.cubin, s.kernel_name, s.device.index);
     }
     ModuleCache& mc = module_cache();
     std::lock_guard<std::mutex> l2(mc.mu);
@@ -421,7 +431,7 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
   if (s.device.is_cuda()) {
     if (!s.ready.load(std::memory_order_acquire)) {
       prepare_gpu();
-      const runtime::DeviceInfo& dev = runtime::current_device();
+      const runtime::DeviceInfo& dev = runtime::device_info(s.device.index);
       std::string op = "launch " + s.kernel_name;
       if (s.info.launch.block > dev.max_threads_per_block)
         fail(op, "", loc,
@@ -460,7 +470,8 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
                     {static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
                      static_cast<unsigned>(grid[2])},
                     {static_cast<unsigned>(s.info.launch.block), 1, 1},
-                    static_cast<std::size_t>(s.info.shared_bytes), kargs, s.kernel_name);
+                    static_cast<std::size_t>(s.info.shared_bytes), kargs, s.kernel_name,
+                    s.device.index, current_stream(s.device).handle());
     if (sync_after_launch()) runtime::synchronize(s.kernel_name);
     return;
   }

@@ -13,6 +13,7 @@
 #include "tx/error.hpp"
 #include "tx/expr.hpp"
 #include "tx/runtime/cuda_driver.hpp"
+#include "tx/runtime/stream.hpp"
 
 namespace tx {
 
@@ -29,6 +30,9 @@ struct Tensor::Storage {
   // when the last view is gone.
   bool borrowed = false;
   std::function<void()> release;
+  // The stream a device allocation was made on (and is freed on): the
+  // pool reuses the memory in that stream's order, never stalling the GPU.
+  Stream stream;
 
   Storage() = default;
   Storage(const Storage&) = delete;
@@ -39,7 +43,7 @@ struct Tensor::Storage {
       return;
     }
     std::free(host);
-    if (dev) runtime::device_free(dev, device.index);
+    if (dev) runtime::device_free(dev, device.index, stream.handle());
   }
   unsigned char* base() const {
     return device.is_cuda() ? reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(dev))
@@ -86,6 +90,26 @@ std::string shape_str(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+// Copies between host and device memory, ordered with the GPU work of this
+// thread: on its current stream (then waited for), so a copy after a kernel
+// on a caller's stream sees what the kernel wrote.
+void host_copy_from_device(void* dst, runtime::DevicePtr src, std::size_t n, int ordinal) {
+  Stream s = current_stream(Device::cuda(ordinal));
+  if (s.is_default()) return runtime::copy_to_host(dst, src, n);
+  runtime::copy_to_host(dst, src, n, s.handle());
+  s.synchronize();
+}
+void device_copy_from_host(runtime::DevicePtr dst, const void* src, std::size_t n, int ordinal) {
+  Stream s = current_stream(Device::cuda(ordinal));
+  if (s.is_default()) return runtime::copy_to_device(dst, src, n);
+  runtime::copy_to_device(dst, src, n, s.handle());
+  s.synchronize();
+}
+void device_copy(runtime::DevicePtr dst, runtime::DevicePtr src, std::size_t n, int ordinal) {
+  Stream s = current_stream(Device::cuda(ordinal));
+  runtime::copy_device_to_device(dst, src, n, s.handle());
 }
 
 std::vector<std::int64_t> row_major(const std::vector<std::int64_t>& shape) {
@@ -153,7 +177,8 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
       fail("tx.Tensor.empty", device.str(), {},
            "no such GPU: this machine has " + std::to_string(count) + " (cuda:0" +
                (count > 1 ? " .. cuda:" + std::to_string(count - 1) : std::string()) + ")");
-    st->dev = runtime::device_alloc(st->bytes, device.index);
+    st->stream = current_stream(device);
+    st->dev = runtime::device_alloc(st->bytes, device.index, st->stream.handle());
   } else {
     // aligned_alloc wants a multiple of the alignment, and a distinct
     // pointer even for an empty tensor.
@@ -425,7 +450,8 @@ void Tensor::copy_from_bytes(const void* data, std::size_t nbytes) {
   const auto es = static_cast<std::int64_t>(dtype_.bytes());
   if (is_contiguous()) {
     if (storage_->device.is_cuda())
-      runtime::copy_to_device(reinterpret_cast<std::uintptr_t>(data_ptr()), data, nbytes);
+      device_copy_from_host(reinterpret_cast<std::uintptr_t>(data_ptr()), data, nbytes,
+                            storage_->device.index);
     else
       std::memcpy(data_ptr(), data, nbytes);
     return;
@@ -448,9 +474,9 @@ void Tensor::copy_from_bytes(const void* data, std::size_t nbytes) {
   if (storage_->device.is_cuda()) {
     std::vector<unsigned char> tmp(static_cast<std::size_t>(span));
     const auto at = reinterpret_cast<std::uintptr_t>(data_ptr());
-    runtime::copy_to_host(tmp.data(), at, tmp.size());
+    host_copy_from_device(tmp.data(), at, tmp.size(), storage_->device.index);
     scatter(tmp.data());
-    runtime::copy_to_device(at, tmp.data(), tmp.size());
+    device_copy_from_host(at, tmp.data(), tmp.size(), storage_->device.index);
   } else {
     scatter(static_cast<unsigned char*>(data_ptr()));
   }
@@ -462,7 +488,8 @@ std::vector<std::uint8_t> Tensor::to_bytes() const {
   const auto es = static_cast<std::int64_t>(dtype_.bytes());
   if (is_contiguous()) {
     if (storage_->device.is_cuda())
-      runtime::copy_to_host(out.data(), reinterpret_cast<std::uintptr_t>(data_ptr()), out.size());
+      host_copy_from_device(out.data(), reinterpret_cast<std::uintptr_t>(data_ptr()), out.size(),
+                            storage_->device.index);
     else
       std::memcpy(out.data(), data_ptr(), out.size());
     return out;
@@ -474,7 +501,8 @@ std::vector<std::uint8_t> Tensor::to_bytes() const {
   const unsigned char* base = static_cast<const unsigned char*>(data_ptr());
   if (storage_->device.is_cuda()) {
     tmp.resize(static_cast<std::size_t>(span));
-    runtime::copy_to_host(tmp.data(), reinterpret_cast<std::uintptr_t>(data_ptr()), tmp.size());
+    host_copy_from_device(tmp.data(), reinterpret_cast<std::uintptr_t>(data_ptr()), tmp.size(),
+                          storage_->device.index);
     base = tmp.data();
   }
   std::int64_t i = 0;
@@ -506,11 +534,16 @@ Tensor Tensor::to(Device d) const {
   const auto src_dev = reinterpret_cast<std::uintptr_t>(data_ptr());
   if (bytes == 0) return t;
   if (storage_->device.is_cuda() && d.is_cuda()) {
-    runtime::copy_device_to_device(t.storage_->dev, src_dev, bytes);
+    if (storage_->device.index != d.index) {  // between GPUs: through the host
+      std::vector<std::uint8_t> b = to_bytes();
+      t.copy_from_bytes(b.data(), b.size());
+      return t;
+    }
+    device_copy(t.storage_->dev, src_dev, bytes, d.index);
   } else if (d.is_cuda()) {
-    runtime::copy_to_device(t.storage_->dev, data_ptr(), bytes);
+    device_copy_from_host(t.storage_->dev, data_ptr(), bytes, d.index);
   } else if (storage_->device.is_cuda()) {
-    runtime::copy_to_host(t.storage_->host, src_dev, bytes);
+    host_copy_from_device(t.storage_->host, src_dev, bytes, storage_->device.index);
   } else {
     std::memcpy(t.storage_->host, data_ptr(), bytes);
   }
