@@ -68,7 +68,7 @@ races | shapes)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
-  [ "$stage" = shapes ] && targets="bench_shapes"
+  [ "$stage" = shapes ] && targets="bench_shapes tx_aot"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"

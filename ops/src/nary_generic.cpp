@@ -133,38 +133,48 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       return;
     }
 
-    std::vector<std::function<Expr(const Expr&)>> elem;
-    for (std::size_t k = 0; k < s.operands.size(); ++k) {
-      const GenericOperand& o = s.operands[k];
-      const TileBuffer& buf = in[static_cast<std::size_t>(o.param)];
-      bool inner_present = o.present[rank - 1];
-      bool whole_rows = rank == 1 || s.inner_multiple_of_v;
-      if (o.flat || (whole_rows && inner_present)) {
-        // A vector copy (predicated: the chunk that straddles the operand's
-        // end copies element by element).
-        Var at = T::let(offset_of(o, base), "x" + std::to_string(k) + "_at");
-        auto r = T::alloc_buffer({v}, buf->dtype, scope::local, std::nullopt,
-                                 "x" + std::to_string(k) + "_r");
-        Tx::thread::copy(r, buf[region(span(at, v))]);
-        DType c = o.compute;
-        elem.push_back([r, c](const Expr& j) {
-          Expr x = r(j);
-          return x.dtype() == c ? x : Expr(cast(x, c));
-        });
-      } else if (whole_rows && !inner_present) {
-        Var sv = T::let(load_at(o, clamped(base)), "x" + std::to_string(k) + "_s");
-        elem.push_back([sv](const Expr&) { return Expr(sv); });
-      } else {
-        elem.push_back([&, k](const Expr& j) { return load_at(s.operands[k], clamped(base + j)); });
+    // The chunk of v elements, emitted twice: for a chunk inside the
+    // tensors (every chunk but the last), straight-line vector code exactly
+    // as an exact-shape kernel's; for the chunk that straddles the end, the
+    // predicated form. One branch per thread, uniform but in the last CTA.
+    auto emit_chunk = [&](bool tail) {
+      // Past the end, gathers read element n - 1 (their results are dropped).
+      auto at_most_last = [&](const Expr& idx) { return tail ? clamped(idx) : idx; };
+      std::vector<std::function<Expr(const Expr&)>> elem;
+      for (std::size_t k = 0; k < s.operands.size(); ++k) {
+        const GenericOperand& o = s.operands[k];
+        const TileBuffer& buf = in[static_cast<std::size_t>(o.param)];
+        bool inner_present = o.present[rank - 1];
+        bool whole_rows = rank == 1 || s.inner_multiple_of_v;
+        if (o.flat || (whole_rows && inner_present)) {
+          // A vector copy (predicated: the chunk that straddles the operand's
+          // end copies element by element).
+          Var at = T::let(offset_of(o, base), "x" + std::to_string(k) + "_at");
+          auto r = T::alloc_buffer({v}, buf->dtype, scope::local, std::nullopt,
+                                   "x" + std::to_string(k) + "_r");
+          Tx::thread::copy(r, buf[region(span(at, v))]);
+          DType c = o.compute;
+          elem.push_back([r, c](const Expr& j) {
+            Expr x = r(j);
+            return x.dtype() == c ? x : Expr(cast(x, c));
+          });
+        } else if (whole_rows && !inner_present) {
+          Var sv = T::let(load_at(o, at_most_last(base)), "x" + std::to_string(k) + "_s");
+          elem.push_back([sv](const Expr&) { return Expr(sv); });
+        } else {
+          elem.push_back(
+              [&, k](const Expr& j) { return load_at(s.operands[k], at_most_last(base + j)); });
+        }
       }
-    }
-    auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
-    for (Var j : T::unroll(v, "j")) {
-      std::vector<Expr> ins;
-      for (auto& f : elem) ins.push_back(f(j));
-      yr(j) = result(ins, base + j);
-    }
-    Tx::thread::copy(out[region(span(base, v))], yr);
+      auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
+      for (Var j : T::unroll(v, "j")) {
+        std::vector<Expr> ins;
+        for (auto& f : elem) ins.push_back(f(j));
+        yr(j) = result(ins, base + j);
+      }
+      Tx::thread::copy(out[region(span(base, v))], yr);
+    };
+    T::if_(base + v <= n, [&] { emit_chunk(false); }).else_([&] { emit_chunk(true); });
   });
 }
 
