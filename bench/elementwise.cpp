@@ -305,7 +305,14 @@ void compare_exact(std::ostream& os) {
   bool first = true;
   for (const Case& c : cases()) {
     if (c.small || c.op == "cast") continue;
+    // Three rounds, generic and exact alternating, the best of each: a
+    // 20-microsecond kernel varies by several percent from run to run.
     Result g = run_case(c, false), e = run_case(c, true);
+    for (int round = 1; round < 3; ++round) {
+      Result g2 = run_case(c, false), e2 = run_case(c, true);
+      g.tx_ms = std::min(g.tx_ms, g2.tx_ms);
+      e.tx_ms = std::min(e.tx_ms, e2.tx_ms);
+    }
     double gbs_g = static_cast<double>(g.bytes) / (g.tx_ms * 1e6);
     double gbs_e = static_cast<double>(e.bytes) / (e.tx_ms * 1e6);
     std::fprintf(stderr, "%-36s %-9s generic %7.0f GB/s  exact %7.0f GB/s  ratio %.3f\n",

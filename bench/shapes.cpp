@@ -18,6 +18,7 @@
 
 #include "tx/ops/ops.hpp"
 #include "tx/runtime/cuda_driver.hpp"
+#include "tx/runtime/nvrtc.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -56,6 +57,7 @@ int run(const std::string& mode, const std::string& op, DType t) {
   }
   runtime::synchronize("bench");
   ops::CacheStats s0 = ops::cache_stats();
+  const std::uint64_t nvrtc0 = runtime::nvrtc_compile_count();
   auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < ts.size(); ++i)
     ops::run(op, inputs[i], outputs[i], {}, {.exact_shape = exact});
@@ -70,11 +72,12 @@ int run(const std::string& mode, const std::string& op, DType t) {
   auto t3 = std::chrono::steady_clock::now();
   std::printf(
       "{\"impl\": \"tx %s\", \"op\": \"%s\", \"dtype\": \"%s\", \"cold_ms\": %.3f, "
-      "\"warm_ms\": %.3f, \"compiles\": %llu}\n",
+      "\"warm_ms\": %.3f, \"compiles\": %llu, \"nvrtc\": %llu}\n",
       mode.c_str(), op.c_str(), t.name().c_str(),
       std::chrono::duration<double, std::milli>(t1 - t0).count(),
       std::chrono::duration<double, std::milli>(t3 - t2).count(),
-      static_cast<unsigned long long>(s1.compiles - s0.compiles));
+      static_cast<unsigned long long>(s1.compiles - s0.compiles),
+      static_cast<unsigned long long>(runtime::nvrtc_compile_count() - nvrtc0));
   return 0;
 }
 

@@ -45,7 +45,6 @@ def main():
     f = fn(op)
     graphs = 0
     if mode == "compile":
-        import torch._dynamo
         counts = {"n": 0}
 
         def backend(gm, example_inputs):

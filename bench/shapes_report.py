@@ -16,7 +16,8 @@ for op in ["gelu", "add", "silu_and_mul"]:
         cells = []
         for i in impls:
             r = by.get((op, dt, i))
-            cells.append(f"{r['cold_ms']:.1f} ({r['compiles']})" if r else "-")
+            nv = f", {r['nvrtc']} NVRTC" if r and "nvrtc" in r else ""
+            cells.append(f"{r['cold_ms']:.1f} ({r['compiles']}{nv})" if r else "-")
         g, e = by.get((op, dt, "tx generic")), by.get((op, dt, "torch eager"))
         warm_g = f"{g['warm_ms']:.2f}" if g else "-"
         warm_e = f"{e['warm_ms']:.2f}" if e else "-"

@@ -12,6 +12,13 @@
 #   scripts/device_all.sh sanitize every sample and GPU suite under
 #                                 compute-sanitizer memcheck + racecheck
 #                                 (after check, on its build and kernel cache)
+#   scripts/device_all.sh races   a build of the few programs it needs, then
+#                                 racecheck on the racy kernels (against the
+#                                 checked host mode), memcheck on gpu_shapes
+#                                 and gpu_safety (the 2^31-element buffer),
+#                                 and bench_elementwise --compare-exact
+#   scripts/device_all.sh shapes  the serving sweep of bench/shapes (tx
+#                                 generic and exact, torch eager and compile)
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
 #                                 eager and compile, JIT times, launch floor)
 #   scripts/device_all.sh extras  every op against PyTorch, the strategy
@@ -57,6 +64,43 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
+races | shapes)
+  step "configure and build what the stage needs"
+  TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
+  targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
+  [ "$stage" = shapes ] && targets="bench_shapes tx_aot"
+  # shellcheck disable=SC2086
+  cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
+    tail -30 "$OUT/build.log"
+    exit 1
+  }
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+  ;;&
+races)
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step "racecheck on the racy kernels"
+  TX_SYNC=1 timeout 200 "$CS" --tool racecheck --racecheck-report all --print-limit 200 \
+    $B/test/racy_kernels --device=cuda > "$FINAL/racy_racecheck.txt" 2>&1
+  echo "racecheck on racy_kernels exit $?"
+  grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
+  step "memcheck on gpu_shapes and gpu_safety"
+  for p in gpu_shapes gpu_safety; do
+    timeout 120 "$CS" --tool memcheck --report-api-errors no $B/test/$p > "$FINAL/memcheck_$p.txt" 2>&1
+    echo "memcheck $p exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$FINAL/memcheck_$p.txt" | tr '\n' ' ')"
+  done
+  step "generic vs exact-shape kernels (bench_elementwise --compare-exact)"
+  timeout 120 $B/bench/bench_elementwise --compare-exact > "$FINAL/compare_exact.txt" 2>&1
+  echo "compare-exact exit $?"
+  tail -30 "$FINAL/compare_exact.txt"
+  ;;
+shapes)
+  step "the serving sweep (bench/shapes.sh)"
+  BUILD_DIR=$B OUT=/tmp/shapes-out timeout 500 bench/shapes.sh > "$OUT/shapes.txt" 2>&1
+  echo "shapes exit $?"
+  cp /tmp/shapes-out/shapes.md /tmp/shapes-out/shapes.jsonl "$FINAL/" 2>/dev/null
+  cp /tmp/shapes-out/shapes.err "$OUT/" 2>/dev/null
+  cat /tmp/shapes-out/shapes.md 2>/dev/null | head -60
+  ;;
 bench | extras)
   step "build (incremental when the machine is still warm)"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make build BUILD=$B JOBS=16 > "$OUT/build.log" 2>&1 || {
@@ -94,7 +138,7 @@ extras)
   grep -hE "tx_|inst_executed|sm__throughput|dram__throughput|duration" "$OUT"/ncu_*.txt | head -20
   ;;
 *)
-  echo "usage: scripts/device_all.sh check|sanitize|bench|extras" >&2
+  echo "usage: scripts/device_all.sh check|sanitize|races|shapes|bench|extras" >&2
   exit 2
   ;;
 esac

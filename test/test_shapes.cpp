@@ -9,6 +9,7 @@
 
 #include "test_support.hpp"
 #include "tx/ops/ops.hpp"
+#include "tx/runtime/cubin_cache.hpp"
 #include "tx/tx.hpp"
 
 #define TX_SAMPLE_NO_MAIN
@@ -220,4 +221,33 @@ TEST_CASE("the kernel cache has a capacity, evicts the least recently used, and 
   ops::set_cache_capacity(4096);
   // An evicted kernel stays valid in the objects that hold it.
   CHECK(b.kernel().cuda_source().find("log") != std::string::npos);
+}
+
+TEST_CASE("the serving sweep's kernels are compiled ahead of time, when tx is built") {
+  // tx_aot_kernels (CMakeLists.txt) compiled the op library's generic kernels
+  // into the build's aot-kernels folder: each kernel the sweep uses is
+  // there, for sm_90a, so a fresh process on an H100/H200 runs it without
+  // NVRTC. A kernel with a baked-in parameter is not.
+  if (runtime::aot_dir().empty()) {
+    MESSAGE("built with TX_AOT_KERNELS=OFF: nothing to check");
+    return;
+  }
+  std::mt19937_64& g = test::rng();
+  for (DType t : {f16, bf16}) {
+    for (int k = 0; k < 5; ++k) {
+      const std::int64_t tokens = std::uniform_int_distribution<std::int64_t>(1, 8192)(g);
+      for (const auto& [op, shapes] :
+           std::vector<std::pair<std::string, std::vector<std::vector<std::int64_t>>>>{
+               {"gelu", {{tokens, 4096}}},
+               {"add", {{tokens, 4096}, {4096}}},
+               {"silu_and_mul", {{tokens, 8192}}}}) {
+        CAPTURE(op);
+        CAPTURE(tokens);
+        ops::Elementwise e(op, shapes, t, {}, {}, Device::cuda());
+        CHECK(runtime::aot_cubin(e.kernel().cuda_source(), "sm_90a").has_value());
+      }
+    }
+  }
+  ops::Elementwise leaky("leaky_relu", {{4096}}, f16, {0.37}, {}, Device::cuda());
+  CHECK_FALSE(runtime::aot_cubin(leaky.kernel().cuda_source(), "sm_90a").has_value());
 }

@@ -3,11 +3,13 @@
 // alignment class): the tensors' extents are T::dim variables bound at
 // launch, the coalesced extents scalar parameters, the grid ceildiv(n, chunk).
 //
-// Thread g owns the chunk [g * v, g * v + v) of the flat output. Its copies
-// are predicated tiles (lower_tile_ops): a whole chunk moves with 128-bit
-// vectors, the one chunk that straddles n element by element, and chunks
-// past n not at all -- no separate tail code. What a chunk reads from each
-// operand:
+// Thread g owns the chunk [g * v, g * v + v) of the flat output. A chunk
+// inside the tensors (all but the last) is straight-line vector code, as in
+// an exact-shape kernel (its copies are tiles on symbolic extents, which
+// lower_tile_ops predicates; the condition is the chunk's own, so the
+// compiler folds it); the one chunk that straddles n goes element by element
+// in a loop, each element behind a guard; chunks past n do nothing. What a
+// chunk reads from each operand:
 //
 //   flat (the output's order: unary ops, same-shape binary ops)
 //     a vector copy at the same offset, whatever n;
@@ -17,8 +19,7 @@
 //     multiple of v): a vector copy at the chunk's offset, computed once;
 //   broadcast along the innermost extent (a (M, 1) per-row scale), same
 //     class: one scalar load per chunk;
-//   anything else: element by element, the index clamped to n - 1 so that a
-//     chunk past n reads nothing out of bounds.
+//   anything else: element by element.
 #include "nary_kernel.hpp"
 #include "tx/lowering/analysis.hpp"
 
@@ -89,7 +90,6 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       }
       return lowering::simplify(off);
     };
-    Expr last = lowering::simplify(Expr(n - 1));
     // An element read clamps its offset to the operand's extent too: the
     // kernel is then safe for any extents the launch binds, not only the
     // consistent ones the library passes (bounds are proven, not assumed).
@@ -112,19 +112,18 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
 
     Var g = T::let(bx * threads + tid, "g");
     Var base = v == 1 ? g : T::let(g * v, "base");
-    // Elements at base + j with j >= n - base do not exist; their gathers
-    // read element n - 1 instead (their results are never stored).
-    auto clamped = [&](const Expr& idx) { return Expr(min(idx, last)); };
 
+    // One element, behind its own guard.
+    auto element = [&](const Expr& idx) {
+      T::if_(idx < n, [&] {
+        std::vector<Expr> ins;
+        for (const GenericOperand& o : s.operands) ins.push_back(load_at(o, idx));
+        out(idx) = result(ins, idx);
+      });
+    };
     if (s.strategy != Strategy::register_copy) {
       // One element at a time, each behind its own guard.
-      auto body = [&](const Expr& idx) {
-        T::if_(idx < n, [&] {
-          std::vector<Expr> ins;
-          for (const GenericOperand& o : s.operands) ins.push_back(load_at(o, idx));
-          out(idx) = result(ins, idx);
-        });
-      };
+      auto body = element;
       if (v == 1) {
         body(base);
       } else {
@@ -133,38 +132,51 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       return;
     }
 
-    std::vector<std::function<Expr(const Expr&)>> elem;
-    for (std::size_t k = 0; k < s.operands.size(); ++k) {
-      const GenericOperand& o = s.operands[k];
-      const TileBuffer& buf = in[static_cast<std::size_t>(o.param)];
-      bool inner_present = o.present[rank - 1];
-      bool whole_rows = rank == 1 || s.inner_multiple_of_v;
-      if (o.flat || (whole_rows && inner_present)) {
-        // A vector copy (predicated: the chunk that straddles the operand's
-        // end copies element by element).
-        Var at = T::let(offset_of(o, base), "x" + std::to_string(k) + "_at");
-        auto r = T::alloc_buffer({v}, buf->dtype, scope::local, std::nullopt,
-                                 "x" + std::to_string(k) + "_r");
-        Tx::thread::copy(r, buf[region(span(at, v))]);
-        DType c = o.compute;
-        elem.push_back([r, c](const Expr& j) {
-          Expr x = r(j);
-          return x.dtype() == c ? x : Expr(cast(x, c));
-        });
-      } else if (whole_rows && !inner_present) {
-        Var sv = T::let(load_at(o, clamped(base)), "x" + std::to_string(k) + "_s");
-        elem.push_back([sv](const Expr&) { return Expr(sv); });
-      } else {
-        elem.push_back([&, k](const Expr& j) { return load_at(s.operands[k], clamped(base + j)); });
+    // A chunk of v elements inside the tensors (every chunk but the last):
+    // straight-line vector code, exactly as an exact-shape kernel's. The one
+    // branch per thread is uniform but in the last CTA.
+    auto emit_chunk = [&] {
+      std::vector<std::function<Expr(const Expr&)>> elem;
+      for (std::size_t k = 0; k < s.operands.size(); ++k) {
+        const GenericOperand& o = s.operands[k];
+        const TileBuffer& buf = in[static_cast<std::size_t>(o.param)];
+        bool inner_present = o.present[rank - 1];
+        bool whole_rows = rank == 1 || s.inner_multiple_of_v;
+        if (o.flat || (whole_rows && inner_present)) {
+          // A vector copy (predicated: the chunk that straddles the operand's
+          // end copies element by element).
+          // (A flat operand reads at `base` itself: the copy is then on the
+          // branch's own condition, which lowering sees as whole.)
+          Expr off = offset_of(o, base);
+          Expr at = off.as<VarNode>() ? off : Expr(T::let(off, "x" + std::to_string(k) + "_at"));
+          auto r = T::alloc_buffer({v}, buf->dtype, scope::local, std::nullopt,
+                                   "x" + std::to_string(k) + "_r");
+          Tx::thread::copy(r, buf[region(span(at, v))]);
+          DType c = o.compute;
+          elem.push_back([r, c](const Expr& j) {
+            Expr x = r(j);
+            return x.dtype() == c ? x : Expr(cast(x, c));
+          });
+        } else if (whole_rows && !inner_present) {
+          Var sv = T::let(load_at(o, base), "x" + std::to_string(k) + "_s");
+          elem.push_back([sv](const Expr&) { return Expr(sv); });
+        } else {
+          elem.push_back([&, k](const Expr& j) { return load_at(s.operands[k], base + j); });
+        }
       }
-    }
-    auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
-    for (Var j : T::unroll(v, "j")) {
-      std::vector<Expr> ins;
-      for (auto& f : elem) ins.push_back(f(j));
-      yr(j) = result(ins, base + j);
-    }
-    Tx::thread::copy(out[region(span(base, v))], yr);
+      auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
+      for (Var j : T::unroll(v, "j")) {
+        std::vector<Expr> ins;
+        for (auto& f : elem) ins.push_back(f(j));
+        yr(j) = result(ins, base + j);
+      }
+      Tx::thread::copy(out[region(span(base, v))], yr);
+    };
+    T::if_(base + v <= n, emit_chunk).else_([&] {
+      // The last, partial chunk: element by element in a loop (not unrolled:
+      // the code of the fast path stays the only large body).
+      for (Var j : T::serial(v, "j")) element(base + j);
+    });
   });
 }
 

@@ -150,6 +150,18 @@ std::string Kernel::prepare_gpu() const {
     if (it != mc.modules.end()) s.module = it->second;
   }
   if (!s.module) {
+    // A kernel compiled when tx was built (the op library's generic ones).
+    if (std::optional<std::vector<char>> aot = runtime::aot_cubin(s.cuda, arch)) {
+      try {
+        s.module = runtime::Module::load(*aot, s.kernel_name);
+        origin = "aot";
+      } catch (const Error& e) {
+        warn("the prebuilt binary of " + s.kernel_name + " does not load on this GPU (" +
+             e.reason() + "); compiling it");
+      }
+    }
+  }
+  if (!s.module) {
     runtime::CachedCubin bin = runtime::cubin_for(s.cuda, s.kernel_name, arch);
     origin = bin.from_disk ? "disk" : "nvrtc";
     try {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <set>
@@ -223,9 +224,15 @@ std::vector<std::string> nvrtc_default_options(const std::string& arch) {
   return {"--gpu-architecture=" + arch, "-std=c++17", "-default-device", "-I" + cuda_include_dir()};
 }
 
+namespace {
+std::atomic<std::uint64_t> g_nvrtc_compiles{0};
+}  // namespace
+std::uint64_t nvrtc_compile_count() { return g_nvrtc_compiles.load(); }
+
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_name,
                           const std::string& arch, NvrtcTarget target,
                           const std::vector<std::string>& extra_options) {
+  ++g_nvrtc_compiles;
   // NVRTC only emits SASS for a real architecture; say so before compiling
   // rather than failing in nvrtcGetCUBIN with a generic "invalid input".
   if (target == NvrtcTarget::cubin && arch.rfind("sm_", 0) != 0)

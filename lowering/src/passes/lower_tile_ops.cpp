@@ -54,6 +54,12 @@ class TileLowerer : public ScopedMutator {
       Expr end = add(r->ranges[0].start, c32(r->ranges[0].extent));
       Expr inside = simplify(make_binary(BinOp::LE, end, r->buffer->dims[0]), &env_);
       if (is_const_int(inside, 1)) continue;
+      // Inside a T::if_ on the same condition (a generic kernel's branch for
+      // the chunks that are whole), the tile is whole.
+      const std::string text = to_string(inside);
+      bool known = false;
+      for (const Guard& g : guards_) known = known || to_string(simplify(g.cond, &env_)) == text;
+      if (known) continue;
       cond = cond.defined() ? land(cond, inside) : inside;
     }
     return cond;

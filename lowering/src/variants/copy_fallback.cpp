@@ -73,7 +73,12 @@ Plan plan(const DispatchContext& ctx) {
         guard = guard.defined() ? land(guard, inside) : inside;
       }
   if (guard.defined()) body = make_if(guard, body);
-  Stmt s = make_for(i, c32(0), c32(rounds), ForKind::serial, body);
+  // A loop over a thread's registers is unrolled (a few dozen rounds at
+  // most): indexed by a loop variable, the register array would live in
+  // local memory, and the kernel's fast path, which shares the array, would
+  // pay for it too (the partial tile of a shape-generic kernel).
+  ForKind kind = (local_src || local_dst) && rounds <= 64 ? ForKind::unrolled : ForKind::serial;
+  Stmt s = make_for(i, c32(0), c32(rounds), kind, body);
   if (local_src && ctx.scope_threads > 1) s = make_if(eq(rel, c32(0)), s);
 
   // Once per call site: a kernel rebuilt in a loop should not flood the log.

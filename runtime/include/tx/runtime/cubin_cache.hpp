@@ -5,6 +5,7 @@
 // and tests run it from several processes at once.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,5 +27,16 @@ CachedCubin cubin_for(const std::string& cuda, const std::string& kernel_name,
 
 // "13.0": the NVRTC version that goes into the cache key.
 std::string nvrtc_version_string();
+
+// Ahead-of-time kernels: the op library's shape-generic kernels compiled when
+// tx is built (tx_aot_kernels, for TX_AOT_ARCHS), so that a fresh process
+// runs them without NVRTC -- as a framework ships its kernels. Looked up by
+// the CUDA source and the arch (not the NVRTC version: a cubin is a finished
+// binary; one the driver refuses is recompiled, as a cache entry would be).
+// The folder: TX_AOT_DIR, else the build's aot-kernels folder; absent or not
+// trusted, there are no AOT kernels (everything still JIT-compiles).
+std::string aot_key(const std::string& cuda, const std::string& arch);
+std::string aot_dir();
+std::optional<std::vector<char>> aot_cubin(const std::string& cuda, const std::string& arch);
 
 }  // namespace tx::runtime

@@ -120,7 +120,7 @@ class Kernel {
   }
 
   // Builds (or fetches from cache) the GPU binary now; returns where it came
-  // from: "memory", "disk" or "nvrtc".
+  // from: "memory", "aot" (compiled when tx was built), "disk" or "nvrtc".
   std::string prepare_gpu() const;
 
   struct State;

@@ -3,6 +3,7 @@
 // one exact architecture. Needs no GPU and no driver.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,8 @@ std::vector<std::string> nvrtc_default_options(const std::string& arch);
 // operand is `program_name`, and whose detail holds the log followed by the
 // offending source lines (each error's line with two lines of context,
 // numbered).
+// NVRTC compiles run by this process so far (benchmarks report it).
+std::uint64_t nvrtc_compile_count();
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_name,
                           const std::string& arch, NvrtcTarget target,
                           const std::vector<std::string>& extra_options = {});
