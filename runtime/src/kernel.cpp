@@ -153,7 +153,7 @@ std::string Kernel::prepare_gpu() const {
     // A kernel compiled when tx was built (the op library's generic ones).
     if (std::optional<std::vector<char>> aot = runtime::aot_cubin(s.cuda, arch)) {
       try {
-        s.module = runtime::Module::load(*aot, s.kernel_name);
+        s.module = runtime::Module::load(*aot, s.kernel_name, s.device.index);
         origin = "aot";
       } catch (const Error& e) {
         warn("the prebuilt binary of " + s.kernel_name + " does not load on this GPU (" +
