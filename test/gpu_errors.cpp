@@ -127,6 +127,11 @@ TEST_CASE("out of device memory is a tx error, and the GPU stays usable") {
   Tensor again = Tensor::empty({chunk}, f32, Device::cuda());
   CHECK(again.numel() == chunk);
   check_gpu_still_works();
+  // The pool keeps freed memory for reuse; empty_cache gives it back, so
+  // that other processes (the next test's child) can have it.
+  again = Tensor();
+  empty_cache();
+  CHECK(memory_stats().reserved_bytes < static_cast<std::uint64_t>(chunk) * 4);
 }
 
 TEST_CASE("a kernel that needs more shared memory than a CTA may have is refused when compiled") {

@@ -439,9 +439,18 @@ DevicePtr device_alloc(std::size_t bytes, int ordinal, StreamHandle stream) {
   // A zero-byte request still gets a distinct, aligned address.
   const std::size_t n = bytes == 0 ? 1 : bytes;
   const std::string what = "device_alloc(" + std::to_string(bytes) + " bytes)";
-  if (device_state(ordinal).pool)
-    check(d.p_cuMemAllocAsync(&p, n, static_cast<CUstream>(stream)), "cuMemAllocAsync", what);
-  else
+  if (DeviceState& ds = device_state(ordinal); ds.pool) {
+    CUresult r = d.p_cuMemAllocAsync(&p, n, static_cast<CUstream>(stream));
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+      // Memory the pool keeps for reuse may be what is missing (freed on
+      // another stream, or in blocks of other sizes): give it back to the
+      // driver and try once more, as PyTorch's allocator does.
+      check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", what);
+      check(d.p_cuMemPoolTrimTo(ds.pool, 0), "cuMemPoolTrimTo", what);
+      r = d.p_cuMemAllocAsync(&p, n, static_cast<CUstream>(stream));
+    }
+    check(r, "cuMemAllocAsync", what);
+  } else
     check(d.p_cuMemAlloc(&p, n), "cuMemAlloc", what);
   return static_cast<DevicePtr>(p);
 }
