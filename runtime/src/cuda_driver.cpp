@@ -242,12 +242,17 @@ DeviceState& device_state(int ordinal) {
     auto* s = new DeviceState();
     check(d.p_cuDeviceGet(&s->dev, ordinal), "cuDeviceGet", "device");
     check(d.p_cuDevicePrimaryCtxRetain(&s->ctx, s->dev), "cuDevicePrimaryCtxRetain", "device");
-    // The device's default pool keeps what tensors free (release threshold:
-    // everything), so a freed temporary's memory is reused by the next one on
+    // The device's default pool keeps what tensors free, up to a release
+    // threshold, so a freed temporary's memory is reused by the next one on
     // its stream without a trip to the driver's allocator or a device sync.
+    // Above the threshold the driver gives memory back at synchronization
+    // points: a process that once peaked at tens of GiB does not keep them
+    // from other processes (TX_POOL_KEEP_BYTES, default 1 GiB).
     if (d.p_cuMemAllocAsync && d.p_cuDeviceGetDefaultMemPool &&
         d.p_cuDeviceGetDefaultMemPool(&s->pool, s->dev) == CUDA_SUCCESS) {
-      cuuint64_t keep = ~cuuint64_t{0};
+      cuuint64_t keep = cuuint64_t{1} << 30;
+      if (const char* v = std::getenv("TX_POOL_KEEP_BYTES"); v && *v)
+        keep = static_cast<cuuint64_t>(std::strtoull(v, nullptr, 10));
       d.p_cuMemPoolSetAttribute(s->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
     } else {
       s->pool = nullptr;
