@@ -19,6 +19,8 @@
 #                                 and bench_elementwise --compare-exact
 #   scripts/device_all.sh shapes  the serving sweep of bench/shapes (tx
 #                                 generic and exact, torch eager and compile)
+#   scripts/device_all.sh interop tx inside a program against torch in one
+#                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
 #                                 eager and compile, JIT times, launch floor)
 #   scripts/device_all.sh extras  every op against PyTorch, the strategy
@@ -64,11 +66,12 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes)
+races | shapes | interop)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
   [ "$stage" = shapes ] && targets="bench_shapes tx_aot"
+  [ "$stage" = interop ] && targets="bench_interop gpu_interop"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -100,6 +103,17 @@ shapes)
   cp /tmp/shapes-out/shapes.md /tmp/shapes-out/shapes.jsonl "$FINAL/" 2>/dev/null
   cp /tmp/shapes-out/shapes.err "$OUT/" 2>/dev/null
   cat /tmp/shapes-out/shapes.md 2>/dev/null | head -60
+  ;;
+interop)
+  step "tx inside a program, against torch (bench/interop.sh)"
+  BUILD_DIR=$B OUT=/tmp/interop-out timeout 300 bench/interop.sh > "$OUT/interop.txt" 2>&1
+  echo "interop exit $?"
+  cp /tmp/interop-out/interop.md /tmp/interop-out/interop.jsonl "$FINAL/" 2>/dev/null
+  cp /tmp/interop-out/interop.err "$OUT/" 2>/dev/null
+  cat /tmp/interop-out/interop.md 2>/dev/null
+  step "gpu_interop"
+  timeout 120 $B/test/gpu_interop > "$OUT/gpu_interop.txt" 2>&1
+  echo "gpu_interop exit $?: $(grep -E 'test cases|MESSAGE|us per call|ms' "$OUT/gpu_interop.txt" | tr '\n' ' ' | head -c 600)"
   ;;
 bench | extras)
   step "build (incremental when the machine is still warm)"
@@ -138,7 +152,7 @@ extras)
   grep -hE "tx_|inst_executed|sm__throughput|dram__throughput|duration" "$OUT"/ncu_*.txt | head -20
   ;;
 *)
-  echo "usage: scripts/device_all.sh check|sanitize|races|shapes|bench|extras" >&2
+  echo "usage: scripts/device_all.sh check|sanitize|races|shapes|interop|bench|extras" >&2
   exit 2
   ;;
 esac

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <list>
 #include <map>
@@ -382,13 +383,19 @@ namespace detail {
 Config resolved(const Config& c, DType t, const OpInfo& op) { return resolve(c, t, &op); }
 }  // namespace detail
 
+namespace {
+void forget_calls();
+std::uint64_t call_hits();
+}  // namespace
+
 CacheStats cache_stats() {
   KernelCache& c = kernel_cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  return {c.hits, c.compiles, c.evictions, c.lru.size(), c.capacity};
+  return {c.hits + call_hits(), c.compiles, c.evictions, c.lru.size(), c.capacity};
 }
 
 void set_cache_capacity(std::size_t kernels) {
+  forget_calls();
   KernelCache& c = kernel_cache();
   std::lock_guard<std::mutex> lock(c.mu);
   c.capacity = kernels;
@@ -396,6 +403,7 @@ void set_cache_capacity(std::size_t kernels) {
 }
 
 void clear_cache() {
+  forget_calls();
   KernelCache& c = kernel_cache();
   std::lock_guard<std::mutex> lock(c.mu);
   c.lru.clear();
@@ -543,32 +551,105 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
 
 // ------------------------------------------------------------------- run
 
+namespace {
+// What a call of run() resolves to, remembered per call signature: op,
+// dtype, device, input shapes, parameters and config. A repeated call (a
+// serving loop, a training step) then skips validation of the op table,
+// planning, coalescing and the kernel cache's string keys: a hash of a few
+// integers and one shared Elementwise -- the host cost of an op call is
+// then the launch and the allocation, as measured in bench/interop.
+struct CallKey {
+  const OpInfo* op = nullptr;
+  std::uint64_t dtype_bits = 0;
+  Device device;
+  std::vector<std::int64_t> shapes;  // each input's rank, then its extents
+  Params params;
+  Config cfg;
+  bool operator==(const CallKey& o) const {
+    return op == o.op && dtype_bits == o.dtype_bits && device == o.device && shapes == o.shapes &&
+           params == o.params && cfg.strategy == o.cfg.strategy && cfg.threads == o.cfg.threads &&
+           cfg.num_per_thread == o.cfg.num_per_thread && cfg.tune == o.cfg.tune &&
+           cfg.exact_shape == o.cfg.exact_shape;
+  }
+};
+struct CallKeyHash {
+  std::size_t operator()(const CallKey& k) const noexcept {
+    std::uint64_t h = std::hash<const void*>()(k.op) ^ k.dtype_bits;
+    auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
+    mix(static_cast<std::uint64_t>(k.device.index) * 2 + (k.device.is_cuda() ? 1 : 0));
+    for (std::int64_t e : k.shapes) mix(static_cast<std::uint64_t>(e));
+    for (double p : k.params) mix(std::bit_cast<std::uint64_t>(p));
+    mix(static_cast<std::uint64_t>(k.cfg.threads) << 8 ^
+        static_cast<std::uint64_t>(k.cfg.num_per_thread));
+    return static_cast<std::size_t>(h);
+  }
+};
+struct CallCache {
+  std::mutex mu;
+  std::unordered_map<CallKey, std::shared_ptr<const Elementwise>, CallKeyHash> map;
+  static constexpr std::size_t kCapacity = 4096;  // then forgotten at once, rebuilt on use
+  std::atomic<std::uint64_t> hits{0};             // counted as kernel cache hits
+};
+CallCache& call_cache() {
+  static auto* c = new CallCache();
+  return *c;
+}
+std::uint64_t call_hits() { return call_cache().hits.load(std::memory_order_relaxed); }
+void forget_calls() {
+  CallCache& c = call_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.map.clear();
+}
+
+std::shared_ptr<const Elementwise> elementwise_for(const std::string& op,
+                                                   const std::vector<Tensor>& inputs,
+                                                   const Params& params, const Config& cfg,
+                                                   Loc loc) {
+  const OpInfo& info = lookup(op);
+  DType t = check_inputs(info, inputs);
+  CallKey key;
+  key.op = &info;
+  key.dtype_bits = static_cast<std::uint64_t>(t.code) << 8 | t.bits;
+  key.device = inputs.empty() ? default_device() : inputs[0].device();
+  for (const Tensor& x : inputs) {
+    key.shapes.push_back(static_cast<std::int64_t>(x.shape().size()));
+    key.shapes.insert(key.shapes.end(), x.shape().begin(), x.shape().end());
+  }
+  key.params = params;
+  key.cfg = cfg;
+  CallCache& c = call_cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.map.find(key);
+    if (it != c.map.end()) {
+      c.hits.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+  }
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const Tensor& x : inputs) shapes.push_back(x.shape());
+  auto e = std::make_shared<const Elementwise>(op, shapes, t, params, cfg, key.device, loc);
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.map.size() >= CallCache::kCapacity) c.map.clear();
+  c.map.emplace(std::move(key), e);
+  return e;
+}
+}  // namespace
+
 Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params,
            const Config& cfg, Loc loc) {
-  return at_call(op, loc, [&] {
-    const OpInfo& info = lookup(op);
-    DType t = check_inputs(info, inputs);
-    std::vector<std::vector<std::int64_t>> shapes;
-    for (const Tensor& x : inputs) shapes.push_back(x.shape());
-    Elementwise e(op, shapes, t, params, cfg,
-                  inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()), loc);
-    return e(inputs, loc);
-  });
+  return at_call(op, loc,
+                 [&] { return (*elementwise_for(op, inputs, params, cfg, loc))(inputs, loc); });
 }
 
 void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
          const Params& params, const Config& cfg, Loc loc) {
   at_call(op, loc, [&] {
-    const OpInfo& info = lookup(op);
-    DType t = check_inputs(info, inputs);
-    std::vector<std::vector<std::int64_t>> shapes;
-    for (const Tensor& x : inputs) shapes.push_back(x.shape());
-    if (out.defined() && !inputs.empty() && !(out.device() == inputs[0].device()))
+    if (out.defined() && !inputs.empty() && inputs[0].defined() &&
+        !(out.device() == inputs[0].device()))
       fail("tx.ops." + op, "out", {},
            "is on " + out.device().str() + " but the inputs are on " + inputs[0].device().str());
-    Elementwise e(op, shapes, t, params, cfg,
-                  inputs.empty() ? std::nullopt : std::optional<Device>(inputs[0].device()), loc);
-    e(inputs, out, loc);
+    (*elementwise_for(op, inputs, params, cfg, loc))(inputs, out, loc);
   });
 }
 

@@ -1,6 +1,7 @@
 // Streams, the per-thread current stream, and events (tx/runtime/stream.hpp).
 #include "tx/runtime/stream.hpp"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 
@@ -57,6 +58,8 @@ Stream Stream::create(Device device) {
   return s;
 }
 
+bool Stream::is_tx_owned() const { return !state_ || state_->owned; }
+
 Stream Stream::wrap(void* cu_stream, Device device) {
   int ordinal = checked_index(device, "tx.Stream.wrap");
   auto st = std::make_shared<State>();
@@ -101,7 +104,9 @@ StreamGuard::~StreamGuard() {
 MemoryStats memory_stats(Device device) {
   int ordinal = checked_index(device, "tx.memory_stats");
   runtime::PoolStats p = runtime::pool_stats(ordinal);
-  return {p.stream_ordered, p.reserved_bytes, p.used_bytes, p.peak_reserved_bytes};
+  const std::uint64_t cached = runtime::cached_block_bytes(ordinal);
+  return {p.stream_ordered, p.reserved_bytes, p.used_bytes - std::min(cached, p.used_bytes),
+          p.peak_reserved_bytes, cached};
 }
 
 void empty_cache(Device device) { runtime::pool_trim(checked_index(device, "tx.empty_cache")); }

@@ -43,7 +43,8 @@ struct Tensor::Storage {
       return;
     }
     std::free(host);
-    if (dev) runtime::device_free(dev, device.index, stream.handle());
+    if (dev)
+      runtime::device_free_cached(dev, bytes, device.index, stream.handle(), stream.is_tx_owned());
   }
   unsigned char* base() const {
     return device.is_cuda() ? reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(dev))
@@ -178,7 +179,8 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
            "no such GPU: this machine has " + std::to_string(count) + " (cuda:0" +
                (count > 1 ? " .. cuda:" + std::to_string(count - 1) : std::string()) + ")");
     st->stream = current_stream(device);
-    st->dev = runtime::device_alloc(st->bytes, device.index, st->stream.handle());
+    st->dev = runtime::device_alloc_cached(st->bytes, device.index, st->stream.handle(),
+                                           st->stream.is_tx_owned());
   } else {
     // aligned_alloc wants a multiple of the alignment, and a distinct
     // pointer even for an empty tensor.

@@ -97,6 +97,16 @@ void synchronize_device(int ordinal, const std::string& what);
 // temporary never synchronizes the device; cuMemAlloc / cuMemFree otherwise.
 DevicePtr device_alloc(std::size_t bytes, int ordinal = -1, StreamHandle stream = nullptr);
 void device_free(DevicePtr p, int ordinal = -1, StreamHandle stream = nullptr) noexcept;
+// The same with a host-side free list in front (tensors use these): with
+// `cache`, blocks up to 1 MiB freed on `stream` are kept and handed to the
+// next allocation of that rounded size on that same stream, without a driver
+// call. Only for streams whose lifetime tx controls (the legacy default
+// stream, the streams tx creates). A cached block is freed with its size.
+DevicePtr device_alloc_cached(std::size_t bytes, int ordinal, StreamHandle stream, bool cache);
+void device_free_cached(DevicePtr p, std::size_t bytes, int ordinal, StreamHandle stream,
+                        bool cache) noexcept;
+// Bytes held on the host-side free lists of `ordinal`.
+std::size_t cached_block_bytes(int ordinal);
 bool stream_ordered_allocation(int ordinal);
 struct PoolStats {
   bool stream_ordered = false;
@@ -105,7 +115,8 @@ struct PoolStats {
   std::uint64_t peak_reserved_bytes = 0;
 };
 PoolStats pool_stats(int ordinal);
-// Returns the pool's cached memory to the driver (after a device sync).
+// Returns the free lists' and the pool's cached memory to the driver (after
+// a device sync).
 void pool_trim(int ordinal);
 void* host_alloc_pinned(std::size_t bytes);
 void host_free_pinned(void* p) noexcept;

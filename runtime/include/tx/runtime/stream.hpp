@@ -39,6 +39,9 @@ class Stream {
   Device device() const;
   void* handle() const;  // the CUstream (nullptr: the legacy default stream)
   bool is_default() const { return handle() == nullptr; }
+  // The legacy default stream or one tx created: tx knows its lifetime (the
+  // allocator caches freed blocks per stream only for these).
+  bool is_tx_owned() const;
   // Waits until everything queued on the stream has run; a failed kernel
   // is a tx error.
   void synchronize() const;
@@ -79,10 +82,13 @@ struct MemoryStats {
   std::uint64_t reserved_bytes = 0;  // held by the pool: in use + cached
   std::uint64_t used_bytes = 0;      // in use by live allocations
   std::uint64_t peak_reserved_bytes = 0;
+  // Freed small blocks on tx's per-stream free lists (part of reserved,
+  // not of used): what the next temporaries of those sizes reuse.
+  std::uint64_t cached_bytes = 0;
 };
 MemoryStats memory_stats(Device device = Device::cuda());
-// Gives the pool's cached memory back to the driver (after synchronizing the
-// device), as torch.cuda.empty_cache() does.
+// Gives the free lists' and the pool's cached memory back to the driver
+// (after synchronizing the device), as torch.cuda.empty_cache() does.
 void empty_cache(Device device = Device::cuda());
 
 // A CUDA event: a point in a stream to wait for or to time from.
