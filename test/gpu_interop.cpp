@@ -90,6 +90,45 @@ TEST_CASE("strided device views through the op library") {
                 .epsilon(2e-3));
 }
 
+TEST_CASE("every view class on the device: memory order, slices, broadcasts, unaligned memory") {
+  const std::int64_t m = 192, n = 320;
+  std::vector<double> a = test::random_values(m * n, f32, -3.0, 3.0);
+  std::vector<double> b = test::random_values(m * 2 * n, f32, -3.0, 3.0);
+  Tensor A = Tensor::from_doubles(a, {m, n}, f32, Device::cuda());
+  Tensor W = Tensor::from_doubles(b, {m, 2 * n}, f32, Device::cuda());
+  auto at = [&](std::int64_t r, std::int64_t c) { return a[static_cast<std::size_t>(r * n + c)]; };
+  auto wt = [&](std::int64_t r, std::int64_t c) {
+    return b[static_cast<std::size_t>(r * 2 * n + c)];
+  };
+  // A transposed pair: the result keeps their memory order.
+  Tensor At = A.transpose(0, 1), Wt = W.slice(1, 0, n).contiguous().transpose(0, 1);
+  Tensor S = ops::add(At, Wt);
+  CHECK(S.strides() == std::vector<std::int64_t>{1, n});
+  std::vector<double> s = S.to_doubles();
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t c = 0; c < m; ++c)
+      CHECK(s[static_cast<std::size_t>(r * m + c)] == doctest::Approx(at(c, r) + wt(c, r)));
+  // A slice of wider rows (vector rows), times an expanded column.
+  Tensor col = A.slice(1, 7, 8);  // (m, 1), stride (n, 1)
+  std::vector<double> p = ops::mul(W.slice(1, n, 2 * n), col.expand({m, n})).to_doubles();
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t c = 0; c < n; ++c)
+      CHECK(p[static_cast<std::size_t>(r * n + c)] == doctest::Approx(wt(r, n + c) * at(r, 7)));
+  // Unaligned borrowed memory: read element by element, never a fault.
+  auto base = reinterpret_cast<std::uintptr_t>(A.data_ptr());
+  Tensor U = Tensor::from_blob(reinterpret_cast<void*>(base + 4), {m * n - 1}, f32, Device::cuda());
+  std::vector<double> g = ops::gelu(U).to_doubles();
+  for (std::size_t i = 0; i < g.size(); i += 97)
+    CHECK(g[i] == doctest::Approx(gelu_ref(a[i + 1])).epsilon(2e-5));
+  // Tensor::contiguous() gathers on the device, with a kernel.
+  Tensor C = W.transpose(0, 1).slice(0, 3, 2 * n, 2).contiguous();
+  CHECK(C.is_contiguous());
+  std::vector<double> cv = C.to_doubles();
+  for (std::int64_t r = 0; r < n - 1; ++r)
+    for (std::int64_t c = 0; c < m; ++c)
+      CHECK(cv[static_cast<std::size_t>(r * m + c)] == wt(c, 3 + 2 * r));
+}
+
 TEST_CASE("a kernel on a caller's stream runs after the caller's work on it") {
   const std::int64_t n = 128 * 132;
   Stream s = Stream::create();

@@ -35,6 +35,10 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
     names.push_back("x" + std::to_string(i) + "_ptr");
   names.push_back("y_ptr");
   for (std::size_t d = 1; d < rank; ++d) names.push_back("e" + std::to_string(d) + "_ptr");
+  for (std::size_t k = 0; k < s.operands.size(); ++k)
+    if (s.operands[k].strided)
+      for (std::size_t d = 0; d < rank; ++d)
+        names.push_back("s" + std::to_string(k) + "_" + std::to_string(d) + "_ptr");
 
   return T::prim_func_n(s.name, names, [&](const std::vector<Handle>& h) {
     const std::size_t ni = s.param_dtypes.size();
@@ -60,6 +64,20 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       if (d + 1 == rank && s.inner_multiple_of_v) f.multiple_of = v;
       e[d] = T::match_scalar(h[ni + d], i32, "e" + std::to_string(d), f);
     }
+    // Each strided operand's element strides (outermost first).
+    std::vector<std::vector<Expr>> strides(s.operands.size());
+    std::size_t slot = ni + rank;
+    for (std::size_t k = 0; k < s.operands.size(); ++k) {
+      const GenericOperand& o = s.operands[k];
+      if (!o.strided) continue;
+      for (std::size_t d = 0; d < rank; ++d) {
+        DimFacts f{.min = 0, .max = 2147483647, .multiple_of = 1};
+        if (o.aligned && d + 1 < rank) f.multiple_of = v;
+        if (o.unit_inner && d + 1 == rank) f.min = f.max = 1;
+        strides[k].push_back(
+            T::match_scalar(h[slot++], i32, "s" + std::to_string(k) + "_" + std::to_string(d), f));
+      }
+    }
     const std::int64_t chunk = static_cast<std::int64_t>(threads) * v;
     auto bx = T::cta_id({ceildiv(n, static_cast<int>(chunk))}, "bx");
     auto tid = T::thread_id({threads}, "tid");
@@ -68,6 +86,18 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
     // dimensions of ((idx / inner) % extent) * stride.
     auto offset_of = [&](const GenericOperand& o, const Expr& idx) -> Expr {
       if (o.flat) return lowering::simplify(idx);
+      if (o.strided) {
+        const auto& st = strides[static_cast<std::size_t>(&o - s.operands.data())];
+        Expr off = make_int(0);
+        Expr inner = make_int(1);
+        for (std::size_t d = rank; d-- > 0;) {
+          Expr c = is_const_int(inner, 1) ? idx : Expr(idx / inner);
+          if (d != 0) c = c % e[d];
+          off = d + 1 == rank && o.unit_inner ? Expr(off + c) : Expr(off + c * st[d]);
+          if (d != 0) inner = is_const_int(inner, 1) ? e[d] : Expr(inner * e[d]);
+        }
+        return lowering::simplify(off);
+      }
       if (o.gated != Gated::none) {
         // (M, 2N) -> gate | value: row * 2N + col (+ N).
         const Expr& half = e[rank - 1];
@@ -142,7 +172,9 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
         const TileBuffer& buf = in[static_cast<std::size_t>(o.param)];
         bool inner_present = o.present[rank - 1];
         bool whole_rows = rank == 1 || s.inner_multiple_of_v;
-        if (o.flat || (whole_rows && inner_present)) {
+        bool vector_rows =
+            o.strided ? whole_rows && o.unit_inner && o.aligned : whole_rows && inner_present;
+        if (o.flat || vector_rows) {
           // A vector copy (predicated: the chunk that straddles the operand's
           // end copies element by element).
           // (A flat operand reads at `base` itself: the copy is then on the
@@ -157,7 +189,7 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
             Expr x = r(j);
             return x.dtype() == c ? x : Expr(cast(x, c));
           });
-        } else if (whole_rows && !inner_present) {
+        } else if (!o.strided && whole_rows && !inner_present) {
           Var sv = T::let(load_at(o, base), "x" + std::to_string(k) + "_s");
           elem.push_back([sv](const Expr&) { return Expr(sv); });
         } else {

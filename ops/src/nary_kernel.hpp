@@ -67,10 +67,20 @@ struct GenericOperand {
   bool flat = false;          // read in the output's order (offset = index)
   std::vector<bool> present;  // per coalesced dimension: false = broadcast (stride 0)
   Gated gated = Gated::none;  // a half of a gated op's (M, 2N) input
+  // A view with strides of its own (transposed, sliced): one scalar
+  // parameter per coalesced dimension, its element stride. With unit_inner
+  // the innermost stride is 1, and with aligned every outer stride is a
+  // multiple of the vector width too (facts checked at launch): a chunk
+  // inside a row is then one vector copy.
+  bool strided = false;
+  bool unit_inner = false;
+  bool aligned = false;
 };
 
 // What one compiled kernel serves: every shape with this coalesced rank,
-// broadcast pattern and alignment class.
+// broadcast pattern (or stride class) and alignment class. Its parameters:
+// the inputs, the output, the extents e[1..rank-1], then each strided
+// operand's rank strides, in operand order.
 struct GenericSpec {
   std::string name;
   std::size_t rank = 1;

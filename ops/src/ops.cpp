@@ -356,17 +356,174 @@ DType check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
   return t;
 }
 
+// Results rounded to 16 bits or fewer tolerate the hardware math
+// approximations -- except where a quotient is floored: an approximate
+// division can cross an integer.
+bool approx_math_for(const OpInfo& op, DType dtype, DType out_dtype) {
+  return out_dtype.is_low_precision_float() && dtype.is_low_precision_float() &&
+         op.name != "floor_divide" && op.name != "remainder";
+}
+
+// The input dtypes of an op: bool for the masks of where and masked_fill.
+std::vector<DType> input_dtypes(const OpInfo& op, DType dtype, std::size_t count) {
+  std::vector<DType> dts;
+  for (std::size_t i = 0; i < count; ++i) {
+    bool mask = (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
+    dts.push_back(mask ? boolean : dtype);
+  }
+  return dts;
+}
+
+bool vector_aligned(const Tensor& t) {
+  return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+// The elements from a view's first to its last (its strides are >= 0):
+// the flat buffer a kernel is given for it.
+std::int64_t span_of(const Tensor& t) {
+  std::int64_t span = 1;
+  for (std::size_t d = 0; d < t.shape().size(); ++d) span += (t.shape()[d] - 1) * t.strides()[d];
+  return span;
+}
+Tensor flat_span(const Tensor& t) { return t.as_strided({span_of(t)}, {1}, t.storage_offset()); }
+
+// An elementwise op over views, TensorIterator's way: the operands' strides
+// over the output's dimensions, ordered by the output's memory order and
+// coalesced; then each input is read in the output's order (flat), as a
+// broadcast row-major operand, or through strides of its own -- with vector
+// copies where its rows are unit-stride and aligned. `base` is the op's
+// shape-generic spec (value, dtypes, strategy); one kernel per class of
+// views, cached under `key` plus the class. The output must be dense (a
+// permutation of a row-major block): it is written in its memory order.
+void launch_on_views(const detail::GenericSpec& base, const std::string& key, Device device,
+                     bool approx, const std::string& op, const std::vector<Tensor>& inputs,
+                     Tensor& out) {
+  std::vector<std::vector<std::int64_t>> shapes, strides;
+  for (const Tensor& t : inputs) {
+    shapes.push_back(t.shape());
+    strides.push_back(t.strides());
+  }
+  if (!is_dense(out.shape(), out.strides()))
+    fail("tx.ops." + op, "out", {},
+         "is a strided view with gaps or overlaps (shape " + shape_str(out.shape()) + ", strides " +
+             shape_str(out.strides()) +
+             "); the op writes dense outputs (any dimension order): pass a dense tensor and copy");
+  CoalescedViews c = coalesce_views(out.shape(), shapes, strides, out.strides());
+  if (c.shape.empty()) {  // one element
+    c.shape = {1};
+    for (auto& st : c.strides) st = {0};
+    c.strides.back() = {1};
+  }
+  const std::size_t rank = c.shape.size();
+  detail::GenericSpec g = base;
+  g.rank = rank;
+  const int v = g.strategy == Strategy::direct ? 1 : g.npt;
+  g.inner_multiple_of_v = rank > 1 && c.shape.back() % v == 0;
+  std::vector<std::int64_t> scalars(c.shape.begin() + 1, c.shape.end());
+  std::vector<std::int64_t> stride_args;
+  std::string pattern;
+  const std::vector<std::int64_t>& ost = c.strides.back();
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const std::vector<std::int64_t>& st = c.strides[k];
+    detail::GenericOperand& o = g.operands[k];
+    o.param = static_cast<int>(k);
+    o.gated = detail::Gated::none;
+    o.present.assign(rank, false);
+    for (std::size_t d = 0; d < rank; ++d) o.present[d] = st[d] != 0;
+    // Row-major over the dimensions it has (a broadcast operand's layout).
+    bool row_major = true;
+    std::int64_t inner = 1;
+    for (std::size_t d = rank; d-- > 0;) {
+      if (st[d] == 0) continue;
+      row_major = row_major && st[d] == inner;
+      inner *= c.shape[d];
+    }
+    const bool aligned = vector_aligned(inputs[k]);
+    o.flat = st == ost && aligned;
+    o.strided = !o.flat && !(row_major && aligned);
+    o.unit_inner = o.strided && st.back() == 1;
+    o.aligned = o.unit_inner && aligned;
+    for (std::size_t d = 0; d + 1 < rank && o.aligned; ++d) o.aligned = st[d] % v == 0;
+    if (o.strided) {
+      stride_args.insert(stride_args.end(), st.begin(), st.end());
+      pattern += std::string("S") + (o.unit_inner ? "u" : "") + (o.aligned ? "a" : "");
+    } else {
+      pattern += o.flat ? "f" : "";
+      for (bool b : o.present) pattern += b ? "1" : "0";
+    }
+    pattern += "_";
+  }
+  std::ostringstream name;
+  name << base.name << "_views_r" << rank << "_" << pattern << (g.inner_multiple_of_v ? "w" : "p");
+  g.name = name.str();
+  for (char& ch : g.name)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') ch = '_';
+  Kernel kernel = cached(key + "|views|" + g.name, [&] {
+    return compile(detail::build_nary_generic(g), {.device = device, .approx_math = approx});
+  });
+  std::vector<Kernel::Arg> args;
+  std::vector<Tensor> keep;  // the flat views outlive the launch
+  keep.reserve(inputs.size() + 1);
+  for (const Tensor& t : inputs) keep.push_back(flat_span(t));
+  keep.push_back(flat_span(out));
+  for (const Tensor& t : keep) args.emplace_back(t);
+  for (std::int64_t e : scalars) args.emplace_back(e);
+  for (std::int64_t e : stride_args) args.emplace_back(e);
+  kernel.launch(args);
+}
+
+// dst = src over any views of one shape and dtype (dst dense): a kernel
+// that walks both in dst's memory order.
+void copy_into(const Tensor& src, Tensor& dst) {
+  const DType dt = src.dtype();
+  if (span_of(src) >= 2147483647 || span_of(dst) >= 2147483647 ||
+      !is_dense(dst.shape(), dst.strides()) || !vector_aligned(dst)) {
+    // Past 32-bit extents, or into unaligned memory: through the host.
+    if (!dst.is_contiguous())
+      fail("tx.ops.copy", "dst", {},
+           "a copy past 32-bit extents or into unaligned memory needs a contiguous destination");
+    std::vector<std::uint8_t> bytes = src.to_bytes();
+    dst.copy_from_bytes(bytes.data(), bytes.size());
+    return;
+  }
+  const Config c = resolve(Config{}, dt);
+  detail::GenericSpec g;
+  g.out_dtype = dt;
+  g.param_dtypes = {dt};
+  detail::GenericOperand o;
+  o.compute = dt;
+  g.operands = {o};
+  g.value = [](const std::vector<Expr>& in, const Expr&) { return in[0]; };
+  g.strategy = *c.strategy;
+  g.threads = c.threads;
+  g.npt = c.num_per_thread;
+  g.name = "tx_copy_" + dt.short_name() + "_t" + std::to_string(c.threads) + "_v" +
+           std::to_string(c.num_per_thread);
+  launch_on_views(g, "copy|" + dt.name() + "|" + dst.device().str(), dst.device(), false, "copy",
+                  {src}, dst);
+}
+
+// A contiguous, vector-aligned copy of a view.
+Tensor gather_contiguous(const Tensor& t) {
+  Tensor dense = Tensor::empty(t.shape(), t.dtype(), t.device());
+  copy_into(t, dense);
+  return dense;
+}
+
+// Tensor::contiguous() on the GPU gathers with that kernel (the runtime
+// alone would go through the host).
+[[maybe_unused]] const bool kDeviceGather = [] {
+  runtime::set_device_gather([](const Tensor& src, Tensor& dst) { copy_into(src, dst); });
+  return true;
+}();
+
 Kernel get_kernel(const OpInfo& op, DType dtype,
                   const std::vector<std::vector<std::int64_t>>& shapes,
                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
                   Device device, Plan* out_plan) {
   Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
   if (out_plan) *out_plan = p;
-  // Results rounded to 16 bits or fewer tolerate the hardware math
-  // approximations -- except where a quotient is floored: an approximate
-  // division can cross an integer.
-  bool approx = p.out_dtype.is_low_precision_float() && dtype.is_low_precision_float() &&
-                op.name != "floor_divide" && op.name != "remainder";
+  bool approx = approx_math_for(op, dtype, p.out_dtype);
   if (cfg.exact_shape)
     return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device), [&] {
       return compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
@@ -502,6 +659,24 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
 }
 
 Tensor Elementwise::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
+  // The result takes the memory order of a full-size input that is a
+  // permuted dense block (a transposed tensor), as PyTorch's does: then
+  // every operand is walked in its own memory order, at the copy limit.
+  for (const Tensor& t : inputs) {
+    std::vector<int> order;
+    if (t.defined() && !t.is_contiguous() && t.shape() == out_shape_ &&
+        is_dense(t.shape(), t.strides(), &order)) {
+      std::vector<std::int64_t> shape;
+      for (int d : order) shape.push_back(out_shape_[static_cast<std::size_t>(d)]);
+      std::vector<int> inverse(order.size());
+      for (std::size_t k = 0; k < order.size(); ++k)
+        inverse[static_cast<std::size_t>(order[k])] = static_cast<int>(k);
+      Tensor out = Tensor::empty(shape, out_dtype_, device_).permute(inverse);
+      (*this)(inputs, out, loc);
+      return out;
+    }
+    if (t.defined() && !t.is_contiguous()) break;
+  }
   Tensor out = Tensor::empty(out_shape_, out_dtype_, device_);
   (*this)(inputs, out, loc);
   return out;
@@ -527,18 +702,18 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
          "needs a " + out_dtype_.name() + " tensor of shape " + shape_str(out_shape_) +
              (out.defined() ? ", got " + out.dtype().name() + " " + shape_str(out.shape()) : ""));
   if (out.numel() == 0) return;  // a zero-size op: nothing to compute
+  // Contiguous, vector-aligned tensors: the kernel built for these shapes.
+  // Anything else (views, unaligned borrowed memory) goes through strides.
+  bool plain = out.is_contiguous() && vector_aligned(out);
+  for (const Tensor& t : inputs) plain = plain && t.is_contiguous() && vector_aligned(t);
+  if (!plain) return launch_views(inputs, out);
   // The kernels declare every tensor flat; a shape-generic one also takes
   // the coalesced extents.
   std::array<Tensor, 8> flat;
   std::array<Kernel::Arg, 16> args{};
   std::size_t n = 0;
-  if (!out.is_contiguous())
-    fail("tx.ops." + op_, "out", {},
-         "is a strided view (strides " + shape_str(out.strides()) +
-             "); the op writes contiguous outputs: pass a contiguous tensor and copy");
   for (const Tensor& t : inputs) {
-    // A strided view (transposed, sliced, expanded) is gathered first.
-    flat[n] = as_flat(t.is_contiguous() ? t : t.contiguous());
+    flat[n] = as_flat(t);
     args[n] = flat[n];
     ++n;
   }
@@ -547,6 +722,35 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
   ++n;
   for (std::int64_t e : scalars_) args[n++] = Kernel::Arg(e);
   kernel_.launch(args.data(), n);
+}
+
+void Elementwise::launch_views(const std::vector<Tensor>& inputs, Tensor& out) const {
+  const OpInfo& info = lookup(op_);
+  // Kernels whose operands are not plain broadcasts (the gate | value halves,
+  // prelu's channel weight), exact-shape kernels and views past 32-bit
+  // extents: the views are gathered into contiguous tensors first.
+  bool gather = info.tmpl == optable::Template::gated || op_ == "prelu" || cfg_.exact_shape ||
+                span_of(out) >= 2147483647;
+  for (const Tensor& t : inputs) gather = gather || span_of(t) >= 2147483647;
+  if (gather) {
+    std::vector<Tensor> dense;
+    for (const Tensor& t : inputs)
+      dense.push_back(t.is_contiguous() && vector_aligned(t) ? t : gather_contiguous(t));
+    if (out.is_contiguous() && vector_aligned(out)) return launch(dense, out);
+    Tensor tmp = Tensor::empty(out_shape_, out_dtype_, device_);
+    launch(dense, tmp);
+    copy_into(tmp, out);
+    return;
+  }
+  if (!vector_aligned(out))
+    fail("tx.ops." + op_, "out", {},
+         "data is not 16-byte aligned; the op stores 16-byte vectors: pass an aligned tensor "
+         "(inputs may be unaligned)");
+  Plan p =
+      plan(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()), params_, cfg_);
+  launch_on_views(p.generic,
+                  class_key_of(op_, dtype_, p.spec.param_dtypes, params_, cfg_, device_, ""),
+                  device_, approx_math_for(info, dtype_, out_dtype_), op_, inputs, out);
 }
 
 // ------------------------------------------------------------------- run

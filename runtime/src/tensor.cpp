@@ -4,6 +4,7 @@
 #include "tx/runtime/tensor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cctype>
 #include <cstdlib>
@@ -368,9 +369,24 @@ Tensor Tensor::expand(std::vector<std::int64_t> shape) const {
   return t;
 }
 
+namespace {
+std::atomic<runtime::DeviceGather>& device_gather() {
+  static std::atomic<runtime::DeviceGather> g{nullptr};
+  return g;
+}
+}  // namespace
+
+void runtime::set_device_gather(DeviceGather gather) { device_gather().store(gather); }
+
 Tensor Tensor::contiguous() const {
   if (!storage_) fail("tx.Tensor.contiguous", "", {}, "the tensor is undefined");
   if (is_contiguous()) return *this;
+  if (device().is_cuda())
+    if (runtime::DeviceGather g = device_gather().load()) {
+      Tensor dense = empty(shape_, dtype_, device());
+      g(*this, dense);
+      return dense;
+    }
   std::vector<std::uint8_t> bytes = to_bytes();
   return from_bytes(bytes.data(), bytes.size(), shape_, dtype_, device());
 }

@@ -102,6 +102,7 @@ class Elementwise {
  private:
   void build(const Config& cfg, std::optional<Device> device);
   void launch(const std::vector<Tensor>& inputs, Tensor& out) const;
+  void launch_views(const std::vector<Tensor>& inputs, Tensor& out) const;
   // A shape-generic kernel's scalar arguments: the coalesced extents.
   std::vector<std::int64_t> scalars_;
   std::string op_;

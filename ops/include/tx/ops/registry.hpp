@@ -20,8 +20,8 @@ struct OpInfo {
   optable::Category category;
   optable::DTypes dtypes;
   optable::Out out;
-  int inputs = 1;           // tensors the op takes (0 for alibi / sinusoidal)
-  int params = 0;           // scalar parameters it takes
+  int inputs = 1;  // tensors the op takes (0 for alibi / sinusoidal)
+  int params = 0;  // scalar parameters it takes
   // The output value from the inputs (already in their compute dtypes) and
   // the scalar parameters.
   std::function<Expr(const std::vector<Expr>&, const Params&)> expr;

@@ -49,6 +49,15 @@ namespace runtime {
 bool check_from_env();
 }  // namespace runtime
 
+class Tensor;
+namespace runtime {
+// How Tensor::contiguous() gathers a strided view on the GPU: the op
+// library installs its strided copy kernel (it sits above the runtime);
+// without one, through host memory.
+using DeviceGather = void (*)(const Tensor& src, Tensor& dst);
+void set_device_gather(DeviceGather gather);
+}  // namespace runtime
+
 class Tensor {
  public:
   Tensor() = default;
