@@ -71,7 +71,7 @@ races | shapes | interop)
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
   [ "$stage" = shapes ] && targets="bench_shapes tx_aot"
-  [ "$stage" = interop ] && targets="bench_interop gpu_interop"
+  [ "$stage" = interop ] && targets="bench_interop gpu_interop tx_peers_shim"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -111,6 +111,10 @@ interop)
   cp /tmp/interop-out/interop.md /tmp/interop-out/interop.jsonl "$FINAL/" 2>/dev/null
   cp /tmp/interop-out/interop.err "$OUT/" 2>/dev/null
   cat /tmp/interop-out/interop.md 2>/dev/null
+  step "tx with torch and cupy through DLPack (test/peers)"
+  TX_PEERS_TRACE=1 timeout 120 python3 -u -X faulthandler test/peers/dlpack_peers.py $B/test/libtx_peers_shim.so > "$FINAL/dlpack_peers.txt" 2>&1
+  echo "dlpack_peers exit $?"
+  tail -25 "$FINAL/dlpack_peers.txt"
   step "gpu_interop"
   timeout 120 $B/test/gpu_interop > "$OUT/gpu_interop.txt" 2>&1
   echo "gpu_interop exit $?: $(grep -E 'test cases|MESSAGE|us per call|ms' "$OUT/gpu_interop.txt" | tr '\n' ' ' | head -c 600)"

@@ -233,14 +233,18 @@ constexpr int kMaxDevices = 64;
 
 DeviceState& device_state(int ordinal) {
   static std::mutex mu;
-  static DeviceState* states[kMaxDevices] = {};
+  // Set once per device, read on every launch and allocation: an atomic
+  // read there, the lock only for the first use.
+  static std::atomic<DeviceState*> states[kMaxDevices] = {};
+  if (ordinal >= 0 && ordinal < kMaxDevices)
+    if (DeviceState* s = states[ordinal].load(std::memory_order_acquire)) return *s;
   const Driver& d = need();
   if (ordinal < 0 || ordinal >= d.device_count || ordinal >= kMaxDevices)
     fail("tx.cuda", "cuda:" + std::to_string(ordinal), {},
          "no such device: this machine has " + std::to_string(d.device_count) +
              " CUDA device(s), numbered from 0");
   std::lock_guard<std::mutex> lock(mu);
-  if (!states[ordinal]) {
+  if (!states[ordinal].load(std::memory_order_relaxed)) {
     auto* s = new DeviceState();
     check(d.p_cuDeviceGet(&s->dev, ordinal), "cuDeviceGet", "device");
     check(d.p_cuDevicePrimaryCtxRetain(&s->ctx, s->dev), "cuDevicePrimaryCtxRetain", "device");
@@ -259,9 +263,9 @@ DeviceState& device_state(int ordinal) {
     } else {
       s->pool = nullptr;
     }
-    states[ordinal] = s;
+    states[ordinal].store(s, std::memory_order_release);
   }
-  return *states[ordinal];
+  return *states[ordinal].load(std::memory_order_relaxed);
 }
 
 // Any thread may call into tx: make the device's primary context current on

@@ -27,6 +27,11 @@ if not torch.cuda.is_available():
 
 lib = ctypes.CDLL(sys.argv[1])
 lib.tx_peers_error.restype = ctypes.c_char_p
+P, U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
+lib.tx_peers_gelu_inplace.argtypes = [P, P, U64P]
+lib.tx_peers_add.argtypes = [P, P, P, ctypes.POINTER(ctypes.c_void_p)]
+lib.tx_peers_make.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p), U64P]
+lib.tx_peers_kept_sum.argtypes = [ctypes.POINTER(ctypes.c_double)]
 if not lib.tx_peers_dlpack_available():
     print("FAIL: this tx was built without a DLPack header")
     sys.exit(1)
@@ -66,7 +71,7 @@ class FromTx:
     def __init__(self, managed, device_id=0):
         self.managed, self.device_id = managed, device_id
 
-    def __dlpack__(self, stream=None):
+    def __dlpack__(self, stream=None, **kwargs):
         return api.PyCapsule_New(self.managed, b"dltensor", None)
 
     def __dlpack_device__(self):

@@ -4,16 +4,28 @@
 // hands its own tensors back the same way. Everything a C++ program linking
 // tx would do, reachable from Python without a binding library.
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
 #include "tx/ops/ops.hpp"
+#include "tx/runtime/nvrtc.hpp"
 #include "tx/runtime/stream.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
 
 namespace {
+// TX_PEERS_TRACE=1: each step on stderr (a crash inside a Python process
+// shows no C++ stack).
+void trace(const char* what) {
+  static const bool on = std::getenv("TX_PEERS_TRACE") != nullptr;
+  if (on) {
+    std::fprintf(stderr, "tx_peers: %s\n", what);
+    std::fflush(stderr);
+  }
+}
 thread_local std::string g_error;
 Tensor g_kept;  // a tx tensor the peer reads and writes through DLPack
 
@@ -40,10 +52,17 @@ int tx_peers_dlpack_available() { return dlpack_available() ? 1 : 0; }
 // data address tx used (zero-copy: the peer's own).
 int tx_peers_gelu_inplace(void* m, void* cu_stream, std::uintptr_t* seen) {
   return guarded([&] {
+    trace("from_dlpack");
     Tensor x = Tensor::from_dlpack(static_cast<DLManagedTensor*>(m));
     *seen = reinterpret_cast<std::uintptr_t>(x.data_ptr());
+    trace(("borrowed " + x.device().str() + ", nvrtc " +
+           std::to_string(runtime::nvrtc_version().first) + "." +
+           std::to_string(runtime::nvrtc_version().second))
+              .c_str());
     StreamGuard on(Stream::wrap(cu_stream, x.device()));
+    trace("gelu");
     ops::gelu(x, x);
+    trace("gelu queued");
   });
 }
 
