@@ -3,6 +3,9 @@
 // DLManagedTensor* inside), tx runs its ops on the caller's stream, and
 // hands its own tensors back the same way. Everything a C++ program linking
 // tx would do, reachable from Python without a binding library.
+#include <execinfo.h>
+
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -19,8 +22,19 @@ using namespace tx;
 namespace {
 // TX_PEERS_TRACE=1: each step on stderr (a crash inside a Python process
 // shows no C++ stack).
+void on_fault(int sig) {
+  void* frames[64];
+  int n = backtrace(frames, 64);
+  std::fprintf(stderr, "tx_peers: signal %d, native stack:\n", sig);
+  backtrace_symbols_fd(frames, n, 2);
+  std::_Exit(128 + sig);
+}
 void trace(const char* what) {
-  static const bool on = std::getenv("TX_PEERS_TRACE") != nullptr;
+  static const bool on = [] {
+    bool t = std::getenv("TX_PEERS_TRACE") != nullptr;
+    if (t) std::signal(SIGSEGV, on_fault);
+    return t;
+  }();
   if (on) {
     std::fprintf(stderr, "tx_peers: %s\n", what);
     std::fflush(stderr);
