@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "special_ops.hpp"
@@ -145,8 +146,10 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
   return r + (s.size() == 1 ? ",)" : ")");
 }
 
-void dropout_into(const Tensor& x, double p, std::uint64_t seed, std::int64_t offset, Tensor& y,
-                  Tensor* mask, const Config& cfg, SourceLoc loc) {
+// Checks the call; returns its kernel, or an undefined one when nothing is
+// to launch (no elements; p = 0 or 1, which it has then handled).
+std::optional<Kernel> dropout_prepare(const Tensor& x, double p, std::int64_t offset, Tensor& y, Tensor* mask,
+                       const Config& cfg, SourceLoc loc, bool run_trivial) {
   if (!x.defined()) fail(kOp, "x", loc, "tensor is undefined");
   DType t = x.dtype();
   if (!t.is_float() || t == f64)
@@ -186,17 +189,18 @@ void dropout_into(const Tensor& x, double p, std::uint64_t seed, std::int64_t of
     fail(kOp, "num_per_thread", loc,
          "num_per_thread must be a power of two <= 64, got " + std::to_string(c.num_per_thread));
   const std::int64_t n = x.numel();
-  if (n == 0) return;
+  if (n == 0) return std::nullopt;
   if (n >= std::numeric_limits<std::int32_t>::max())
     fail(kOp, "x", loc, "tensors of 2^31 elements or more are not supported yet");
   if (p == 0.0 || p == 1.0) {
+    if (!run_trivial) return std::nullopt;
     // The identity (a copy) or zeros; the mask all ones or all zeros.
     if (p == 0.0)
       ops::cast(x, y);
     else
       y.fill_bits(0);
     if (with_mask) mask->fill_bits(p == 0.0 ? 1 : 0);
-    return;
+    return std::nullopt;
   }
   DropoutSpec s;
   s.dtype = t;
@@ -207,13 +211,21 @@ void dropout_into(const Tensor& x, double p, std::uint64_t seed, std::int64_t of
   s.v = s.strategy == Strategy::direct ? 1 : c.num_per_thread;
   s.aligned4 = s.strategy == Strategy::register_copy && s.v % 4 == 0 && offset % 4 == 0;
   const Device d = x.device();
-  Kernel k = detail::special_cached(s.name() + "|" + d.str(), [&] {
+  return detail::special_cached(s.name() + "|" + d.str(), [&] {
     try {
       return compile(build_dropout(s), {.device = d});
     } catch (const Error& e) {
       fail(kOp, e.operand(), loc, e.reason(), "  raised by " + e.op() + "\n" + e.detail());
     }
   });
+}
+
+void dropout_into(const Tensor& x, double p, std::uint64_t seed, std::int64_t offset, Tensor& y,
+                  Tensor* mask, const Config& cfg, SourceLoc loc) {
+  std::optional<Kernel> k = dropout_prepare(x, p, offset, y, mask, cfg, loc, /*run_trivial=*/true);
+  if (!k) return;
+  const bool with_mask = mask && mask->defined();
+  const std::int64_t n = x.numel();
   Tensor xf = x.is_contiguous() ? x : x.contiguous();
   xf = xf.reshape({n});
   Tensor yf = y.reshape({n});
@@ -228,7 +240,7 @@ void dropout_into(const Tensor& x, double p, std::uint64_t seed, std::int64_t of
   args.emplace_back(static_cast<std::int64_t>(thr));
   args.emplace_back(q);
   try {
-    k.launch(args.data(), args.size(), loc);
+    k->launch(args.data(), args.size(), loc);
   } catch (const Error& e) {
     fail(kOp, e.operand(), loc, e.reason(), "  raised by " + e.op() + "\n" + e.detail());
   }
@@ -297,6 +309,15 @@ DropoutResult dropout(const Tensor& x, double p, std::uint64_t seed, std::int64_
 void dropout(const Tensor& x, double p, std::uint64_t seed, std::int64_t offset, Tensor& y,
              Tensor* mask, const Config& cfg, std::source_location loc) {
   dropout_into(x, p, seed, offset, y, mask, cfg, loc);
+}
+
+Kernel dropout_kernel(const Tensor& x, double p, std::int64_t offset, bool with_mask,
+                      const Config& cfg, std::source_location loc) {
+  if (!x.defined()) fail(kOp, "x", loc, "tensor is undefined");
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor m = with_mask ? Tensor::empty(x.shape(), u8, x.device()) : Tensor();
+  return dropout_prepare(x, p, offset, y, with_mask ? &m : nullptr, cfg, loc, false)
+      .value_or(Kernel());
 }
 
 }  // namespace tx::ops

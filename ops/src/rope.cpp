@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <numbers>
 #include <sstream>
 #include <string>
@@ -183,8 +184,10 @@ std::int64_t heads_of(const Tensor& x, const char* operand, const std::vector<st
   return s.back() / hd;
 }
 
-void rope_impl(const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& cache,
-               const RopeOptions& opt, SourceLoc loc) {
+// Checks the call and returns its kernel (nullptr-like: an undefined
+// Kernel when there are no tokens).
+std::optional<Kernel> rope_prepare(const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& cache,
+                    const RopeOptions& opt, SourceLoc loc) {
   if (!positions.defined()) fail(kRope, "positions", loc, "tensor is undefined");
   if (!q.defined()) fail(kRope, "q", loc, "tensor is undefined");
   if (!cache.defined()) fail(kRope, "cos_sin_cache", loc, "tensor is undefined");
@@ -239,7 +242,7 @@ void rope_impl(const Tensor& positions, const Tensor& q, const Tensor& k, const 
       (k.defined() && k.numel() >= std::numeric_limits<std::int32_t>::max()))
     fail(kRope, "q", loc, "tensors of 2^31 elements or more are not supported yet");
   const std::int64_t tokens = positions.numel();
-  if (tokens == 0) return;
+  if (tokens == 0) return std::nullopt;
   if (positions.device() == Device::host()) {
     // Host data: positions outside the cache are an error, before anything is written.
     std::vector<double> pv = positions.to_doubles();
@@ -267,9 +270,17 @@ void rope_impl(const Tensor& positions, const Tensor& q, const Tensor& k, const 
   s.v = 1;
   while (s.v * 2 * t.bytes() <= 16 && (rot / 2) % (s.v * 2) == 0) s.v *= 2;
   s.threads = 256;
-  Kernel kern = detail::special_cached(s.name() + "|" + d.str(), [&] {
+  return detail::special_cached(s.name() + "|" + d.str(), [&] {
     return as_op_error(kRope, loc, [&] { return compile(build_rope(s), {.device = d}); });
   });
+}
+
+void rope_impl(const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& cache,
+               const RopeOptions& opt, SourceLoc loc) {
+  std::optional<Kernel> kern = rope_prepare(positions, q, k, cache, opt, loc);
+  if (!kern) return;
+  const std::int64_t tokens = positions.numel();
+  const std::int64_t max_pos = cache.shape()[0];
   Tensor pf = (positions.is_contiguous() ? positions : positions.contiguous()).reshape({tokens});
   Tensor qf = q.reshape({q.numel()});
   Tensor kf = k.defined() ? k.reshape({k.numel()}) : Tensor();
@@ -279,7 +290,7 @@ void rope_impl(const Tensor& positions, const Tensor& q, const Tensor& k, const 
   args.emplace_back(cf);
   args.emplace_back(max_pos);
   args.emplace_back(opt.position_offset);
-  as_op_error(kRope, loc, [&] { kern.launch(args.data(), args.size(), loc); });
+  as_op_error(kRope, loc, [&] { kern->launch(args.data(), args.size(), loc); });
 }
 
 // ------------------------------------------------------------- the caches
@@ -358,6 +369,11 @@ Tensor make_cache(const char* op, std::int64_t rot, std::int64_t rows, std::int6
 }
 
 }  // namespace
+
+Kernel rope_kernel(const Tensor& positions, const Tensor& q, const Tensor& k,
+                   const Tensor& cos_sin_cache, const RopeOptions& opt, std::source_location loc) {
+  return rope_prepare(positions, q, k, cos_sin_cache, opt, loc).value_or(Kernel());
+}
 
 void rope(const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& cos_sin_cache,
           const RopeOptions& opt, std::source_location loc) {

@@ -41,6 +41,12 @@ void dropout(const Tensor& x, double p, std::uint64_t seed, std::int64_t offset,
              Tensor* mask = nullptr, const Config& cfg = {},
              std::source_location loc = std::source_location::current());
 
+// The kernel dropout() launches for x (not launched): its CUDA, PTX and
+// lowered IR. Undefined where no kernel runs (no elements, p = 0 or 1).
+Kernel dropout_kernel(const Tensor& x, double p, std::int64_t offset = 0, bool with_mask = false,
+                      const Config& cfg = {},
+                      std::source_location loc = std::source_location::current());
+
 // The keep decision's reference in plain C++ (the kernels compute the same bits).
 // Philox4x32-10 of (counter, key).
 void philox4x32_10(const std::uint32_t ctr[4], const std::uint32_t key[2], std::uint32_t out[4]);

@@ -16,6 +16,7 @@
 #include <source_location>
 #include <vector>
 
+#include "tx/runtime/kernel.hpp"
 #include "tx/runtime/tensor.hpp"
 
 namespace tx::ops {
@@ -42,6 +43,12 @@ void rope(const Tensor& positions, const Tensor& q, const Tensor& k, const Tenso
           const RopeOptions& opt, std::source_location loc = std::source_location::current());
 void rope(const Tensor& positions, const Tensor& q, const Tensor& cos_sin_cache,
           const RopeOptions& opt, std::source_location loc = std::source_location::current());
+
+// The kernel rope() launches for these tensors (checked as rope() checks
+// them; not launched): its CUDA, PTX and lowered IR. Undefined for no tokens.
+Kernel rope_kernel(const Tensor& positions, const Tensor& q, const Tensor& k,
+                   const Tensor& cos_sin_cache, const RopeOptions& opt,
+                   std::source_location loc = std::source_location::current());
 
 // ------------------------------------------------------------- cos/sin caches
 //
