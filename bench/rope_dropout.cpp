@@ -61,9 +61,8 @@ std::vector<Case> cases() {
         c.push_back(k);
       }
   for (DType t : {f32, bf16})
-    for (auto [r, cols] : {std::pair<std::int64_t, std::int64_t>{1024, 4096},
-                           {1024, 10240},
-                           {16384, 16384}}) {
+    for (auto [r, cols] :
+         {std::pair<std::int64_t, std::int64_t>{1024, 4096}, {1024, 10240}, {16384, 16384}}) {
       Case k{"dropout", t};
       k.rows = r;
       k.cols = cols;

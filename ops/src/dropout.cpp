@@ -72,8 +72,8 @@ PrimFunc build_dropout(const DropoutSpec& s) {
     // The four words of counter c (u64: the group index (offset + i) / 4).
     auto words = [&](const Expr& c) {
       Var cv = T::let(c, "ctr");
-      return detail::philox4x32_10({Expr(cast(cv, u32)), Expr(cast(cv >> 32, u32)), zero, zero},
-                                   k0, k1);
+      return detail::philox4x32_10({Expr(cast(cv, u32)), Expr(cast(cv >> 32, u32)), zero, zero}, k0,
+                                   k1);
     };
     // y and the mask from x's element and its keep bit.
     auto y_of = [&](const Expr& xe, const Expr& keep) -> Expr {
@@ -112,7 +112,8 @@ PrimFunc build_dropout(const DropoutSpec& s) {
         // offset + base is a multiple of 4: group k's counter is (offset + base) / 4 + k.
         Var c0 = T::let((cast(offset, u64) + cast(base, u64)) >> 2, "c0");
         for (int k = 0; k < v / 4; ++k) {
-          std::array<Expr, 4> w = words(k == 0 ? Expr(c0) : Expr(c0 + static_cast<std::uint64_t>(k)));
+          std::array<Expr, 4> w =
+              words(k == 0 ? Expr(c0) : Expr(c0 + static_cast<std::uint64_t>(k)));
           for (int j = 0; j < 4; ++j) {
             Var keep = T::let(w[static_cast<std::size_t>(j)] >= thr, "keep");
             yr(4 * k + j) = y_of(xr(4 * k + j), keep);
@@ -148,14 +149,14 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 
 // Checks the call; returns its kernel, or an undefined one when nothing is
 // to launch (no elements; p = 0 or 1, which it has then handled).
-std::optional<Kernel> dropout_prepare(const Tensor& x, double p, std::int64_t offset, Tensor& y, Tensor* mask,
-                       const Config& cfg, SourceLoc loc, bool run_trivial) {
+std::optional<Kernel> dropout_prepare(const Tensor& x, double p, std::int64_t offset, Tensor& y,
+                                      Tensor* mask, const Config& cfg, SourceLoc loc,
+                                      bool run_trivial) {
   if (!x.defined()) fail(kOp, "x", loc, "tensor is undefined");
   DType t = x.dtype();
   if (!t.is_float() || t == f64)
     fail(kOp, "x", loc, "dtype " + t.name() + " is not supported (f32, f16, bf16, f8e4m3, f8e5m2)");
-  if (!(p >= 0.0 && p <= 1.0))
-    fail(kOp, "p", loc, "must be in [0, 1], got " + std::to_string(p));
+  if (!(p >= 0.0 && p <= 1.0)) fail(kOp, "p", loc, "must be in [0, 1], got " + std::to_string(p));
   if (offset < 0) fail(kOp, "offset", loc, "must be >= 0, got " + std::to_string(offset));
   if (!y.defined() || y.shape() != x.shape() || y.dtype() != t)
     fail(kOp, "y", loc,

@@ -13,8 +13,8 @@
 
 #include <cmath>
 #include <limits>
-#include <optional>
 #include <numbers>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -45,7 +45,7 @@ auto as_op_error(const char* op, SourceLoc loc, F&& f) -> decltype(f()) {
 }
 
 struct RopeSpec {
-  DType dtype = bf16;        // q and k
+  DType dtype = bf16;  // q and k
   DType cache_dtype = f32;
   DType pos_dtype = i64;
   std::int64_t heads = 0, kv_heads = 0;  // kv_heads 0: no key
@@ -186,8 +186,8 @@ std::int64_t heads_of(const Tensor& x, const char* operand, const std::vector<st
 
 // Checks the call and returns its kernel (nullptr-like: an undefined
 // Kernel when there are no tokens).
-std::optional<Kernel> rope_prepare(const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& cache,
-                    const RopeOptions& opt, SourceLoc loc) {
+std::optional<Kernel> rope_prepare(const Tensor& positions, const Tensor& q, const Tensor& k,
+                                   const Tensor& cache, const RopeOptions& opt, SourceLoc loc) {
   if (!positions.defined()) fail(kRope, "positions", loc, "tensor is undefined");
   if (!q.defined()) fail(kRope, "q", loc, "tensor is undefined");
   if (!cache.defined()) fail(kRope, "cos_sin_cache", loc, "tensor is undefined");
@@ -200,7 +200,8 @@ std::optional<Kernel> rope_prepare(const Tensor& positions, const Tensor& q, con
     fail(kRope, "rotary_dim", loc,
          std::to_string(rot) + " is larger than head_size " + std::to_string(hd));
   if (positions.dtype() != i64 && positions.dtype() != i32)
-    fail(kRope, "positions", loc, "dtype " + positions.dtype().name() + " but rope needs int64 or int32");
+    fail(kRope, "positions", loc,
+         "dtype " + positions.dtype().name() + " but rope needs int64 or int32");
   if (positions.shape().empty() || positions.shape().size() > 2)
     fail(kRope, "positions", loc,
          "shape " + shape_str(positions.shape()) + " but rope needs [T] or [B, S]");
@@ -220,8 +221,8 @@ std::optional<Kernel> rope_prepare(const Tensor& positions, const Tensor& q, con
   }
   if (cache.shape().size() != 2 || cache.shape()[1] != rot)
     fail(kRope, "cos_sin_cache", loc,
-         "shape " + shape_str(cache.shape()) + " but rope needs [max_position, rotary_dim = " +
-             std::to_string(rot) + "]");
+         "shape " + shape_str(cache.shape()) +
+             " but rope needs [max_position, rotary_dim = " + std::to_string(rot) + "]");
   if (cache.dtype() != f32 && cache.dtype() != t)
     fail(kRope, "cos_sin_cache", loc,
          "dtype " + cache.dtype().name() + " but rope needs float32 or q's dtype " + t.name());
@@ -306,7 +307,8 @@ void build_cache(const char* op, std::int64_t rot, std::int64_t rows, std::int64
   const Device d = out.device();
   const DType dt = out.dtype();
   const int segs = static_cast<int>(inv_freq.size() / static_cast<std::size_t>(half));
-  Tensor freqs = Tensor::from_doubles(inv_freq, {static_cast<std::int64_t>(inv_freq.size())}, f64, d);
+  Tensor freqs =
+      Tensor::from_doubles(inv_freq, {static_cast<std::int64_t>(inv_freq.size())}, f64, d);
   const std::int64_t n = rows * rot;
   if (n >= std::numeric_limits<std::int32_t>::max())
     fail(op, "max_position", loc, "the cache would have 2^31 elements or more");
@@ -332,7 +334,8 @@ void build_cache(const char* op, std::int64_t rot, std::int64_t rows, std::int64
             Var i = T::let(col % static_cast<int>(half), "i");
             Var seg = T::let(select(p < seg_rows_v, 0, 1), "seg");
             Var pp = T::let(p - seg * seg_rows_v, "pp");
-            Expr fi = segs == 1 ? Expr(fr(i)) : Expr(fr(min(seg, segs - 1) * static_cast<int>(half) + i));
+            Expr fi =
+                segs == 1 ? Expr(fr(i)) : Expr(fr(min(seg, segs - 1) * static_cast<int>(half) + i));
             Var angle = T::let(cast(pp, f64) * fi, "angle");
             Var m = T::let(select(seg == 0, m0, m1), "m");
             Expr val = select(col < static_cast<int>(half), cos(angle), sin(angle)) * m;
@@ -344,9 +347,8 @@ void build_cache(const char* op, std::int64_t rot, std::int64_t rows, std::int64
   Kernel k = detail::special_cached(
       key, [&] { return as_op_error(op, loc, [&] { return compile(f(), {.device = d}); }); });
   Tensor of = out.reshape({n});
-  as_op_error(op, loc, [&] {
-    k(freqs, of, static_cast<std::int64_t>(seg_rows), mscale0, mscale1);
-  });
+  as_op_error(op, loc,
+              [&] { k(freqs, of, static_cast<std::int64_t>(seg_rows), mscale0, mscale1); });
 }
 
 void check_rot(const char* op, std::int64_t rot, SourceLoc loc) {
@@ -401,10 +403,10 @@ std::vector<double> rope_inv_freq_llama31(std::int64_t rot, double base, const L
   const double high_wavelen = L0 / s.high_freq_factor;
   for (double& x : f) {
     const double wavelen = 2.0 * std::numbers::pi / x;
-    const double smooth = s.low_freq_factor != s.high_freq_factor
-                              ? (L0 / wavelen - s.low_freq_factor) /
-                                    (s.high_freq_factor - s.low_freq_factor)
-                              : 0.0;
+    const double smooth =
+        s.low_freq_factor != s.high_freq_factor
+            ? (L0 / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+            : 0.0;
     if (wavelen < high_wavelen) continue;
     x = wavelen > low_wavelen ? x / s.factor : (1 - smooth) * x / s.factor + smooth * x;
   }
@@ -478,7 +480,8 @@ Tensor rope_cache_llama31(std::int64_t rot, std::int64_t max_position, double ba
   if (!(base > 1.0)) fail(op, "base", loc, "must be > 1, got " + std::to_string(base));
   if (!(s.factor > 0) || !(s.low_freq_factor > 0) || !(s.high_freq_factor > 0) ||
       s.original_max_position <= 0)
-    fail(op, "scaling", loc, "factor, low/high_freq_factor and original_max_position must be positive");
+    fail(op, "scaling", loc,
+         "factor, low/high_freq_factor and original_max_position must be positive");
   return make_cache(op, rot, max_position, max_position, rope_inv_freq_llama31(rot, base, s), 1.0,
                     1.0, dtype, device, loc);
 }
@@ -507,14 +510,15 @@ Tensor rope_cache_longrope(std::int64_t rot, std::int64_t max_position, double b
   const auto half = static_cast<std::size_t>(rot / 2);
   if (s.short_factor.size() != half)
     fail(op, "short_factor", loc,
-         "has " + std::to_string(s.short_factor.size()) + " factors, rotary_dim / 2 = " +
-             std::to_string(half) + " needed");
+         "has " + std::to_string(s.short_factor.size()) +
+             " factors, rotary_dim / 2 = " + std::to_string(half) + " needed");
   if (s.long_factor.size() != half)
     fail(op, "long_factor", loc,
-         "has " + std::to_string(s.long_factor.size()) + " factors, rotary_dim / 2 = " +
-             std::to_string(half) + " needed");
+         "has " + std::to_string(s.long_factor.size()) +
+             " factors, rotary_dim / 2 = " + std::to_string(half) + " needed");
   if (s.original_max_position <= 1 || max_position <= 0)
-    fail(op, "original_max_position", loc, "original_max_position must be > 1 and max_position > 0");
+    fail(op, "original_max_position", loc,
+         "original_max_position must be > 1 and max_position > 0");
   LongRopeFreqs fr = rope_inv_freq_longrope(rot, max_position, base, s);
   std::vector<double> inv = fr.short_inv_freq;
   inv.insert(inv.end(), fr.long_inv_freq.begin(), fr.long_inv_freq.end());

@@ -45,18 +45,19 @@ inline Tensor random_tensor(std::vector<std::int64_t> shape, DType t, double lo 
 
 inline std::vector<double> vllm_inv_freq(int rot, double base) {
   std::vector<double> f(static_cast<std::size_t>(rot / 2));
-  for (int i = 0; i < rot / 2; ++i) f[static_cast<std::size_t>(i)] = 1.0 / std::pow(base, 2.0 * i / rot);
+  for (int i = 0; i < rot / 2; ++i)
+    f[static_cast<std::size_t>(i)] = 1.0 / std::pow(base, 2.0 * i / rot);
   return f;
 }
 // Llama3RotaryEmbedding._compute_inv_freq
-inline std::vector<double> vllm_llama3(int rot, double base, double factor, double low,
-                                       double high, double orig) {
+inline std::vector<double> vllm_llama3(int rot, double base, double factor, double low, double high,
+                                       double orig) {
   std::vector<double> f = vllm_inv_freq(rot, base), out;
   const double low_wl = orig / low, high_wl = orig / high;
   for (double x : f) {
     double wl = 2 * std::numbers::pi / x;
     double smooth = low != high ? (orig / wl - low) / (high - low) : 0;
-    out.push_back(wl < high_wl ? x
+    out.push_back(wl < high_wl  ? x
                   : wl > low_wl ? x / factor
                                 : (1 - smooth) * x / factor + smooth * x);
   }
@@ -137,9 +138,9 @@ struct RopeCase {
 };
 
 // Rotates random q / k with `cache` and checks against the float64 reference.
-inline void check_rope(const RopeCase& c, DType t, const Tensor& cache, std::int64_t offset = 0,
-                       const std::function<void(const Tensor&, const Tensor&, const Tensor&)>&
-                           call = nullptr) {
+inline void check_rope(
+    const RopeCase& c, DType t, const Tensor& cache, std::int64_t offset = 0,
+    const std::function<void(const Tensor&, const Tensor&, const Tensor&)>& call = nullptr) {
   std::int64_t tokens = 1;
   for (auto e : c.pos_shape) tokens *= e;
   const std::int64_t rows = cache.shape()[0] - offset;
@@ -159,12 +160,16 @@ inline void check_rope(const RopeCase& c, DType t, const Tensor& cache, std::int
   };
   Tensor q = random_tensor(shape_of(c.heads), t);
   Tensor k = c.kv_heads ? random_tensor(shape_of(c.kv_heads), t) : Tensor();
-  std::vector<double> q0 = q.to_doubles(), k0 = k.defined() ? k.to_doubles() : std::vector<double>{};
+  std::vector<double> q0 = q.to_doubles(),
+                      k0 = k.defined() ? k.to_doubles() : std::vector<double>{};
   if (call) {
     call(pos, q, k);
   } else {
-    ops::RopeOptions o{.head_size = c.hd, .rotary_dim = c.rot, .is_neox = c.neox,
-                       .inverse = c.inverse, .position_offset = offset};
+    ops::RopeOptions o{.head_size = c.hd,
+                       .rotary_dim = c.rot,
+                       .is_neox = c.neox,
+                       .inverse = c.inverse,
+                       .position_offset = offset};
     ops::rope(pos, q, k, cache, o);
   }
   std::vector<double> cv = cache.to_doubles();
@@ -198,10 +203,9 @@ TEST_CASE("rope: the default cache and vLLM's llama31 / yarn / longrope caches i
                 vllm_cache(vllm_llama3(64, 10000.0, 2, 1, 1, 512), 3000, 1.0), t);
     // YaRN: rows = original * factor, mscale = 0.1 ln(factor) + 1.
     ops::YarnScaling y{.factor = 4.0, .original_max_position = 2048};
-    check_cache(ops::rope_cache_yarn(128, 10000.0, y, t, device()),
-                vllm_cache(vllm_yarn(128, 10000.0, 4, 2048, 32, 1, 1), 8192,
-                           0.1 * std::log(4.0) + 1.0),
-                t);
+    check_cache(
+        ops::rope_cache_yarn(128, 10000.0, y, t, device()),
+        vllm_cache(vllm_yarn(128, 10000.0, 4, 2048, 32, 1, 1), 8192, 0.1 * std::log(4.0) + 1.0), t);
     ops::YarnScaling y2{.factor = 2.5,
                         .original_max_position = 1000,
                         .attn_factor = 0.9,
@@ -237,17 +241,17 @@ TEST_CASE("rope: neox and GPT-J, partial rotary, GQA, [T] and [B, S], odd T, hd 
   const std::vector<RopeCase> cases = {
       {{33}, 4, 4, 128, 128, true},
       {{33}, 4, 4, 128, 128, false},
-      {{7}, 8, 2, 64, 64, true},                    // GQA
+      {{7}, 8, 2, 64, 64, true},  // GQA
       {{7}, 8, 2, 64, 64, false},
-      {{2, 5}, 4, 1, 80, 80, true, true},           // [B, S], q [B, S, H, hd]
+      {{2, 5}, 4, 1, 80, 80, true, true},  // [B, S], q [B, S, H, hd]
       {{2, 5}, 4, 2, 80, 80, false},
-      {{19}, 6, 3, 128, 64, true},                  // partial rotary
+      {{19}, 6, 3, 128, 64, true},  // partial rotary
       {{19}, 6, 3, 128, 32, false},
-      {{3, 11}, 2, 2, 80, 48, true, false, i32},    // int32 positions, partial
-      {{1}, 1, 0, 64, 64, true},                    // one token, no key
-      {{13}, 4, 2, 64, 64, true, false, i64, true}, // inverse
+      {{3, 11}, 2, 2, 80, 48, true, false, i32},     // int32 positions, partial
+      {{1}, 1, 0, 64, 64, true},                     // one token, no key
+      {{13}, 4, 2, 64, 64, true, false, i64, true},  // inverse
       {{13}, 4, 2, 64, 64, false, true, i64, true},
-      {{5}, 2, 1, 64, 2, true},                     // one pair per head
+      {{5}, 2, 1, 64, 2, true},  // one pair per head
   };
   for (DType t : {f32, f16, bf16})
     for (const RopeCase& c : cases) {
@@ -349,18 +353,31 @@ TEST_CASE("rope: bad inputs are tx errors naming the op and the operand") {
          "even");
   throws([&] { ops::rope(pos, q, cache, {.head_size = 64, .rotary_dim = 32}); }, "cos_sin_cache",
          "rotary_dim = 32");
-  throws([&] { ops::rope(pos, random_tensor({4, 64}, f16), cache, {.head_size = 64}); }, "q",
-         "positions' shape");
-  throws([&] { ops::rope(pos, random_tensor({3, 64}, f8e4m3), cache, {.head_size = 64}); }, "q",
-         "not supported");
-  throws([&] { ops::rope(pos, q, random_tensor({3, 64}, f32), cache, {.head_size = 64}); }, "k",
-         "dtype");
-  throws([&] {
-    ops::rope(Tensor::from_doubles({1, 2, 3}, {3}, f32, device()), q, cache, {.head_size = 64});
-  }, "positions", "int64 or int32");
-  throws([&] {
-    ops::rope(pos, q, ops::rope_cache(64, 100, 10000.0, bf16, device()), {.head_size = 64});
-  }, "cos_sin_cache", "float32 or q's dtype");
+  throws(
+      [&] {
+        ops::rope(pos, random_tensor({4, 64}, f16), cache, {.head_size = 64});
+      },
+      "q", "positions' shape");
+  throws(
+      [&] {
+        ops::rope(pos, random_tensor({3, 64}, f8e4m3), cache, {.head_size = 64});
+      },
+      "q", "not supported");
+  throws(
+      [&] {
+        ops::rope(pos, q, random_tensor({3, 64}, f32), cache, {.head_size = 64});
+      },
+      "k", "dtype");
+  throws(
+      [&] {
+        ops::rope(Tensor::from_doubles({1, 2, 3}, {3}, f32, device()), q, cache, {.head_size = 64});
+      },
+      "positions", "int64 or int32");
+  throws(
+      [&] {
+        ops::rope(pos, q, ops::rope_cache(64, 100, 10000.0, bf16, device()), {.head_size = 64});
+      },
+      "cos_sin_cache", "float32 or q's dtype");
   throws([&] { ops::rope(pos, q.transpose(0, 1), cache, {.head_size = 64}); }, "q",
          "positions' shape");
   throws([&] { ops::rope_cache(63, 10); }, "rotary_dim", "even");
@@ -404,13 +421,13 @@ inline void check_dropout(const Tensor& x, double p, std::uint64_t seed, std::in
   for (std::size_t i = 0; i < xv.size(); ++i) {
     bool keep = ops::dropout_keep(seed, static_cast<std::uint64_t>(offset) + i, p);
     if ((mv[i] != 0) != keep) ++bad_mask;
-    double want = keep ? quantize(static_cast<double>(static_cast<float>(xv[i]) / q), x.dtype())
-                       : 0.0;
+    double want =
+        keep ? quantize(static_cast<double>(static_cast<float>(xv[i]) / q), x.dtype()) : 0.0;
     if (yv[i] != want) ++bad_y;
   }
-  CHECK_MESSAGE(bad_mask == 0, bad_mask << " mask bits differ from the reference (n "
-                                        << xv.size() << ", offset " << offset << ", "
-                                        << x.dtype().name() << ")");
+  CHECK_MESSAGE(bad_mask == 0, bad_mask << " mask bits differ from the reference (n " << xv.size()
+                                        << ", offset " << offset << ", " << x.dtype().name()
+                                        << ")");
   CHECK_MESSAGE(bad_y == 0, bad_y << " outputs are not x / (1 - p) or 0");
 }
 }  // namespace rdcase
@@ -426,12 +443,13 @@ TEST_CASE("dropout: the mask bit for bit as Philox says, for every strategy, thr
         check_dropout(x, 0.3, seed, offset);
     }
   Tensor x = random_tensor({3, 4099}, f32);
-  for (ops::Config c : {ops::Config{.strategy = S::direct, .threads = 128},
-                        ops::Config{.strategy = S::explicit_parallel, .num_per_thread = 4},
-                        ops::Config{.strategy = S::explicit_parallel, .threads = 64, .num_per_thread = 8},
-                        ops::Config{.strategy = S::register_copy, .num_per_thread = 2},
-                        ops::Config{.strategy = S::register_copy, .threads = 512, .num_per_thread = 8},
-                        ops::Config{.strategy = S::register_copy, .threads = 32, .num_per_thread = 16}})
+  for (ops::Config c :
+       {ops::Config{.strategy = S::direct, .threads = 128},
+        ops::Config{.strategy = S::explicit_parallel, .num_per_thread = 4},
+        ops::Config{.strategy = S::explicit_parallel, .threads = 64, .num_per_thread = 8},
+        ops::Config{.strategy = S::register_copy, .num_per_thread = 2},
+        ops::Config{.strategy = S::register_copy, .threads = 512, .num_per_thread = 8},
+        ops::Config{.strategy = S::register_copy, .threads = 32, .num_per_thread = 16}})
     for (std::int64_t offset : {0, 12, 3}) check_dropout(x, 0.5, seed, offset, c, boolean);
 }
 
@@ -493,8 +511,11 @@ TEST_CASE("dropout: p = 0, p = 1, training = false; bad inputs") {
   throws([&] { ops::dropout(x, 1.5, 1); }, "p", "[0, 1]");
   throws([&] { ops::dropout(x, -0.1, 1); }, "p", "[0, 1]");
   throws([&] { ops::dropout(x, std::nan(""), 1); }, "p", "[0, 1]");
-  throws([&] { ops::dropout(Tensor::from_doubles({1, 2}, {2}, i32, device()), 0.5, 1); }, "x",
-         "not supported");
+  throws(
+      [&] {
+        ops::dropout(Tensor::from_doubles({1, 2}, {2}, i32, device()), 0.5, 1);
+      },
+      "x", "not supported");
   throws([&] { ops::dropout(x, 0.5, 1, -4); }, "offset", ">= 0");
   throws([&] { ops::dropout(x, 0.5, 1, 0, {.mask = true, .mask_dtype = f32}); }, "mask_dtype",
          "uint8 or bool");

@@ -20,10 +20,10 @@
 namespace tx::ops {
 
 struct DropoutOptions {
-  bool training = true;  // false: the identity (y is x itself, as torch)
-  bool mask = false;     // also return the keep mask
-  DType mask_dtype = u8; // u8 or bool
-  Config config{};       // strategy, threads, num_per_thread (the mask does not depend on them)
+  bool training = true;   // false: the identity (y is x itself, as torch)
+  bool mask = false;      // also return the keep mask
+  DType mask_dtype = u8;  // u8 or bool
+  Config config{};        // strategy, threads, num_per_thread (the mask does not depend on them)
 };
 
 struct DropoutResult {

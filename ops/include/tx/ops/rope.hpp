@@ -141,8 +141,8 @@ inline void rope_neox(const Tensor& positions, const Tensor& q, const Tensor& k,
 inline void rope_non_neox(const Tensor& positions, const Tensor& q, const Tensor& k,
                           const Tensor& cache, std::int64_t head_size, std::int64_t rotary_dim = 0,
                           std::source_location loc = std::source_location::current()) {
-  rope(positions, q, k, cache,
-       {.head_size = head_size, .rotary_dim = rotary_dim, .is_neox = false}, loc);
+  rope(positions, q, k, cache, {.head_size = head_size, .rotary_dim = rotary_dim, .is_neox = false},
+       loc);
 }
 // llama31 and yarn: a cache from rope_cache_llama31 / rope_cache_yarn.
 inline void rope_llama31(const Tensor& positions, const Tensor& q, const Tensor& k,
