@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   int count = 0;
   // Index lines: ID OP DTYPE [INPUT_DTYPE:SHAPE ...] params:P,... out:DTYPE:SHAPE
   for (const ops::OpInfo& op : ops::all_ops()) {
+    // rope and dropout: bench/rope_dropout.* (their own calls and references).
+    if (op.tmpl == optable::Template::rope || op.tmpl == optable::Template::dropout) continue;
     if (op.inputs == 0) {
       // alibi (heads, seq) and sinusoidal (positions, dim): the script builds
       // the torch reference from the parameters.

@@ -13,12 +13,15 @@ int main() {
       case optable::Template::binary: return "binary (broadcast)";
       case optable::Template::gated: return "fused gated";
       case optable::Template::independent: return "independent";
+      case optable::Template::rope: return "rope (in place)";
+      case optable::Template::dropout: return "dropout (Philox)";
     }
     return "?";
   };
   auto dtypes = [](optable::DTypes d) {
     std::string s;
-    if (optable::accepts(d, f32)) s += "f32 f16 bf16 f8e4m3 f8e5m2";
+    if (optable::accepts(d, f8e4m3)) s += "f32 f16 bf16 f8e4m3 f8e5m2";
+    else if (optable::accepts(d, f32)) s += "f32 f16 bf16";
     if (optable::accepts(d, i32)) s += std::string(s.empty() ? "" : ", ") + "integers";
     if (optable::accepts(d, boolean)) s += std::string(s.empty() ? "" : ", ") + "bool";
     return s;

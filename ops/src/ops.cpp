@@ -73,7 +73,7 @@ std::string shape_str(const std::vector<std::int64_t>& s) {
 
 const OpInfo& lookup(const std::string& name) {
   const OpInfo* op = find_op(name);
-  if (!op) fail("tx.ops", name, {}, "no such op (tx::ops::op_names() lists the 66)");
+  if (!op) fail("tx.ops", name, {}, "no such op (tx::ops::op_names() lists the 72)");
   return *op;
 }
 

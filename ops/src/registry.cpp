@@ -31,6 +31,10 @@ const char* category_name(Category c) {
       return "alibi";
     case Category::sinusoidal:
       return "sinusoidal";
+    case Category::rope:
+      return "rope";
+    case Category::dropout:
+      return "dropout";
   }
   return "?";
 }
@@ -152,6 +156,30 @@ std::vector<OpInfo> build() {
     }
     ops.push_back(o);
   });
+
+  // rope and dropout: metadata only. Their kernels are not of the
+  // elementwise template, so run() / Elementwise refuse them by name.
+  auto special = [&](Template tmpl) {
+    return [&ops, tmpl](auto e) {
+      std::string name(e.meta.name);
+      OpInfo o{name,
+               tmpl,
+               e.meta.category,
+               e.meta.dtypes,
+               e.meta.out,
+               e.meta.inputs,
+               e.meta.params,
+               [name](const std::vector<Expr>&, const Params&) -> Expr {
+                 fail("tx.ops." + name, "", {},
+                      "is not an elementwise op: call tx::ops::" +
+                          std::string(name == "dropout" ? "dropout" : "rope") + "(...)");
+               },
+               nullptr};
+      ops.push_back(o);
+    };
+  };
+  boost::hana::for_each(optable::kRopeOps, special(Template::rope));
+  boost::hana::for_each(optable::kDropoutOps, special(Template::dropout));
   return ops;
 }
 

@@ -21,7 +21,9 @@ namespace tx::optable {
 
 namespace hana = boost::hana;
 
-enum class Template { unary, binary, gated, independent };
+// rope and dropout have kernels of their own (rope.cpp, dropout.cpp): rotary
+// addressing in place, counter-based random numbers.
+enum class Template { unary, binary, gated, independent, rope, dropout };
 enum class Category {
   unary_math,
   binary_arith,
@@ -33,6 +35,8 @@ enum class Category {
   special_elementwise,
   alibi,
   sinusoidal,
+  rope,
+  dropout,
 };
 const char* category_name(Category c);
 
@@ -44,10 +48,11 @@ enum class DTypes : unsigned {
   numeric = 3,   // floats | ints
   integral = 6,  // ints | bool
   all = 7,
+  wide_floats = 8,  // f32, f16, bf16 (and f64): rope
 };
 constexpr bool accepts(DTypes d, DType t) {
   unsigned m = static_cast<unsigned>(d);
-  if (t.is_float()) return m & 1;
+  if (t.is_float()) return (m & 1) || ((m & 8) && !t.is_fp8());
   if (t.is_integer()) return m & 2;
   if (t.is_bool()) return m & 4;
   return false;
@@ -327,6 +332,37 @@ inline constexpr auto kIndependentOps = hana::make_tuple(
     entry(IndependentDef<0, 2>{"sinusoidal", Category::sinusoidal, DTypes::floats, Out::same},
           math::sinusoidal_pe));
 
+// ------------------------------------------------ rope (5) and dropout (1)
+//
+// Their own signatures and kernels (tx/ops/rope.hpp, tx/ops/dropout.hpp); the
+// table holds their metadata. rope: positions, q, k, cos_sin_cache; the
+// parameters head_size, rotary_dim, is_neox, inverse. llama31 / yarn /
+// longrope are the neox rotation over the caches of those scalings
+// (rope_cache_llama31 / _yarn / _longrope). dropout: x; p, seed, offset.
+struct SpecialDef {
+  std::string_view name;
+  Category category;
+  DTypes dtypes;
+  Out out;
+  int inputs;
+  int params;
+};
+inline constexpr auto kNoElementwiseForm = [] {};
+
+inline constexpr auto kRopeOps = hana::make_tuple(
+    entry(SpecialDef{"rope_neox", Category::rope, DTypes::wide_floats, Out::same, 4, 4},
+          kNoElementwiseForm),
+    entry(SpecialDef{"rope_non_neox", Category::rope, DTypes::wide_floats, Out::same, 4, 4},
+          kNoElementwiseForm),
+    entry(SpecialDef{"rope_llama31", Category::rope, DTypes::wide_floats, Out::same, 4, 4},
+          kNoElementwiseForm),
+    entry(SpecialDef{"rope_yarn", Category::rope, DTypes::wide_floats, Out::same, 4, 4},
+          kNoElementwiseForm),
+    entry(SpecialDef{"rope_longrope", Category::rope, DTypes::wide_floats, Out::same, 4, 4},
+          kNoElementwiseForm));
+inline constexpr auto kDropoutOps = hana::make_tuple(entry(
+    SpecialDef{"dropout", Category::dropout, DTypes::floats, Out::same, 1, 3}, kNoElementwiseForm));
+
 // Calls f(entry) for every op of every template, at compile time.
 template <class F>
 void for_each_op(F&& f) {
@@ -334,6 +370,8 @@ void for_each_op(F&& f) {
   hana::for_each(kBinaryOps, f);
   hana::for_each(kGatedOps, f);
   hana::for_each(kIndependentOps, f);
+  hana::for_each(kRopeOps, f);
+  hana::for_each(kDropoutOps, f);
 }
 
 }  // namespace tx::optable

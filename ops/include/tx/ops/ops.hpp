@@ -62,7 +62,7 @@ Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Param
 void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
          const Params& params = {}, const Config& cfg = {}, Loc loc = Loc::current());
 
-// Every op name, in table order (66).
+// Every op name, in table order (72: rope and dropout have their own headers).
 std::vector<std::string> op_names();
 
 // The in-memory kernel cache of this process (ops, cast, alibi, sinusoidal):
@@ -222,3 +222,7 @@ void cast(const Tensor& x, Tensor& out, const Config& c = {}, Loc loc = Loc::cur
 std::vector<double> alibi_slopes(std::int64_t num_heads);
 
 }  // namespace tx::ops
+
+// rope (five variants) and dropout: their own kernels (rope.hpp, dropout.hpp).
+#include "tx/ops/dropout.hpp"
+#include "tx/ops/rope.hpp"
