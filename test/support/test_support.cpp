@@ -77,6 +77,14 @@ double max_rel_error(const std::vector<double>& got, const std::vector<double>& 
   return worst;
 }
 
+double subnormal_ulp(DType dtype) {
+  if (dtype == f16) return 0x1p-24;
+  if (dtype == bf16) return 0x1p-133;
+  if (dtype == f8e4m3) return 0x1p-9;
+  if (dtype == f8e5m2) return 0x1p-16;
+  return 1e-30;
+}
+
 double default_rtol(DType dtype) {
   if (dtype == f64) return 1e-12;
   if (dtype == f32) return 1e-5;

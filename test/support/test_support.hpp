@@ -28,5 +28,9 @@ double max_rel_error(const std::vector<double>& got, const std::vector<double>& 
                      double rtol);
 // Default tolerance for results computed in `dtype`.
 double default_rtol(DType dtype);
+// One unit in the last place of `dtype` at zero (its smallest subnormal; 1e-30
+// for f32/f64): the absolute error a result computed in f32 and rounded once
+// may carry when the exact value is within a rounding of the subnormal range.
+double subnormal_ulp(DType dtype);
 
 }  // namespace tx::test
