@@ -1,18 +1,30 @@
 // dropout: y = x * keep / (1 - p), keep from Philox4x32-10 on (seed, offset
-// + element index) (dropout.hpp has the exact definition).
+// + element index) (dropout.hpp has the exact definition: one Philox call
+// gives eight elements a 16-bit draw each).
 //
 // One shape-generic kernel per (dtype, mask dtype, strategy, threads, npt,
 // offset class). Thread g owns the chunk [g * v, g * v + v), as in the
-// elementwise template (nary_generic.cpp). When v is a multiple of 4 and the
-// offset is too (the "a4" class, checked at launch through the offset's
-// facts), a chunk's elements fall in v / 4 whole Philox counters: one
-// Philox call gives four elements their words. Otherwise (v = 1 or 2, or an
-// offset that is not a multiple of 4) each element computes its own counter
-// and picks its word: the same bits, four times the arithmetic. The last,
-// partial chunk always goes element by element.
+// elementwise template (nary_generic.cpp). When v is a multiple of 8 and the
+// offset is too (the "a8" class, checked at launch through the offset's
+// facts), a chunk's elements fall in v / 8 whole Philox counters: one call
+// serves eight elements. Otherwise (v < 8, or an offset that is not a
+// multiple of 8) each element computes its own counter and picks its
+// halfword: the same bits, eight times the arithmetic. The last, partial
+// chunk always goes element by element.
+//
+// Why it is written this way (ncu on an H200, bf16 (16384, 16384)): the
+// first version spent 66 instructions per element and ran at 0.38 of copy,
+// issue-bound. An f32 division per element took the slow path of div.rn for
+// every dropped element (a zero dividend) and diverged the warps; now the
+// quotient is Markstein's (x * r, the remainder by an fma, one correcting
+// fma: exactly x / q for every x whose quotient and remainder stay in the
+// normal range; the rare rest, tiny or infinite x, divides). A 32-bit draw
+// per element cost a Philox call per four elements; 16 bits per element
+// halve it.
 #include "tx/ops/dropout.hpp"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -31,13 +43,13 @@ struct DropoutSpec {
   DType mask_dtype = u8;
   Strategy strategy = Strategy::register_copy;
   int threads = 256;
-  int v = 4;
-  bool aligned4 = false;  // offset % 4 == 0 and v % 4 == 0: grouped Philox
+  int v = 8;
+  bool aligned8 = false;  // offset % 8 == 0 and v % 8 == 0: one Philox call per 8 elements
   std::string name() const {
     return std::string("tx_dropout_") + dtype.short_name() +
            (with_mask ? std::string("_m") + mask_dtype.short_name() : "") + "_" +
            strategy_name(strategy) + "_t" + std::to_string(threads) + "_v" + std::to_string(v) +
-           (aligned4 ? "_a4" : "_a1");
+           (aligned8 ? "_a8" : "_a1");
   }
 };
 
@@ -46,7 +58,9 @@ PrimFunc build_dropout(const DropoutSpec& s) {
   const int threads = s.threads;
   std::vector<std::string> names{"x_ptr", "y_ptr"};
   if (s.with_mask) names.push_back("mask_ptr");
-  for (const char* n : {"k0_ptr", "k1_ptr", "offset_ptr", "thr_ptr", "q_ptr"}) names.push_back(n);
+  // The Philox round keys (detail::philox_round_keys), then the rest.
+  for (int r = 0; r < 20; ++r) names.push_back("rk" + std::to_string(r) + "_ptr");
+  for (const char* n : {"offset_ptr", "thr_ptr", "q_ptr", "r_ptr"}) names.push_back(n);
   return T::prim_func_n(s.name(), names, [&](const std::vector<Handle>& h) {
     Var n = T::dim("n");
     auto x = T::match_buffer(h[0], {n}, s.dtype, std::nullopt, "x");
@@ -54,43 +68,89 @@ PrimFunc build_dropout(const DropoutSpec& s) {
     TileBuffer mask;
     std::size_t at = 2;
     if (s.with_mask) mask = T::match_buffer(h[at++], {n}, s.mask_dtype, std::nullopt, "mask");
-    Var k0 = T::match_scalar(h[at++], u32, "k0");
-    Var k1 = T::match_scalar(h[at++], u32, "k1");
+    std::array<Expr, 10> rk0, rk1;
+    for (std::size_t r = 0; r < 10; ++r)
+      rk0[r] = T::match_scalar(h[at++], u32, "k0_" + std::to_string(r));
+    for (std::size_t r = 0; r < 10; ++r)
+      rk1[r] = T::match_scalar(h[at++], u32, "k1_" + std::to_string(r));
     DimFacts off_facts{.min = 0,
                        .max = std::numeric_limits<std::int64_t>::max(),
-                       .multiple_of = s.aligned4 ? 4 : 1};
+                       .multiple_of = s.aligned8 ? 8 : 1};
     Var offset = T::match_scalar(h[at++], i64, "offset", off_facts);
-    Var thr = T::match_scalar(h[at++], u32, "thr");
-    Var q = T::match_scalar(h[at++], f32, "q");
+    Var thr = T::match_scalar(h[at++], u32, "thr");  // round(p * 2^16), in [1, 65535]
+    Var q = T::match_scalar(h[at++], f32, "q");      // f32(1 - p)
+    Var r = T::match_scalar(h[at++], f32, "r");      // f32(1 / q), correctly rounded
     const std::int64_t chunk = static_cast<std::int64_t>(threads) * v;
     auto bx = T::cta_id({ceildiv(n, static_cast<int>(chunk))}, "bx");
     auto tid = T::thread_id({threads}, "tid");
     Var g = T::let(bx * threads + tid, "g");
     Var base = v == 1 ? g : T::let(g * v, "base");
     Expr zero = make_int(0, u32);
+    // Inputs that can hold values so small that the remainder of Markstein's
+    // division would underflow (below 2^-100): f32 and bf16 (f32's range).
+    const bool tiny_inputs = s.dtype == f32 || s.dtype == bf16;
 
-    // The four words of counter c (u64: the group index (offset + i) / 4).
+    // The four words of counter c (u64: the group index (offset + i) / 8).
     auto words = [&](const Expr& c) {
       Var cv = T::let(c, "ctr");
-      return detail::philox4x32_10({Expr(cast(cv, u32)), Expr(cast(cv >> 32, u32)), zero, zero}, k0,
-                                   k1);
+      return detail::philox4x32_10({Expr(cast(cv, u32)), Expr(cast(cv >> 32, u32)), zero, zero},
+                                   rk0, rk1);
     };
-    // y and the mask from x's element and its keep bit.
-    auto y_of = [&](const Expr& xe, const Expr& keep) -> Expr {
-      // x * keep / (1 - p): kept elements are exactly x / (1 - p) in f32.
-      Expr xf = xe.dtype() == f32 ? xe : Expr(cast(xe, f32));
-      Expr r = xf * select(keep, 1.0f, 0.0f) / q;
-      return s.dtype == f32 ? r : Expr(cast(r, s.dtype));
+    // The 16-bit draw of halfword `half` (0 low, 1 high) of word w.
+    auto draw = [](const Expr& w, int half) -> Expr {
+      return half == 0 ? Expr(w & make_int(0xFFFF, u32)) : Expr(w >> 16);
     };
-    // One element on its own: its counter, its word, behind a guard.
+    // x / q, exactly, by Markstein's correction (see above): y0 = x * r, the
+    // remainder t = y0 * q - x (exact in one fma), y0 - t * r rounded once.
+    // Written so that -0 stays -0 without a copysign: for x = -0, t is +0
+    // and -t * r + y0 is -0 + -0. Exact when the remainder does not
+    // underflow and the quotient does not overflow; `Scaled` carries what
+    // the range checks need.
+    struct Scaled {
+      Var xf, y0;
+      Expr value, divided;  // the result in x's dtype: by Markstein, by x / q
+    };
+    auto scaled = [&](const Expr& xe, const Expr& keep) {
+      auto out = [&](const Expr& v32) {
+        Expr kept = select(keep, v32, make_float(0.0, f32));
+        return s.dtype == f32 ? kept : Expr(cast(kept, s.dtype));
+      };
+      Var xf = T::let(xe.dtype() == f32 ? xe : Expr(cast(xe, f32)), "xf");
+      Var y0 = T::let(xf * r, "y0");
+      Var t = T::let(make_call(Intrinsic::fma, {Expr(y0), Expr(q), Expr(-xf)}), "t");
+      Expr exact = make_call(Intrinsic::fma, {Expr(-t), Expr(r), Expr(y0)});
+      return Scaled{xf, y0, out(exact), out(xf / q)};
+    };
+    // Outside Markstein's range: an infinite or huge quotient (its fma
+    // gives NaN), or (f32 and bf16 inputs) a nonzero x below 2^-100. As
+    // keys: |y0| (too big when >= 2^126, NaN included) and, on the bits of
+    // x, 2 * bits - 1 (the sign shifted out; 0 wraps to the largest u32, so
+    // only a tiny nonzero x is below 2 * bits(2^-100) - 1).
+    const std::uint32_t tiny_key = 2u * 0x0D800000u - 1u;
+    auto big_key = [&](const Scaled& v) { return make_call(Intrinsic::fabs, {Expr(v.y0)}); };
+    auto tiny_key_of = [&](const Scaled& v) {
+      return make_call(Intrinsic::reinterpret, {Expr(v.xf)}, {}, u32) * 2u - 1u;
+    };
+    auto needs_division = [&](const Expr& big, const Expr& tiny) {
+      Expr slow = !(big < make_float(0x1p126, f32));
+      // | not ||: no short-circuit branch around a compare.
+      if (tiny_inputs) slow = slow | (tiny < make_int(tiny_key, u32));
+      return slow;
+    };
+    // One element on its own: its counter, its halfword, behind a guard.
     auto element = [&](const Expr& idx) {
       T::if_(idx < n, [&] {
         Var e = T::let(cast(offset, u64) + cast(idx, u64), "e");
-        std::array<Expr, 4> w = words(e >> 2);
-        Var lane = T::let(cast(e & 3, i32), "lane");
-        Expr word = select(lane == 0, w[0], select(lane == 1, w[1], select(lane == 2, w[2], w[3])));
-        Var keep = T::let(word >= thr, "keep");
-        y(idx) = y_of(x(idx), keep);
+        std::array<Expr, 4> w = words(e >> 3);
+        Var lane = T::let(cast((e >> 1) & 3, i32), "lane");
+        Var word =
+            T::let(select(lane == 0, w[0], select(lane == 1, w[1], select(lane == 2, w[2], w[3]))),
+                   "word");
+        Var u = T::let(select(cast(e & 1, i32) == 0, draw(word, 0), draw(word, 1)), "u");
+        Var keep = T::let(u >= thr, "keep");
+        Scaled v = scaled(x(idx), keep);
+        Var slow = T::let(needs_division(big_key(v), tiny_key_of(v)), "slow");
+        T::if_(slow, [&] { y(idx) = v.divided; }).else_([&] { y(idx) = v.value; });
         if (s.with_mask) mask(idx) = cast(keep, s.mask_dtype);
       });
     };
@@ -108,30 +168,42 @@ PrimFunc build_dropout(const DropoutSpec& s) {
       TileBuffer mr;
       if (s.with_mask) mr = T::alloc_buffer({v}, s.mask_dtype, scope::local, std::nullopt, "m_r");
       Tx::thread::copy(xr, x[region(span(base, v))]);
-      if (s.aligned4) {
-        // offset + base is a multiple of 4: group k's counter is (offset + base) / 4 + k.
-        Var c0 = T::let((cast(offset, u64) + cast(base, u64)) >> 2, "c0");
-        for (int k = 0; k < v / 4; ++k) {
+      // Each element by Markstein; the range keys reduced over the chunk,
+      // so one branch per chunk (almost never taken) redoes it by division.
+      std::vector<Scaled> vals;
+      Expr big, tiny;
+      auto put = [&](int j, const Expr& keep) {
+        Scaled sc = scaled(xr(j), keep);
+        yr(j) = sc.value;
+        vals.push_back(sc);
+        big = big.defined() ? Expr(max(big, big_key(sc))) : big_key(sc);
+        if (tiny_inputs) tiny = tiny.defined() ? Expr(min(tiny, tiny_key_of(sc))) : tiny_key_of(sc);
+        if (s.with_mask) mr(j) = cast(keep, s.mask_dtype);
+      };
+      if (s.aligned8) {
+        // offset + base is a multiple of 8: group k's counter is (offset + base) / 8 + k.
+        Var c0 = T::let((cast(offset, u64) + cast(base, u64)) >> 3, "c0");
+        for (int k = 0; k < v / 8; ++k) {
           std::array<Expr, 4> w =
               words(k == 0 ? Expr(c0) : Expr(c0 + static_cast<std::uint64_t>(k)));
-          for (int j = 0; j < 4; ++j) {
-            Var keep = T::let(w[static_cast<std::size_t>(j)] >= thr, "keep");
-            yr(4 * k + j) = y_of(xr(4 * k + j), keep);
-            if (s.with_mask) mr(4 * k + j) = cast(keep, s.mask_dtype);
-          }
+          for (int j = 0; j < 8; ++j)
+            put(8 * k + j, T::let(draw(w[static_cast<std::size_t>(j / 2)], j % 2) >= thr, "keep"));
         }
       } else {
-        for (Var j : T::unroll(v, "j")) {
+        for (int j = 0; j < v; ++j) {
           Var e = T::let(cast(offset, u64) + cast(base + j, u64), "e");
-          std::array<Expr, 4> w = words(e >> 2);
-          Var lane = T::let(cast(e & 3, i32), "lane");
-          Expr word =
-              select(lane == 0, w[0], select(lane == 1, w[1], select(lane == 2, w[2], w[3])));
-          Var keep = T::let(word >= thr, "keep");
-          yr(j) = y_of(xr(j), keep);
-          if (s.with_mask) mr(j) = cast(keep, s.mask_dtype);
+          std::array<Expr, 4> w = words(e >> 3);
+          Var lane = T::let(cast((e >> 1) & 3, i32), "lane");
+          Var word = T::let(
+              select(lane == 0, w[0], select(lane == 1, w[1], select(lane == 2, w[2], w[3]))),
+              "word");
+          Var u = T::let(select(cast(e & 1, i32) == 0, draw(word, 0), draw(word, 1)), "u");
+          put(j, T::let(u >= thr, "keep"));
         }
       }
+      T::if_(needs_division(big, tiny), [&] {
+        for (int j = 0; j < v; ++j) yr(j) = vals[static_cast<std::size_t>(j)].divided;
+      });
       Tx::thread::copy(y[region(span(base, v))], yr);
       if (s.with_mask) Tx::thread::copy(mask[region(span(base, v))], mr);
     };
@@ -178,10 +250,10 @@ std::optional<Kernel> dropout_prepare(const Tensor& x, double p, std::int64_t of
   Config c = cfg;
   if (!c.strategy) c.strategy = Strategy::register_copy;
   if (c.threads == 0) c.threads = 256;
-  // 16 bytes of x per thread (fp8: 16 too, so that four Philox calls, not
-  // eight, sit between a thread's loads and stores); at least one counter.
+  // 16 bytes of x per thread, and at least one whole Philox call (8
+  // elements: f32 moves 32 bytes per thread).
   if (c.num_per_thread == 0)
-    c.num_per_thread = *c.strategy == Strategy::direct ? 1 : std::max(4, 16 / t.bytes());
+    c.num_per_thread = *c.strategy == Strategy::direct ? 1 : std::max(8, 16 / t.bytes());
   if (c.threads <= 0 || c.threads > 1024 || c.threads % 32 != 0)
     fail(kOp, "threads", loc,
          "threads must be a multiple of 32 in [32, 1024], got " + std::to_string(c.threads));
@@ -210,7 +282,7 @@ std::optional<Kernel> dropout_prepare(const Tensor& x, double p, std::int64_t of
   s.strategy = *c.strategy;
   s.threads = c.threads;
   s.v = s.strategy == Strategy::direct ? 1 : c.num_per_thread;
-  s.aligned4 = s.strategy == Strategy::register_copy && s.v % 4 == 0 && offset % 4 == 0;
+  s.aligned8 = s.strategy == Strategy::register_copy && s.v % 8 == 0 && offset % 8 == 0;
   const Device d = x.device();
   return detail::special_cached(s.name() + "|" + d.str(), [&] {
     try {
@@ -233,13 +305,14 @@ void dropout_into(const Tensor& x, double p, std::uint64_t seed, std::int64_t of
   Tensor mf = with_mask ? mask->reshape({n}) : Tensor();
   const std::uint64_t thr = dropout_threshold(p);
   const float q = static_cast<float>(1.0 - p);
+  const float r = static_cast<float>(1.0 / static_cast<double>(q));  // RN(1 / q)
   std::vector<Kernel::Arg> args{xf, yf};
   if (with_mask) args.emplace_back(mf);
-  args.emplace_back(static_cast<std::int64_t>(seed & 0xFFFFFFFFu));
-  args.emplace_back(static_cast<std::int64_t>(seed >> 32));
+  for (std::uint32_t k : detail::philox_round_keys(seed)) args.emplace_back(std::int64_t{k});
   args.emplace_back(offset);
   args.emplace_back(static_cast<std::int64_t>(thr));
   args.emplace_back(q);
+  args.emplace_back(r);
   try {
     k->launch(args.data(), args.size(), loc);
   } catch (const Error& e) {
@@ -270,21 +343,24 @@ void philox4x32_10(const std::uint32_t ctr[4], const std::uint32_t key[2], std::
 }
 
 std::uint64_t dropout_threshold(double p) {
-  double t = std::nearbyint(p * 4294967296.0);
-  return static_cast<std::uint64_t>(std::min(std::max(t, 0.0), 4294967295.0));
+  // At least 1 (a p > 0 drops something), at most 65535 (a p < 1 keeps something).
+  double t = std::nearbyint(p * 65536.0);
+  return static_cast<std::uint64_t>(std::min(std::max(t, 1.0), 65535.0));
 }
 
 bool dropout_keep(std::uint64_t seed, std::uint64_t element, double p) {
   if (p <= 0.0) return true;
   if (p >= 1.0) return false;
-  const std::uint64_t c = element >> 2;
+  const std::uint64_t c = element >> 3;
   const std::uint32_t ctr[4] = {static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(c >> 32),
                                 0, 0};
   const std::uint32_t key[2] = {static_cast<std::uint32_t>(seed),
                                 static_cast<std::uint32_t>(seed >> 32)};
   std::uint32_t out[4];
   philox4x32_10(ctr, key, out);
-  return out[element & 3] >= dropout_threshold(p);
+  const std::uint32_t word = out[(element >> 1) & 3];
+  const std::uint32_t draw = (element & 1) ? word >> 16 : word & 0xFFFFu;
+  return draw >= dropout_threshold(p);
 }
 
 DropoutResult dropout(const Tensor& x, double p, std::uint64_t seed, std::int64_t offset,

@@ -453,6 +453,43 @@ TEST_CASE("dropout: the mask bit for bit as Philox says, for every strategy, thr
     for (std::int64_t offset : {0, 12, 3}) check_dropout(x, 0.5, seed, offset, c, boolean);
 }
 
+// Kept values are x / (1 - p) to the bit, also where the kernel's
+// Markstein division leaves its fast range: signed zeros, infinities, NaN,
+// values so small that the remainder underflows (f32 and bf16 hold them),
+// and quotients that overflow; a p near 1 makes r = 1 / (1 - p) huge.
+TEST_CASE("dropout: x / (1 - p) to the bit for zeros, infinities, NaN, tiny and huge x") {
+  using namespace rdcase;
+  const std::uint64_t seed = test::rng()();
+  for (DType t : {f32, bf16, f16, f8e5m2, f8e4m3})
+    for (double p : {0.3, 0.999999}) {
+      CAPTURE(t.name());
+      CAPTURE(p);
+      std::vector<double> base{0.0,     -0.0,   INFINITY, -INFINITY, NAN,     1.0,    -1.5,
+                               0x1p-110, -0x1p-130, 0x1p-149, 3.0e38, -3.3e38, 6.0e4, 1e-7};
+      // 64 elements per pattern repeat, so that each value meets several keep bits.
+      std::vector<double> v;
+      for (int rep = 0; rep < 64; ++rep)
+        for (double b : base) v.push_back(b * (rep % 2 ? 1.0 : 0.75));
+      Tensor x = Tensor::from_doubles(v, {static_cast<std::int64_t>(v.size())}, t, device());
+      const std::vector<double> xv = x.to_doubles();  // as the dtype holds them
+      for (std::int64_t offset : {std::int64_t{0}, std::int64_t{3}}) {
+        auto r = ops::dropout(x, p, seed, offset, {.mask = true});
+        const std::vector<double> yv = r.y.to_doubles(), mv = r.mask.to_doubles();
+        const float q = static_cast<float>(1.0 - p);
+        std::size_t bad = 0, first = 0;
+        for (std::size_t i = 0; i < xv.size(); ++i) {
+          const float want32 = mv[i] != 0 ? static_cast<float>(xv[i]) / q : 0.0f;
+          const double want = quantize(static_cast<double>(want32), t);
+          const bool same = (std::isnan(want) && std::isnan(yv[i])) ||
+                            (yv[i] == want && std::signbit(yv[i]) == std::signbit(want));
+          if (!same && bad++ == 0) first = i;
+        }
+        CHECK_MESSAGE(bad == 0, bad << " values differ; first x = " << xv[first] << ": got "
+                                    << yv[first] << " (offset " << offset << ")");
+      }
+    }
+}
+
 TEST_CASE("dropout: drop rate within 3 sigma at N = 4M; replays; offsets") {
   using namespace rdcase;
   const std::int64_t n = 4 << 20;
