@@ -29,6 +29,7 @@ lib = ctypes.CDLL(sys.argv[1])
 lib.tx_peers_error.restype = ctypes.c_char_p
 P, U64P = ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)
 lib.tx_peers_gelu_inplace.argtypes = [P, P, U64P]
+lib.tx_peers_gelu_inplace_versioned.argtypes = [P, P, U64P]
 lib.tx_peers_add.argtypes = [P, P, P, ctypes.POINTER(ctypes.c_void_p)]
 lib.tx_peers_make.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_void_p), U64P]
 lib.tx_peers_kept_sum.argtypes = [ctypes.POINTER(ctypes.c_double)]
@@ -57,10 +58,11 @@ def call(rc):
         raise RuntimeError(lib.tx_peers_error().decode())
 
 
-def give(capsule):
-    """The DLManagedTensor* of a capsule, consumed (tx now owns it)."""
-    p = api.PyCapsule_GetPointer(capsule, b"dltensor")
-    api.PyCapsule_SetName(capsule, b"used_dltensor")
+def give(capsule, name=b"dltensor"):
+    """The DLManagedTensor* (name b"dltensor") or DLManagedTensorVersioned*
+    (b"dltensor_versioned") of a capsule, consumed (tx now owns it)."""
+    p = api.PyCapsule_GetPointer(capsule, name)
+    api.PyCapsule_SetName(capsule, b"used_" + name)
     return ctypes.c_void_p(p)
 
 
@@ -146,8 +148,14 @@ def cupy_side():
     want = cupy.asarray(F.gelu(torch.as_tensor(cupy.asnumpy(x)).double()).float().numpy())
     seen = ctypes.c_uint64()
     stream = cupy.cuda.get_current_stream().ptr
-    call(lib.tx_peers_gelu_inplace(give(x.toDlpack()), ctypes.c_void_p(stream),
-                                   ctypes.byref(seen)))
+    # DLPack 1.x: the versioned struct, on cupy's current stream.
+    try:
+        cap, name, fn = x.__dlpack__(max_version=(1, 0)), b"dltensor_versioned", "versioned"
+    except TypeError:  # a CuPy before DLPack 1.0
+        cap, name, fn = x.__dlpack__(), b"dltensor", "unversioned"
+    print(f"cupy {cupy.__version__} hands out the {fn} struct")
+    entry = lib.tx_peers_gelu_inplace_versioned if fn == "versioned" else lib.tx_peers_gelu_inplace
+    call(entry(give(cap, name), ctypes.c_void_p(stream), ctypes.byref(seen)))
     check(seen.value == x.data.ptr, "cupy -> tx: tx sees cupy's address (zero-copy)")
     cupy.cuda.get_current_stream().synchronize()
     check(bool(cupy.allclose(x, want, rtol=1e-5, atol=1e-6)), "cupy -> tx: tx's write read by cupy")

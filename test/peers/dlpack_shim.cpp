@@ -80,6 +80,17 @@ int tx_peers_gelu_inplace(void* m, void* cu_stream, std::uintptr_t* seen) {
   });
 }
 
+// The same with DLPack 1.x's versioned struct (CuPy's __dlpack__ hands one
+// out when asked for max_version (1, 0)).
+int tx_peers_gelu_inplace_versioned(void* m, void* cu_stream, std::uintptr_t* seen) {
+  return guarded([&] {
+    Tensor x = Tensor::from_dlpack(static_cast<DLManagedTensorVersioned*>(m));
+    *seen = reinterpret_cast<std::uintptr_t>(x.data_ptr());
+    StreamGuard on(Stream::wrap(cu_stream, x.device()));
+    ops::gelu(x, x);
+  });
+}
+
 // out = x + y over the peer's tensors (views allowed), on the caller's
 // stream; the result is a new tx tensor handed back as a DLManagedTensor*.
 int tx_peers_add(void* mx, void* my, void* cu_stream, void** result) {
