@@ -20,6 +20,10 @@
 //   broadcast along the innermost extent (a (M, 1) per-row scale), same
 //     class: one scalar load per chunk;
 //   anything else: element by element.
+//
+// With lookup_table (a unary op on an 8-bit input, see nary_kernel.hpp) the
+// CTA first stages the op's 256-entry table in shared memory behind one
+// barrier, and every element's value is the table entry of its bit pattern.
 #include "nary_kernel.hpp"
 #include "tx/lowering/analysis.hpp"
 
@@ -39,6 +43,7 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
     if (s.operands[k].strided)
       for (std::size_t d = 0; d < rank; ++d)
         names.push_back("s" + std::to_string(k) + "_" + std::to_string(d) + "_ptr");
+  if (s.lookup_table) names.push_back("table_ptr");
 
   return T::prim_func_n(s.name, names, [&](const std::vector<Handle>& h) {
     const std::size_t ni = s.param_dtypes.size();
@@ -81,6 +86,14 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
     const std::int64_t chunk = static_cast<std::int64_t>(threads) * v;
     auto bx = T::cta_id({ceildiv(n, static_cast<int>(chunk))}, "bx");
     auto tid = T::thread_id({threads}, "tid");
+    // The lookup table, in shared memory before any thread branches.
+    TileBuffer table_s;
+    if (s.lookup_table) {
+      auto table = T::match_buffer(h[slot], {256}, s.out_dtype, std::nullopt, "table");
+      table_s = T::alloc_buffer({256}, s.out_dtype, scope::shared, std::nullopt, "table_s");
+      Tx::cta::copy(table_s, table);
+      T::cuda::cta_sync();
+    }
 
     // Offset of flat output index idx in operand o: the sum over coalesced
     // dimensions of ((idx / inner) % extent) * stride.
@@ -128,6 +141,7 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       Expr off = offset_of(o, idx);
       if (!o.flat) off = Expr(min(off, b->dims[0] - 1));
       Expr raw = b(off);
+      if (s.lookup_table) return raw;  // the bits index the table
       return raw.dtype() == o.compute ? raw : Expr(cast(raw, o.compute));
     };
     auto result = [&](const std::vector<Expr>& raw, const Expr& idx) -> Expr {
@@ -136,6 +150,8 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
         bool simple = raw[k].as<VarNode>() || raw[k].as<IntImmNode>() || raw[k].as<FloatImmNode>();
         ins.push_back(simple ? raw[k] : Expr(T::let(raw[k], "v" + std::to_string(k))));
       }
+      if (s.lookup_table)
+        return table_s(cast(make_call(Intrinsic::reinterpret, {ins[0]}, {}, u8), i32));
       Expr r = s.value(ins, idx);
       return r.dtype() == s.out_dtype ? r : Expr(cast(r, s.out_dtype));
     };
@@ -184,7 +200,7 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
           auto r = T::alloc_buffer({v}, buf->dtype, scope::local, std::nullopt,
                                    "x" + std::to_string(k) + "_r");
           Tx::thread::copy(r, buf[region(span(at, v))]);
-          DType c = o.compute;
+          DType c = s.lookup_table ? buf->dtype : o.compute;
           elem.push_back([r, c](const Expr& j) {
             Expr x = r(j);
             return x.dtype() == c ? x : Expr(cast(x, c));

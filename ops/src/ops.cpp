@@ -9,6 +9,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <list>
 #include <map>
 #include <mutex>
@@ -180,6 +181,21 @@ void make_generic(Plan& p, const OpInfo& op, bool gated) {
                 (g.inner_multiple_of_v ? "|whole-rows" : "|any-rows");
 }
 
+// A unary op on an fp8 input looks its result up in a 256-entry table (see
+// GenericSpec::lookup_table) in the shape-generic register_copy kernels, the
+// default: fp8 gelu and silu then run at the copy limit, where computing
+// them (an f32 erf or exp per byte moved) is instruction-bound. The table
+// holds what the computing kernels produce, bit for bit; TX_OPS_LOOKUP=0
+// turns the tables off (to compare).
+bool uses_lookup_table(const OpInfo& op, DType dtype, const Config& cfg) {
+  static const bool off = [] {
+    const char* v = std::getenv("TX_OPS_LOOKUP");
+    return v && std::string(v) == "0";
+  }();
+  return !off && op.tmpl == optable::Template::unary && op.inputs == 1 && dtype.is_fp8() &&
+         *cfg.strategy == Strategy::register_copy && !cfg.exact_shape;
+}
+
 // The kernel spec of an op on concrete shapes.
 Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
           const std::vector<DType>& dtypes, const Params& params, const Config& cfg) {
@@ -242,6 +258,11 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
   }
   s.value = [&op, params](const std::vector<Expr>& in, const Expr&) { return op.expr(in, params); };
   make_generic(p, op, /*gated=*/false);
+  if (uses_lookup_table(op, dtype, cfg)) {
+    p.generic.lookup_table = true;
+    p.generic.name += "_lut";
+    p.class_key += "|lut";
+  }
   return p;
 }
 
@@ -416,6 +437,10 @@ void launch_on_views(const detail::GenericSpec& base, const std::string& key, De
   }
   const std::size_t rank = c.shape.size();
   detail::GenericSpec g = base;
+  if (g.lookup_table) {  // views compute (their kernels take no table)
+    g.lookup_table = false;
+    g.name.resize(g.name.size() - 4);  // "_lut"
+  }
   g.rank = rank;
   const int v = g.strategy == Strategy::direct ? 1 : g.npt;
   g.inner_multiple_of_v = rank > 1 && c.shape.back() % v == 0;
@@ -604,6 +629,36 @@ static void cast_into(const Tensor& x, Tensor& out, const Config& cfg);
 static void alibi_into(std::int64_t heads, std::int64_t seq, Tensor& out, const Config& c);
 static void sinusoidal_into(std::int64_t positions, std::int64_t dim, Tensor& out, const Config& c);
 
+namespace {
+// The 256 results of a unary op on every bit pattern of an 8-bit dtype,
+// computed once per (op, dtype, params, device) by the template's computing
+// kernel (explicit_parallel never looks up), so that a lookup returns the
+// same bits as the arithmetic would.
+Tensor lookup_table_for(const OpInfo& op, DType dtype, const Params& params, Device device) {
+  static std::mutex mu;
+  static auto* tables = new std::map<std::string, Tensor>();
+  std::ostringstream k;
+  k << op.name << "|" << dtype.name() << "|" << device.str();
+  for (double v : params) k << "|" << std::hexfloat << v;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = tables->find(k.str());
+    if (it != tables->end()) return it->second;
+  }
+  std::vector<std::uint8_t> bits(256);
+  for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = static_cast<std::uint8_t>(i);
+  Tensor x = Tensor::from_bytes(bits.data(), bits.size(), {256}, dtype, device);
+  Elementwise compute(op.name, {{256}}, dtype, params,
+                      Config{.strategy = Strategy::explicit_parallel}, device);
+  // Through the host once (256 entries): the table is complete before any
+  // stream reads it.
+  std::vector<std::uint8_t> host = compute({x}).to_bytes();
+  Tensor table = Tensor::from_bytes(host.data(), host.size(), {256}, compute.out_dtype(), device);
+  std::lock_guard<std::mutex> lock(mu);
+  return tables->emplace(k.str(), table).first->second;
+}
+}  // namespace
+
 // ------------------------------------------------------------ Elementwise
 
 Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
@@ -656,6 +711,8 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
   out_shape_ = p.out_shape;
   out_dtype_ = p.out_dtype;
   if (!cfg_.exact_shape) scalars_ = p.scalars;
+  if (!cfg_.exact_shape && p.generic.lookup_table)
+    table_ = lookup_table_for(info, dtype, params_, device_);
 }
 
 Tensor Elementwise::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
@@ -721,6 +778,7 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
   args[n] = flat[n];
   ++n;
   for (std::int64_t e : scalars_) args[n++] = Kernel::Arg(e);
+  if (table_.defined()) args[n++] = table_;
   kernel_.launch(args.data(), n);
 }
 

@@ -176,8 +176,9 @@ PrimFunc build_rope(const RopeSpec& s) {
       if (!has_k) {
         rotate_heads(q, s.heads, head);
       } else {
-        T::if_(head < static_cast<int>(s.heads), [&] { rotate_heads(q, s.heads, head); })
-            .else_([&] { rotate_heads(k, s.kv_heads, head - static_cast<int>(s.heads)); });
+        T::if_(head < static_cast<int>(s.heads), [&] {
+          rotate_heads(q, s.heads, head);
+        }).else_([&] { rotate_heads(k, s.kv_heads, head - static_cast<int>(s.heads)); });
       }
     });
   });

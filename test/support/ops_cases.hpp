@@ -535,6 +535,40 @@ TEST_CASE("ops: the three strategies agree") {
     }
 }
 
+// Unary ops on fp8 inputs look their results up in a 256-entry table: the
+// same bits as the computing kernels (explicit_parallel never looks up), on
+// every input bit pattern, at an odd size (the scalar tail looks up too),
+// through a strided view (which computes), and the kernel says so by name.
+TEST_CASE("ops: fp8 unary ops by table give the computing kernels' bits") {
+  using namespace opscase;
+  std::vector<std::uint8_t> bits;
+  for (int rep = 0; rep < 9; ++rep)
+    for (int b = 0; b < 256; ++b) bits.push_back(static_cast<std::uint8_t>((b * 37 + rep) & 0xFF));
+  bits.resize(bits.size() - 5);  // 2299: whole chunks and a tail
+  int tables = 0;
+  for (DType t : {f8e4m3, f8e5m2})
+    for (const auto& op : ops::all_ops()) {
+      if (op.tmpl != tx::optable::Template::unary || !supports(op, t)) continue;
+      INFO(op.name << " " << t.name());
+      const auto n = static_cast<std::int64_t>(bits.size());
+      Tensor x = Tensor::from_bytes(bits.data(), bits.size(), {n}, t, device());
+      ops::Elementwise looked(op.name, {{n}}, t, params_of(op));
+      CHECK(looked.kernel().name().find("_lut") != std::string::npos);
+      ops::Elementwise computed(op.name, {{n}}, t, params_of(op),
+                                {.strategy = ops::Strategy::explicit_parallel});
+      const std::vector<std::uint8_t> want = computed({x}).to_bytes();
+      CHECK(looked({x}).to_bytes() == want);
+      // Every other element of a 2n buffer: a strided view, computed.
+      std::vector<std::uint8_t> wide(2 * bits.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) wide[2 * i] = bits[i];
+      Tensor xs =
+          Tensor::from_bytes(wide.data(), wide.size(), {2 * n}, t, device()).slice(0, 0, 2 * n, 2);
+      CHECK(ops::run(op.name, {xs}, params_of(op)).to_bytes() == want);
+      ++tables;
+    }
+  CHECK(tables >= 40);
+}
+
 namespace opscase {
 
 // ALiBi slopes written out as BLOOM's build_alibi_tensor (and vLLM's

@@ -464,8 +464,8 @@ TEST_CASE("dropout: x / (1 - p) to the bit for zeros, infinities, NaN, tiny and 
     for (double p : {0.3, 0.999999}) {
       CAPTURE(t.name());
       CAPTURE(p);
-      std::vector<double> base{0.0,     -0.0,   INFINITY, -INFINITY, NAN,     1.0,    -1.5,
-                               0x1p-110, -0x1p-130, 0x1p-149, 3.0e38, -3.3e38, 6.0e4, 1e-7};
+      std::vector<double> base{0.0,      -0.0,      INFINITY, -INFINITY, NAN,     1.0,   -1.5,
+                               0x1p-110, -0x1p-130, 0x1p-149, 3.0e38,    -3.3e38, 6.0e4, 1e-7};
       // 64 elements per pattern repeat, so that each value meets several keep bits.
       std::vector<double> v;
       for (int rep = 0; rep < 64; ++rep)

@@ -5,11 +5,15 @@
 //
 // Element i of x is kept when Philox4x32-10 (Salmon et al., SC'11; Random123's
 // constants) says so for e = offset + i: with key (seed mod 2^32, seed / 2^32)
-// and counter (e / 4 mod 2^32, e / 2^34, 0, 0), its word r = out[e % 4] is
-// kept when r >= round(p * 2^32). So the mask is a function of (seed, offset
-// + i) alone: the same on the GPU and the host, for every launch
-// configuration. Kept elements are exactly x / (1 - p) (an f32 division of x
-// by f32(1 - p), rounded once to x's dtype); dropped ones are +0.
+// and counter (e / 8 mod 2^32, e / 2^35, 0, 0), its 16-bit draw is halfword
+// e % 2 (0 the low half) of word out[(e / 2) % 4], and it is kept when that
+// draw is >= round(p * 2^16) (clamped to [1, 65535]: p applies with a
+// resolution of 2^-16, and a p in (0, 1) always drops and keeps some
+// elements). One Philox call serves eight elements. So the mask is a
+// function of (seed, offset + i) alone: the same on the GPU and the host, for
+// every launch configuration and dtype. Kept elements are exactly x / (1 - p)
+// (the correctly rounded f32 quotient of x by f32(1 - p), rounded once to x's
+// dtype); dropped ones are +0.
 #pragma once
 
 #include <cstdint>
@@ -50,7 +54,7 @@ Kernel dropout_kernel(const Tensor& x, double p, std::int64_t offset = 0, bool w
 // The keep decision's reference in plain C++ (the kernels compute the same bits).
 // Philox4x32-10 of (counter, key).
 void philox4x32_10(const std::uint32_t ctr[4], const std::uint32_t key[2], std::uint32_t out[4]);
-// round(p * 2^32): element e is kept when its word is >= this (p in (0, 1)).
+// round(p * 2^16) in [1, 65535]: element e is kept when its draw is >= this (p in (0, 1)).
 std::uint64_t dropout_threshold(double p);
 bool dropout_keep(std::uint64_t seed, std::uint64_t element, double p);
 

@@ -113,6 +113,7 @@ class Elementwise {
   Config cfg_;
   Device device_;
   Kernel kernel_;
+  Tensor table_;  // the results of a unary op on every 8-bit input (shape-generic fp8 kernels)
 };
 
 // ------------------------------------------------------------------ API
