@@ -86,13 +86,11 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
     const std::int64_t chunk = static_cast<std::int64_t>(threads) * v;
     auto bx = T::cta_id({ceildiv(n, static_cast<int>(chunk))}, "bx");
     auto tid = T::thread_id({threads}, "tid");
-    // The lookup table, in shared memory before any thread branches.
-    TileBuffer table_s;
+    // The lookup table's global buffer and its shared copy (staged below).
+    TileBuffer table, table_s;
     if (s.lookup_table) {
-      auto table = T::match_buffer(h[slot], {256}, s.out_dtype, std::nullopt, "table");
+      table = T::match_buffer(h[slot], {256}, s.out_dtype, std::nullopt, "table");
       table_s = T::alloc_buffer({256}, s.out_dtype, scope::shared, std::nullopt, "table_s");
-      Tx::cta::copy(table_s, table);
-      T::cuda::cta_sync();
     }
 
     // Offset of flat output index idx in operand o: the sum over coalesced
@@ -175,6 +173,24 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       } else {
         for (Var j : T::unroll(v, "j")) body(base + j);
       }
+      return;
+    }
+
+    if (s.lookup_table) {
+      // A unary op's one flat operand. The chunk's loads go first, so that
+      // they are in flight while the CTA stages the table (a barrier every
+      // thread reaches, before any branch that differs between threads).
+      auto xr = T::alloc_buffer({v}, s.param_dtypes[0], scope::local, std::nullopt, "x0_r");
+      T::if_(base + v <= n, [&] { Tx::thread::copy(xr, in[0][region(span(base, v))]); });
+      Tx::cta::copy(table_s, table);
+      T::cuda::cta_sync();
+      T::if_(base + v <= n, [&] {
+        auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
+        for (Var j : T::unroll(v, "j")) yr(j) = result({xr(j)}, base + j);
+        Tx::thread::copy(out[region(span(base, v))], yr);
+      }).else_([&] {
+        for (Var j : T::serial(v, "j")) element(base + j);
+      });
       return;
     }
 

@@ -95,9 +95,13 @@ Config resolve(const Config& c, DType t, const OpInfo* op = nullptr) {
   if (r.threads == 0) r.threads = default_threads(op);
   // 16 bytes of the element type; 32 for one-byte types, whose kernels
   // (conversions in and out of fp8 around f32 math) need more bytes in
-  // flight per thread: +5% for e4m3 relu / add, measured on the H200.
+  // flight per thread: +5% for e4m3 relu / add, measured on the H200; 64
+  // for unary ops on fp8 (their lookup-table kernels wait on a barrier per
+  // CTA: more bytes per CTA).
+  const bool fp8_unary = op && op->tmpl == optable::Template::unary && t.is_fp8();
   if (r.num_per_thread == 0)
     r.num_per_thread = *r.strategy == Strategy::direct ? 1
+                       : fp8_unary                     ? 64
                        : t.bytes() == 1                ? 32
                                                        : std::max(1, 16 / t.bytes());
   if (r.threads <= 0 || r.threads > 1024 || r.threads % 32 != 0)
@@ -711,8 +715,8 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
   out_shape_ = p.out_shape;
   out_dtype_ = p.out_dtype;
   if (!cfg_.exact_shape) scalars_ = p.scalars;
-  if (!cfg_.exact_shape && p.generic.lookup_table)
-    table_ = lookup_table_for(info, dtype, params_, device_);
+  lookup_ = !cfg_.exact_shape && p.generic.lookup_table;
+  if (lookup_) table_once_ = std::make_shared<std::once_flag>();
 }
 
 Tensor Elementwise::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
@@ -778,7 +782,11 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
   args[n] = flat[n];
   ++n;
   for (std::int64_t e : scalars_) args[n++] = Kernel::Arg(e);
-  if (table_.defined()) args[n++] = table_;
+  if (lookup_) {
+    std::call_once(*table_once_,
+                   [&] { table_ = lookup_table_for(lookup(op_), dtype_, params_, device_); });
+    args[n++] = table_;
+  }
   kernel_.launch(args.data(), n);
 }
 

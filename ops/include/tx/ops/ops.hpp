@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -113,7 +115,12 @@ class Elementwise {
   Config cfg_;
   Device device_;
   Kernel kernel_;
-  Tensor table_;  // the results of a unary op on every 8-bit input (shape-generic fp8 kernels)
+  // The shape-generic fp8 kernels of unary ops look results up in a table
+  // of the op on every 8-bit input, made at the first launch (building an
+  // Elementwise runs nothing).
+  bool lookup_ = false;
+  mutable std::shared_ptr<std::once_flag> table_once_;
+  mutable Tensor table_;
 };
 
 // ------------------------------------------------------------------ API
