@@ -535,8 +535,8 @@ TEST_CASE("ops: the three strategies agree") {
     }
 }
 
-// Unary ops on fp8 inputs look their results up in a 256-entry table: the
-// same bits as the computing kernels (explicit_parallel never looks up), on
+// Unary ops on fp8 inputs whose math is costly look their results up in a
+// 256-entry table: the same bits as the computing kernels (explicit_parallel never looks up), on
 // every input bit pattern, at an odd size (the scalar tail looks up too),
 // through a strided view (which computes), and the kernel says so by name.
 TEST_CASE("ops: fp8 unary ops by table give the computing kernels' bits") {
@@ -553,7 +553,13 @@ TEST_CASE("ops: fp8 unary ops by table give the computing kernels' bits") {
       const auto n = static_cast<std::int64_t>(bits.size());
       Tensor x = Tensor::from_bytes(bits.data(), bits.size(), {n}, t, device());
       ops::Elementwise looked(op.name, {{n}}, t, params_of(op));
-      CHECK(looked.kernel().name().find("_lut") != std::string::npos);
+      // Ops with transcendental math or a division look up; cheap ones compute.
+      const bool lut = looked.kernel().name().find("_lut") != std::string::npos;
+      for (const char* costly : {"gelu", "silu", "exp", "tanh", "sigmoid", "erf", "reciprocal"})
+        if (op.name == costly) CHECK(lut);
+      for (const char* cheap : {"relu", "neg", "abs", "floor", "isnan"})
+        if (op.name == cheap) CHECK(!lut);
+      tables += lut ? 1 : 0;
       ops::Elementwise computed(op.name, {{n}}, t, params_of(op),
                                 {.strategy = ops::Strategy::explicit_parallel});
       const std::vector<std::uint8_t> want = computed({x}).to_bytes();
@@ -564,9 +570,8 @@ TEST_CASE("ops: fp8 unary ops by table give the computing kernels' bits") {
       Tensor xs =
           Tensor::from_bytes(wide.data(), wide.size(), {2 * n}, t, device()).slice(0, 0, 2 * n, 2);
       CHECK(ops::run(op.name, {xs}, params_of(op)).to_bytes() == want);
-      ++tables;
     }
-  CHECK(tables >= 40);
+  CHECK(tables >= 30);
 }
 
 namespace opscase {
