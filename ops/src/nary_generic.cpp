@@ -24,6 +24,8 @@
 // With lookup_table (a unary op on an 8-bit input, see nary_kernel.hpp) the
 // CTA first stages the op's 256-entry table in shared memory behind one
 // barrier, and every element's value is the table entry of its bit pattern.
+#include <array>
+
 #include "nary_kernel.hpp"
 #include "tx/lowering/analysis.hpp"
 
@@ -84,7 +86,11 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       }
     }
     const std::int64_t chunk = static_cast<std::int64_t>(threads) * v;
-    auto bx = T::cta_id({ceildiv(n, static_cast<int>(chunk))}, "bx");
+    // A lookup-table CTA serves kLookupChunks consecutive chunks per thread
+    // (see below); every other CTA one.
+    constexpr int kLookupChunks = 4;
+    const int chunks_per_cta = s.lookup_table ? kLookupChunks : 1;
+    auto bx = T::cta_id({ceildiv(n, static_cast<int>(chunk * chunks_per_cta))}, "bx");
     auto tid = T::thread_id({threads}, "tid");
     // The lookup table's global buffer and its shared copy (staged below).
     TileBuffer table, table_s;
@@ -177,20 +183,43 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
     }
 
     if (s.lookup_table) {
-      // A unary op's one flat operand. The chunk's loads go first, so that
-      // they are in flight while the CTA stages the table (a barrier every
-      // thread reaches, before any branch that differs between threads).
-      auto xr = T::alloc_buffer({v}, s.param_dtypes[0], scope::local, std::nullopt, "x0_r");
-      T::if_(base + v <= n, [&] { Tx::thread::copy(xr, in[0][region(span(base, v))]); });
+      // A unary op's one flat operand, kLookupChunks chunks per thread
+      // (chunk k of CTA b: the CTA-wide chunk b * kLookupChunks + k), in
+      // a software pipeline: chunk k + 1's loads are issued before chunk
+      // k's lookups, so that each warp keeps loads in flight while it looks
+      // up (one chunk per thread, loads then lookups, plateaued at 0.85 of
+      // copy on the H200). The first loads go out before the CTA stages the
+      // table (a barrier every thread reaches, before any branch that
+      // differs between threads).
+      std::array<TileBuffer, 2> xr;
+      for (int b = 0; b < 2; ++b)
+        xr[static_cast<std::size_t>(b)] = T::alloc_buffer({v}, s.param_dtypes[0], scope::local,
+                                                          std::nullopt, "x0_r" + std::to_string(b));
+      std::vector<Var> bases;
+      for (int k = 0; k < kLookupChunks; ++k)
+        bases.push_back(
+            T::let(((bx * kLookupChunks + k) * threads + tid) * v, "base" + std::to_string(k)));
+      auto load = [&](int k) {
+        const Var& b = bases[static_cast<std::size_t>(k)];
+        T::if_(b + v <= n, [&] {
+          Tx::thread::copy(xr[static_cast<std::size_t>(k % 2)], in[0][region(span(b, v))]);
+        });
+      };
+      load(0);
       Tx::cta::copy(table_s, table);
       T::cuda::cta_sync();
-      T::if_(base + v <= n, [&] {
-        auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
-        for (Var j : T::unroll(v, "j")) yr(j) = result({xr(j)}, base + j);
-        Tx::thread::copy(out[region(span(base, v))], yr);
-      }).else_([&] {
-        for (Var j : T::serial(v, "j")) element(base + j);
-      });
+      for (int k = 0; k < kLookupChunks; ++k) {
+        if (k + 1 < kLookupChunks) load(k + 1);
+        const Var& b = bases[static_cast<std::size_t>(k)];
+        const TileBuffer& cur = xr[static_cast<std::size_t>(k % 2)];
+        T::if_(b + v <= n, [&] {
+          auto yr = T::alloc_buffer({v}, s.out_dtype, scope::local, std::nullopt, "y_r");
+          for (Var j : T::unroll(v, "j")) yr(j) = result({cur(j)}, b + j);
+          Tx::thread::copy(out[region(span(b, v))], yr);
+        }).else_([&] {
+          for (Var j : T::serial(v, "j")) element(b + j);
+        });
+      }
       return;
     }
 
