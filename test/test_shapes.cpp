@@ -8,6 +8,7 @@
 #include <random>
 
 #include "test_support.hpp"
+#include "tx/lowering/lower.hpp"
 #include "tx/ops/ops.hpp"
 #include "tx/runtime/cubin_cache.hpp"
 #include "tx/tx.hpp"
@@ -177,6 +178,65 @@ TEST_CASE("a fact the kernel needs but cannot prove is named") {
                                       "of 8, which the kernel was specialized for"));
   Tensor small = Tensor::from_doubles(std::vector<double>(4, 1.0), {4}, f32, Device::host());
   CHECK_THROWS_WITH(k(small), doctest::Contains("is below its min 8"));
+}
+
+namespace {
+// Chunks of 16 elements per thread, copied as two tiles of 8 inside a guard
+// `base + guard_end <= n`; the chunk straddling n is copied element by
+// element in the else branch.
+PrimFunc guarded_chunks(std::int64_t guard_end) {
+  return T::prim_func("guarded_chunks", [&](Handle X_ptr, Handle Y_ptr) {
+    auto n = T::dim("n");
+    auto X = T::match_buffer(X_ptr, {n}, f32);
+    auto Y = T::match_buffer(Y_ptr, {n}, f32);
+    auto bx = T::cta_id({ceildiv(n, 16 * 64)});
+    auto tid = T::thread_id({64});
+    auto base = T::let((bx * 64 + tid) * 16, "base");
+    T::if_(base + static_cast<int>(guard_end) <= n, [&] {
+      auto R = T::alloc_buffer({8}, f32, scope::local);
+      for (int half : {0, 8}) {
+        auto at = T::let(base + half, "at");
+        Tx::thread::copy(R, X[region(span(at, 8))]);
+        for (Var j : T::unroll(8)) R(j) = R(j) * 3.0f;
+        Tx::thread::copy(Y[region(span(at, 8))], R);
+      }
+    }).else_([&] {
+      for (Var j : T::serial(16)) T::if_(base + j < n, [&] { Y(base + j) = X(base + j) * 3.0f; });
+    });
+  });
+}
+}  // namespace
+
+TEST_CASE("a guard that implies a tile is whole removes its bounds test") {
+  // `base + 16 <= n` implies at + 8 <= n for at = base and base + 8 (the
+  // lets cancel): vector copies with no test of their own.
+  lowering::LoweredKernel whole = lowering::lower(guarded_chunks(16));
+  for (const auto& d : whole.dispatched) {
+    INFO(d.call);
+    CHECK(d.variant == "copy/reg");
+  }
+  // `base + 12 <= n` does not imply base + 16 <= n: the second tile keeps
+  // its test (whole tiles by vector, the partial one element by element).
+  lowering::LoweredKernel partial = lowering::lower(guarded_chunks(12));
+  int predicated = 0;
+  for (const auto& d : partial.dispatched)
+    predicated += d.variant.find("copy/fallback (partial)") != std::string::npos;
+  CHECK(predicated == 2);  // the load and the store of the tile at base + 8
+  if (!host_ready()) return;
+  for (std::int64_t guard_end : {16, 12}) {
+    Kernel k = compile(guarded_chunks(guard_end), {.device = Device::host()});
+    for (std::int64_t n : {1, 15, 16, 1000, 4099}) {
+      CAPTURE(n);
+      std::vector<double> x = test::random_values(static_cast<std::size_t>(n), f32);
+      Tensor X = Tensor::from_doubles(x, {n}, f32, Device::host());
+      Tensor Y = Tensor::empty({n}, f32, Device::host());
+      Y.fill_bits(test::poison_bits(f32));
+      k(X, Y);
+      std::vector<double> y = Y.to_doubles(), want(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) want[i] = quantize(3 * x[i], f32);
+      CHECK(test::max_rel_error(y, want, 0, 1e-7) <= 1.0);
+    }
+  }
 }
 
 TEST_CASE("a sweep of 200 serving shapes compiles a handful of kernels") {

@@ -44,6 +44,13 @@ const VarFact* Env::find(const VarNode* v) const {
   return it == vars_.end() ? nullptr : &it->second;
 }
 
+void Env::define(const Var& v, const Expr& value) { defs_[v.get()] = value; }
+
+const Expr* Env::definition(const VarNode* v) const {
+  auto it = defs_.find(v);
+  return it == defs_.end() ? nullptr : &it->second;
+}
+
 namespace {
 
 std::int64_t sat_mul(std::int64_t a, std::int64_t b) {
@@ -221,6 +228,88 @@ std::int64_t Env::known_divisor(const Expr& e) const {
   }
   if (auto* c = e.as<CastNode>()) return known_divisor(c->value);
   return 1;
+}
+
+namespace {
+
+bool same_atom(const Expr& a, const Expr& b) {
+  if (a.same_as(b)) return true;
+  auto* x = a.as<VarNode>();
+  auto* y = b.as<VarNode>();
+  return x && x == y;
+}
+
+// Adds k * e to f; false on overflow. `depth` limits how many lets are
+// looked through (definitions are finite, the limit only bounds the work).
+bool accumulate(const Expr& e, std::int64_t k, const Env& env, int depth, LinearForm& f) {
+  constexpr std::int64_t kLimit = std::int64_t{1} << 60;
+  auto fits = [&](std::int64_t v) { return v > -kLimit && v < kLimit; };
+  if (k == 0) return true;
+  if (auto c = as_const_int(e)) {
+    std::int64_t v = sat_mul(*c, k);
+    if (!fits(v) || !fits(f.constant + v)) return false;
+    f.constant += v;
+    return true;
+  }
+  if (auto* v = e.as<VarNode>(); v && depth > 0) {
+    if (const Expr* d = env.definition(v); d && d->dtype().is_integer())
+      return accumulate(*d, k, env, depth - 1, f);
+  }
+  if (auto* b = e.as<BinaryNode>()) {
+    switch (b->op) {
+      case BinOp::Add:
+        return accumulate(b->a, k, env, depth, f) && accumulate(b->b, k, env, depth, f);
+      case BinOp::Sub:
+        return accumulate(b->a, k, env, depth, f) && accumulate(b->b, -k, env, depth, f);
+      case BinOp::Mul:
+        if (auto c = as_const_int(b->b)) {
+          std::int64_t m = sat_mul(k, *c);
+          return fits(m) && accumulate(b->a, m, env, depth, f);
+        }
+        if (auto c = as_const_int(b->a)) {
+          std::int64_t m = sat_mul(k, *c);
+          return fits(m) && accumulate(b->b, m, env, depth, f);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  // A widening integer cast keeps the value.
+  if (auto* c = e.as<CastNode>();
+      c && c->value.dtype().is_int() && c->dtype.is_int() && c->dtype.bits >= c->value.dtype().bits)
+    return accumulate(c->value, k, env, depth, f);
+  for (auto& [atom, coeff] : f.terms)
+    if (same_atom(atom, e)) {
+      coeff += k;
+      return fits(coeff);
+    }
+  f.terms.emplace_back(e, k);
+  return true;
+}
+
+}  // namespace
+
+std::optional<LinearForm> linear_form(const Expr& e, const Env& env) {
+  LinearForm f;
+  if (!e.defined() || !e.dtype().is_integer() || !accumulate(e, 1, env, 16, f)) return std::nullopt;
+  return f;
+}
+
+bool provably_le(const Expr& a, const Expr& b, const Env& env) {
+  if (!a.defined() || !b.defined() || !a.dtype().is_integer() || !b.dtype().is_integer())
+    return false;
+  LinearForm f;
+  if (!accumulate(a, 1, env, 16, f) || !accumulate(b, -1, env, 16, f)) return false;
+  std::int64_t hi = f.constant;
+  for (const auto& [atom, coeff] : f.terms) {
+    if (coeff == 0) continue;
+    Interval r = env.bound(atom);
+    if (!r.bounded()) return false;
+    hi = sat_add(hi, coeff > 0 ? sat_mul(coeff, r.hi) : sat_mul(coeff, r.lo));
+    if (hi >= Interval::kMax / 2) return false;
+  }
+  return hi <= 0;
 }
 
 std::optional<std::int64_t> evaluate_int(

@@ -11,8 +11,10 @@
 // size, rotary_dim and style, which a model fixes.
 #include "tx/ops/rope.hpp"
 
+#include <array>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numbers>
 #include <optional>
 #include <sstream>
@@ -54,6 +56,7 @@ struct RopeSpec {
   int threads = 256;
   int v = 1;                 // rotary pairs per thread
   int heads_per_thread = 1;  // heads sharing one cos/sin row load
+  bool operator==(const RopeSpec&) const = default;
   std::string name() const {
     std::ostringstream o;
     o << "tx_rope_" << (neox ? "neox" : "gptj") << (inverse ? "_inv" : "") << "_"
@@ -84,8 +87,9 @@ PrimFunc build_rope(const RopeSpec& s) {
     Var nq = T::dim("nq", {.min = 1, .max = 2147483647, .multiple_of = s.head_size});
     auto q = T::match_buffer(h[at++], {nq}, s.dtype, std::nullopt, "q");
     TileBuffer k;
+    Var nk;
     if (has_k) {
-      Var nk = T::dim("nk", {.min = 1, .max = 2147483647, .multiple_of = s.head_size});
+      nk = T::dim("nk", {.min = 1, .max = 2147483647, .multiple_of = s.head_size});
       k = T::match_buffer(h[at++], {nk}, s.dtype, std::nullopt, "k");
     }
     Var nc = T::dim("nc", {.min = 1, .max = 2147483647, .multiple_of = s.rot});
@@ -105,29 +109,26 @@ PrimFunc build_rope(const RopeSpec& s) {
       Var c = T::let(r % static_cast<int>(chunks), "c");
       auto f32_of = [](const Expr& e) { return e.dtype() == f32 ? e : Expr(cast(e, f32)); };
       auto out_of = [&](const Expr& e) { return s.dtype == f32 ? e : Expr(cast(e, s.dtype)); };
-      // The pairs of head `hh` of buffer b (rows of `heads` heads): loaded
+      // The pairs of the head starting at hbase in buffer b: loaded
       // first, before the position and the cache row they wait on, so that
       // both latencies overlap; rotated and stored once cos and sin are in.
       struct Pairs {
         TileBuffer x1, x2;  // neox: the two halves; GPT-J: x1 holds the 2v adjacent columns
         Var a;
       };
-      auto load = [&](const TileBuffer& b, std::int64_t heads, const Expr& hh) {
-        Var base =
-            T::let(t * static_cast<int>(heads * s.head_size) + hh * static_cast<int>(s.head_size),
-                   "hbase");
+      auto load = [&](const TileBuffer& b, const Expr& hbase) {
         Pairs p;
         if (s.neox) {
           // Pairs (i, i + rot/2), i in [c v, c v + v).
           p.x1 = T::alloc_buffer({v}, s.dtype, scope::local, std::nullopt, "x1_r");
           p.x2 = T::alloc_buffer({v}, s.dtype, scope::local, std::nullopt, "x2_r");
-          p.a = T::let(base + c * v, "a");
+          p.a = T::let(hbase + c * v, "a");
           Tx::thread::copy(p.x1, b[region(span(p.a, v))]);
           Tx::thread::copy(p.x2, b[region(span(p.a + static_cast<int>(half), v))]);
         } else {
           // GPT-J: pairs (2i, 2i + 1), i in [c v, c v + v): 2v adjacent columns.
           p.x1 = T::alloc_buffer({2 * v}, s.dtype, scope::local, std::nullopt, "x_r");
-          p.a = T::let(base + c * (2 * v), "a");
+          p.a = T::let(hbase + c * (2 * v), "a");
           Tx::thread::copy(p.x1, b[region(span(p.a, 2 * v))]);
         }
         return p;
@@ -156,29 +157,43 @@ PrimFunc build_rope(const RopeSpec& s) {
           Tx::thread::copy(b[region(span(p.a, 2 * v))], p.x1);
         }
       };
-      // hpt heads of b starting at hh, sharing one cos/sin load.
-      auto rotate_heads = [&](const TileBuffer& b, std::int64_t heads, const Expr& hh) {
-        std::vector<Pairs> ps;
-        for (int i = 0; i < hpt; ++i) ps.push_back(load(b, heads, i == 0 ? hh : Expr(hh + i)));
-        Var pos = T::let(cast(positions(t), i64) + offset, "pos");
-        // A position outside the cache leaves the token as it was (a kernel
-        // cannot raise; host positions are checked before the launch).
-        T::if_((pos >= 0) && (pos < cast(max_pos, i64)), [&] {
-          // max(., 0) is a no-op here that tells the bounds analysis the row is not negative.
-          Var row = T::let(max(cast(pos, i32), 0) * static_cast<int>(s.rot) + c * v, "row");
-          auto cr = T::alloc_buffer({v}, s.cache_dtype, scope::local, std::nullopt, "cos_r");
-          auto sr = T::alloc_buffer({v}, s.cache_dtype, scope::local, std::nullopt, "sin_r");
-          Tx::thread::copy(cr, cache[region(span(row, v))]);
-          Tx::thread::copy(sr, cache[region(span(row + static_cast<int>(half), v))]);
-          for (const Pairs& p : ps) rotate_store(b, p, cr, sr);
+      // hpt heads of b (of extent n) starting at hh, sharing one cos/sin load.
+      auto rotate_heads = [&](const TileBuffer& b, const Var& n, std::int64_t heads,
+                              const Expr& hh) {
+        // The thread's heads lie inside b and its cos/sin row inside the
+        // cache (the host checked the shapes): saying so once lets every
+        // tile below be a whole vector copy, with no per-tile bounds test
+        // (which cost 22 registers and a quarter of the occupancy).
+        Var first =
+            T::let(t * static_cast<int>(heads * s.head_size) + hh * static_cast<int>(s.head_size),
+                   "first");
+        T::if_(first + static_cast<int>(hpt * s.head_size) <= n, [&] {
+          std::vector<Pairs> ps;
+          for (int i = 0; i < hpt; ++i)
+            ps.push_back(load(b, i == 0 ? Expr(first) : first + static_cast<int>(i * s.head_size)));
+          Var pos = T::let(cast(positions(t), i64) + offset, "pos");
+          // A position outside the cache leaves the token as it was (a kernel
+          // cannot raise; host positions are checked before the launch).
+          T::if_((pos >= 0) && (pos < cast(max_pos, i64)), [&] {
+            // max(., 0) is a no-op here that tells the bounds analysis the row is not negative.
+            Var row0 = T::let(max(cast(pos, i32), 0) * static_cast<int>(s.rot), "row0");
+            T::if_(row0 + static_cast<int>(s.rot) <= nc, [&] {
+              Var row = T::let(row0 + c * v, "row");
+              auto cr = T::alloc_buffer({v}, s.cache_dtype, scope::local, std::nullopt, "cos_r");
+              auto sr = T::alloc_buffer({v}, s.cache_dtype, scope::local, std::nullopt, "sin_r");
+              Tx::thread::copy(cr, cache[region(span(row, v))]);
+              Tx::thread::copy(sr, cache[region(span(row + static_cast<int>(half), v))]);
+              for (const Pairs& p : ps) rotate_store(b, p, cr, sr);
+            });
+          });
         });
       };
       if (!has_k) {
-        rotate_heads(q, s.heads, head);
+        rotate_heads(q, nq, s.heads, head);
       } else {
         T::if_(head < static_cast<int>(s.heads), [&] {
-          rotate_heads(q, s.heads, head);
-        }).else_([&] { rotate_heads(k, s.kv_heads, head - static_cast<int>(s.heads)); });
+          rotate_heads(q, nq, s.heads, head);
+        }).else_([&] { rotate_heads(k, nk, s.kv_heads, head - static_cast<int>(s.heads)); });
       }
     });
   });
@@ -188,11 +203,12 @@ PrimFunc build_rope(const RopeSpec& s) {
 std::int64_t heads_of(const Tensor& x, const char* operand, const std::vector<std::int64_t>& pshape,
                       std::int64_t hd, SourceLoc loc) {
   const auto& s = x.shape();
-  const std::string want = std::string("positions' shape ") + shape_str(pshape) +
-                           " followed by [H * head_size] or [H, head_size]";
   bool lead = s.size() >= pshape.size() + 1 && s.size() <= pshape.size() + 2 &&
               std::equal(pshape.begin(), pshape.end(), s.begin());
-  if (!lead) fail(kRope, operand, loc, "shape " + shape_str(s) + " but rope needs " + want);
+  if (!lead)
+    fail(kRope, operand, loc,
+         "shape " + shape_str(s) + " but rope needs positions' shape " + shape_str(pshape) +
+             " followed by [H * head_size] or [H, head_size]");
   if (s.size() == pshape.size() + 2) {
     if (s.back() != hd)
       fail(kRope, operand, loc,
@@ -205,6 +221,25 @@ std::int64_t heads_of(const Tensor& x, const char* operand, const std::vector<st
          "shape " + shape_str(s) + ": the last dimension " + std::to_string(s.back()) +
              " is not a positive multiple of head_size " + std::to_string(hd));
   return s.back() / hd;
+}
+
+// The kernel of a spec on a device. A model calls rope with one or two specs
+// on every layer: they are found by comparing the specs' fields (a name
+// string and a map lookup took 2 of rope's 9 microseconds of host time).
+Kernel rope_kernel_for(const RopeSpec& s, const Device& d, SourceLoc loc) {
+  static std::mutex mu;
+  static auto* recent = new std::vector<std::pair<std::pair<RopeSpec, Device>, Kernel>>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [key, k] : *recent)
+      if (key.first == s && key.second == d) return k;
+  }
+  Kernel k = detail::special_cached(s.name() + "|" + d.str(), [&] {
+    return as_op_error(kRope, loc, [&] { return compile(build_rope(s), {.device = d}); });
+  });
+  std::lock_guard<std::mutex> lock(mu);
+  recent->emplace_back(std::pair{s, d}, k);
+  return k;
 }
 
 // Checks the call and returns its kernel (nullptr-like: an undefined
@@ -298,27 +333,30 @@ std::optional<Kernel> rope_prepare(const Tensor& positions, const Tensor& q, con
   // H200: the rows of one head per thread left T = 4096 at 0.87 of copy).
   s.heads_per_thread = heads % 2 == 0 && kv_heads % 2 == 0 ? 2 : 1;
   s.threads = 256;
-  return detail::special_cached(s.name() + "|" + d.str(), [&] {
-    return as_op_error(kRope, loc, [&] { return compile(build_rope(s), {.device = d}); });
-  });
+  return rope_kernel_for(s, d, loc);
 }
 
 void rope_impl(const Tensor& positions, const Tensor& q, const Tensor& k, const Tensor& cache,
                const RopeOptions& opt, SourceLoc loc) {
   std::optional<Kernel> kern = rope_prepare(positions, q, k, cache, opt, loc);
   if (!kern) return;
-  const std::int64_t tokens = positions.numel();
   const std::int64_t max_pos = cache.shape()[0];
-  Tensor pf = (positions.is_contiguous() ? positions : positions.contiguous()).reshape({tokens});
-  Tensor qf = q.reshape({q.numel()});
-  Tensor kf = k.defined() ? k.reshape({k.numel()}) : Tensor();
-  Tensor cf = (cache.is_contiguous() ? cache : cache.contiguous()).reshape({cache.numel()});
-  std::vector<Kernel::Arg> args{pf, qf};
-  if (k.defined()) args.emplace_back(kf);
-  args.emplace_back(cf);
-  args.emplace_back(max_pos);
-  args.emplace_back(opt.position_offset);
-  as_op_error(kRope, loc, [&] { kern->launch(args.data(), args.size(), loc); });
+  // Flat views (1-D tensors as they are: no new views on the common path).
+  auto flat = [](const Tensor& x) {
+    Tensor c = x.is_contiguous() ? x : x.contiguous();
+    return c.shape().size() == 1 ? c : c.reshape({c.numel()});
+  };
+  Tensor pf = flat(positions), qf = flat(q), kf = k.defined() ? flat(k) : Tensor(),
+         cf = flat(cache);
+  std::array<Kernel::Arg, 6> args;
+  std::size_t n = 0;
+  args[n++] = pf;
+  args[n++] = qf;
+  if (k.defined()) args[n++] = kf;
+  args[n++] = cf;
+  args[n++] = max_pos;
+  args[n++] = opt.position_offset;
+  as_op_error(kRope, loc, [&] { kern->launch(args.data(), n, loc); });
 }
 
 // ------------------------------------------------------------- the caches

@@ -396,11 +396,12 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
   for (std::size_t d = 0; d < dims.size(); ++d) {
     const DimParam& dp = dims[d];
     std::int64_t v = dim_value[d];
-    std::string from = dim_from[d] >= 0
-                           ? " (from " + params[static_cast<std::size_t>(dim_from[d])].name +
-                                 ", argument " + std::to_string(dim_from[d]) + ")"
-                           : "";
+    // Messages are built only on failure: launches are hot.
     auto bad_dim = [&](const std::string& why) {
+      std::string from = dim_from[d] >= 0
+                             ? " (from " + params[static_cast<std::size_t>(dim_from[d])].name +
+                                   ", argument " + std::to_string(dim_from[d]) + ")"
+                             : "";
       fail("launch " + s.kernel_name, dp.var.name(), loc,
            "extent " + dp.var.name() + " = " + std::to_string(v) + from + " " + why +
                " (T::dim at " + dp.loc.str() + ")");

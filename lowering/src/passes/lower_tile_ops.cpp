@@ -2,6 +2,8 @@
 // variant dispatch chooses for it, given the call's execution scope, the
 // CTA size, the ranges and uniformity of the variables in scope, and the
 // enclosing guards (which decide whether all threads of the scope are active).
+#include <functional>
+
 #include "tx/lowering/lower.hpp"
 #include "tx/printer.hpp"
 
@@ -55,14 +57,46 @@ class TileLowerer : public ScopedMutator {
       Expr inside = simplify(make_binary(BinOp::LE, end, r->buffer->dims[0]), &env_);
       if (is_const_int(inside, 1)) continue;
       // Inside a T::if_ on the same condition (a generic kernel's branch for
-      // the chunks that are whole), the tile is whole.
+      // the chunks that are whole), or on one that implies it (`base + 256
+      // <= n` around the tiles of a thread's 256 elements), the tile is whole.
       const std::string text = to_string(inside);
       bool known = false;
       for (const Guard& g : guards_) known = known || to_string(simplify(g.cond, &env_)) == text;
-      if (known) continue;
+      if (known || implied_by_guard(end, r->buffer->dims[0])) continue;
       cond = cond.defined() ? land(cond, inside) : inside;
     }
     return cond;
+  }
+
+  // Whether an enclosing guard (a then-branch, or a conjunct of one) says
+  // `e <= n` or `e < n` for an e that is provably >= end: then end <= n.
+  bool implied_by_guard(const Expr& end, const Expr& n) const {
+    auto same_extent = [&](const Expr& x) {
+      auto* a = x.as<VarNode>();
+      auto* b = n.as<VarNode>();
+      return x.same_as(n) || (a && a == b);
+    };
+    std::function<bool(const Expr&)> implies = [&](const Expr& c) {
+      auto* b = c.as<BinaryNode>();
+      if (!b) return false;
+      if (b->op == BinOp::And) return implies(b->a) || implies(b->b);
+      if ((b->op == BinOp::LE || b->op == BinOp::LT) && same_extent(b->b)) {
+        Expr bound = b->op == BinOp::LE ? b->a : add(b->a, c32(1));
+        return provably_le(end, bound, env_);
+      }
+      if ((b->op == BinOp::GE || b->op == BinOp::GT) && same_extent(b->a)) {
+        Expr bound = b->op == BinOp::GE ? b->b : add(b->b, c32(1));
+        return provably_le(end, bound, env_);
+      }
+      return false;
+    };
+    for (const Guard& g : guards_) {
+      // Only then-branches of a T::if_ assert their condition (else-branches
+      // and loop extents are recorded with other texts).
+      if (g.text != to_string(g.cond)) continue;
+      if (implies(g.cond)) return true;
+    }
+    return false;
   }
 
   // Predicated tiles: a whole tile by the variant dispatch picks (vector

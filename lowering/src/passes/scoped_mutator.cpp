@@ -93,6 +93,7 @@ Stmt ScopedMutator::mutate_node(const Stmt& self, const ForNode* n) {
 
 Stmt ScopedMutator::mutate_node(const Stmt& self, const LetStmtNode* n) {
   env_.bind(n->var, {env_.bound(n->value), env_.level(n->value), env_.known_divisor(n->value)});
+  env_.define(n->var, n->value);
   return IRMutator::mutate_node(self, n);
 }
 

@@ -45,6 +45,13 @@ class Env {
   void bind(const Var& v, VarFact f) { vars_[v.get()] = f; }
   void bind(const VarNode* v, VarFact f) { vars_[v] = f; }
   const VarFact* find(const VarNode* v) const;
+  // The value a let gave a var: linear_form looks through it, so that a
+  // guard and a region written over different lets can be compared.
+  // (Out of line, as every member here that touches a container: tx.hpp
+  // includes this header, and what it instantiates changes which template
+  // code a clang-repl session has -- test/repl depends on it.)
+  void define(const Var& v, const Expr& value);
+  const Expr* definition(const VarNode* v) const;
 
   Interval bound(const Expr& e) const;
   Uniformity level(const Expr& e) const;
@@ -53,7 +60,24 @@ class Env {
 
  private:
   std::unordered_map<const VarNode*, VarFact> vars_;
+  std::unordered_map<const VarNode*, Expr> defs_;
 };
+
+// An integer expression as constant + sum of coefficient * atom, looking
+// through lets; an atom is a var without a definition or a subexpression
+// that is not linear (a product of two vars, a division, a load, ...).
+// Atoms are equal when they are the same var or the same node. nullopt when
+// a coefficient would overflow.
+struct LinearForm {
+  std::vector<std::pair<Expr, std::int64_t>> terms;
+  std::int64_t constant = 0;
+};
+std::optional<LinearForm> linear_form(const Expr& e, const Env& env);
+
+// Whether a <= b for every value the vars can take (as mathematical
+// integers): the common atoms of a - b cancel and the ranges of the others
+// bound the rest. False when it cannot tell.
+bool provably_le(const Expr& a, const Expr& b, const Env& env);
 
 // The value of an integer (or bool) expression, given the values of its
 // variables (`var` returns nullopt for an unknown one); nullopt when it
