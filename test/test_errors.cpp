@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "test_support.hpp"
+#include "tx/lowering/lower.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -210,6 +211,35 @@ TEST_CASE("element access to a distributed register tile") {
         });
       },
       {"T.store", "R", "distributed over threads", line});
+}
+
+TEST_CASE("a replicated register tile is read, not written, element by element") {
+  // Every lane holds a copy: a write by one index would make the copies differ.
+  int line = 0;
+  expect_error(
+      [&] {
+        return T::prim_func("replica_write", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {32}, f32);
+          T::lane_id({32});
+          auto tid = T::thread_id({32});
+          auto M = T::alloc_buffer({1}, f32, scope::local, TileLayout(S({1}), R({32}, {laneid})));
+          line = __LINE__ + 1;
+          M(0) = A(tid);
+        });
+      },
+      {"T.store", "M", "distributed over threads", line});
+  // Reading each thread's own copy compiles (samples/softmax.cpp runs it).
+  auto f = T::prim_func("replica_read", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32}, f32);
+    T::lane_id({32});
+    auto tid = T::thread_id({32});
+    auto lanes = T::alloc_buffer({32}, f32, scope::local, TileLayout(S({32}, {1 * laneid})));
+    auto M = T::alloc_buffer({1}, f32, scope::local, TileLayout(S({1}), R({32}, {laneid})));
+    Tx::warp::copy(lanes, A);
+    Tx::warp::max(M, lanes, {.axes = {0}});
+    A(tid) = A(tid) - M(0);
+  });
+  CHECK_NOTHROW(lowering::lower(f));
 }
 
 TEST_CASE("inconsistent scope ids") {

@@ -299,17 +299,29 @@ std::optional<LinearForm> linear_form(const Expr& e, const Env& env) {
 bool provably_le(const Expr& a, const Expr& b, const Env& env) {
   if (!a.defined() || !b.defined() || !a.dtype().is_integer() || !b.dtype().is_integer())
     return false;
-  LinearForm f;
-  if (!accumulate(a, 1, env, 16, f) || !accumulate(b, -1, env, 16, f)) return false;
-  std::int64_t hi = f.constant;
-  for (const auto& [atom, coeff] : f.terms) {
-    if (coeff == 0) continue;
-    Interval r = env.bound(atom);
-    if (!r.bounded()) return false;
-    hi = sat_add(hi, coeff > 0 ? sat_mul(coeff, r.hi) : sat_mul(coeff, r.lo));
-    if (hi >= Interval::kMax / 2) return false;
+  // Twice: looking through lets (terms of a and b cancel), then not (a let
+  // whose range a guard narrowed keeps that range).
+  for (int depth : {16, 0}) {
+    LinearForm f;
+    if (!accumulate(a, 1, env, depth, f) || !accumulate(b, -1, env, depth, f)) continue;
+    std::int64_t hi = f.constant;
+    bool bounded = true;
+    for (const auto& [atom, coeff] : f.terms) {
+      if (coeff == 0) continue;
+      Interval r = env.bound(atom);
+      if (!r.bounded()) {
+        bounded = false;
+        break;
+      }
+      hi = sat_add(hi, coeff > 0 ? sat_mul(coeff, r.hi) : sat_mul(coeff, r.lo));
+      if (hi >= Interval::kMax / 2) {
+        bounded = false;
+        break;
+      }
+    }
+    if (bounded && hi <= 0) return true;
   }
-  return hi <= 0;
+  return false;
 }
 
 std::optional<std::int64_t> evaluate_int(

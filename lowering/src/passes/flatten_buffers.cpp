@@ -3,7 +3,8 @@
 // gives; allocations become flat per-thread (local) or per-CTA (shared)
 // storage. Element access to a register tile distributed over threads is
 // rejected: its elements live in different threads, so an index alone does
-// not say which thread holds them (use tile primitives instead).
+// not say which thread holds them (use tile primitives instead). Reading a
+// tile that threads hold only as copies (a replica) is allowed.
 #include "tx/lowering/layout_algebra.hpp"
 #include "tx/lowering/lower.hpp"
 
@@ -42,7 +43,14 @@ class Flattener : public IRMutator {
  private:
   static Expr offset(const Buffer& b, const std::vector<Expr>& idx, SourceLoc loc,
                      const char* what) {
-    if (b->scope == MemScope::local && b->layout.has_thread_axes())
+    // A tile whose thread axes are only replicas (R({32}, {laneid}): every
+    // lane holds a copy, as a warp reduction leaves its result) may be read:
+    // each thread reads its own copy. Writing it would make the copies differ.
+    bool sharded_over_threads = false;
+    for (const Iter& it : b->layout.shard())
+      sharded_over_threads = sharded_over_threads || (it.axis != Axis::m && it.extent > 1);
+    const bool read_of_copy = std::string(what) == "T.load" && !sharded_over_threads;
+    if (b->scope == MemScope::local && b->layout.has_thread_axes() && !read_of_copy)
       fail(what, b->name, loc,
            "element access to a register tile distributed over threads (" + b->layout.str() +
                "); an index does not say which thread holds the element -- use tile primitives "

@@ -163,6 +163,17 @@ std::optional<Narrowing> narrowing(const Expr& c, const Env& env) {
     default:
       return std::nullopt;
   }
+  // A multiple of d narrowed to [lo, hi] lies in [ceil(lo/d) d, floor(hi/d) d]:
+  // `c < L` with c and L multiples of 8 leaves c <= L - 8, so the tile
+  // [c, c + 8) is inside.
+  if (const std::int64_t d = f ? f->divisor : 1; d > 1) {
+    auto round_in = [d](Interval& i) {
+      if (i.lo > Interval::kMin && i.lo >= 0) i.lo = (i.lo + d - 1) / d * d;
+      if (i.hi < Interval::kMax && i.hi >= 0) i.hi = i.hi / d * d;
+    };
+    round_in(n.then_range);
+    round_in(n.else_range);
+  }
   return n;
 }
 }  // namespace

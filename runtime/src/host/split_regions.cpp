@@ -128,7 +128,10 @@ class ThreadRewrite : public IRMutator {
 class RegionSplitter : public IRMutator {
  public:
   explicit RegionSplitter(HostContext& cx)
-      : cx_(cx), dep_(cx.launch.block), block_(cx.launch.block) {}
+      : cx_(cx), dep_(cx.launch.block), block_(cx.launch.block) {
+    // T::dim extents and scalar parameters are the same for every thread.
+    for (const auto& [v, f] : cx.launch.param_facts) dep_.bind(v, {});
+  }
 
   using IRMutator::mutate;
   Stmt mutate(const Stmt& s) override {

@@ -1,0 +1,147 @@
+// bench/rows: tx's row kernels (softmax, log_softmax, rms_norm, layer_norm,
+// add_rms_norm) against a device-to-device copy of the same bytes (the
+// ceiling) in the same run; bench/rows.py times PyTorch eager and
+// torch.compile on the same cases and writes the report (bench/run_rows.sh
+// runs both).
+//
+//   bench_rows --cases          the case list (JSON) for the Python side
+//   bench_rows --out tx.json    time every case
+//
+// bytes = x read + y written (add_rms_norm: x and residual read, y and the
+// new residual written); the weight and bias rows are not counted (L2).
+// Timing: CUDA events around each call, 5 warm-ups, median of 30.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tx/ops/ops.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+struct Case {
+  std::string op;
+  DType dtype;
+  std::int64_t rows = 0, cols = 0;
+  std::string label() const {
+    std::ostringstream o;
+    o << op << " (" << rows << "," << cols << ")";
+    return o.str();
+  }
+  std::size_t bytes() const {
+    const auto n = static_cast<std::size_t>(rows * cols) * static_cast<std::size_t>(dtype.bytes());
+    return (op == "add_rms_norm" ? 4 : 2) * n;
+  }
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  for (const char* op : {"softmax", "log_softmax", "rms_norm", "layer_norm", "add_rms_norm"})
+    for (DType t : {bf16, f32})
+      for (auto [r, cols] :
+           {std::pair<std::int64_t, std::int64_t>{16384, 4096}, {4096, 16384}, {65536, 1024}})
+        c.push_back({op, t, r, cols});
+  return c;
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double time_ms(const std::function<void()>& f, int warm = 5, int reps = 30) {
+  for (int i = 0; i < warm; ++i) f();
+  runtime::EventTimer t;
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    f();
+    t.stop();
+    ms.push_back(t.elapsed_ms());
+  }
+  return median(ms);
+}
+
+Tensor random(std::vector<std::int64_t> shape, DType t) {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  std::vector<double> v(static_cast<std::size_t>(n));
+  std::uint64_t s = 88172645463325252ull;
+  for (auto& x : v) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    x = static_cast<double>(s % 2000) / 1000.0 - 1.0;
+  }
+  return Tensor::from_doubles(v, std::move(shape), t, Device::cuda());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string mode = argc > 1 ? argv[1] : "--out";
+  if (mode == "--cases") {
+    std::cout << "[\n";
+    auto cs = cases();
+    for (std::size_t i = 0; i < cs.size(); ++i) {
+      const Case& c = cs[i];
+      std::cout << "  {\"label\": \"" << c.label() << "\", \"op\": \"" << c.op
+                << "\", \"dtype\": \"" << c.dtype.name() << "\", \"rows\": " << c.rows
+                << ", \"cols\": " << c.cols << ", \"bytes\": " << c.bytes() << "}"
+                << (i + 1 < cs.size() ? "," : "") << "\n";
+    }
+    std::cout << "]\n";
+    return 0;
+  }
+  std::string out = argc > 2 ? argv[2] : "tx_rows.json";
+  std::string why;
+  if (!runtime::cuda_available(&why)) {
+    std::fprintf(stderr, "bench_rows needs a GPU: %s\n", why.c_str());
+    return 77;
+  }
+  std::ofstream js(out);
+  js << "{\"device\": \"" << runtime::current_device().name << "\", \"results\": [\n";
+  bool first = true;
+  for (const Case& c : cases()) {
+    Tensor x = random({c.rows, c.cols}, c.dtype);
+    Tensor w = random({c.cols}, c.dtype), bias = random({c.cols}, c.dtype);
+    Tensor res = c.op == "add_rms_norm" ? random({c.rows, c.cols}, c.dtype) : Tensor();
+    std::function<void()> f;
+    if (c.op == "softmax")
+      f = [&] { (void)ops::softmax(x); };
+    else if (c.op == "log_softmax")
+      f = [&] { (void)ops::log_softmax(x); };
+    else if (c.op == "rms_norm")
+      f = [&] { (void)ops::rms_norm(x, w, 1e-6); };
+    else if (c.op == "layer_norm")
+      f = [&] { (void)ops::layer_norm(x, w, bias, 1e-5); };
+    else
+      f = [&] { ops::add_rms_norm_(x, res, w, 1e-6); };
+    const double tx_ms = time_ms(f);
+    const std::size_t half = c.bytes() / 2;
+    runtime::DevicePtr a = runtime::device_alloc(half), b = runtime::device_alloc(half);
+    runtime::memset_device(a, 1, half);
+    double copy_ms = time_ms([&] { runtime::copy_device_to_device(b, a, half); });
+    runtime::device_free(a);
+    runtime::device_free(b);
+    runtime::synchronize("bench");
+    const double gbs = static_cast<double>(c.bytes()) / tx_ms / 1e6;
+    const double copy_gbs = static_cast<double>(c.bytes()) / copy_ms / 1e6;
+    std::printf("%-36s %-9s tx %8.1f GB/s  copy %8.1f GB/s  %.3f of copy\n", c.label().c_str(),
+                c.dtype.name().c_str(), gbs, copy_gbs, gbs / copy_gbs);
+    js << (first ? "" : ",\n") << "  {\"label\": \"" << c.label() << "\", \"dtype\": \""
+       << c.dtype.name() << "\", \"bytes\": " << c.bytes() << ", \"tx_ms\": " << tx_ms
+       << ", \"copy_ms\": " << copy_ms << "}";
+    first = false;
+  }
+  js << "\n]}\n";
+  return 0;
+}

@@ -1,0 +1,3 @@
+// The row kernels on the GPU (skipped, visibly, without one).
+#define TX_ROWS_DEVICE tx::Device::cuda()
+#include "rows_cases.hpp"
