@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "tx/ops/ops.hpp"
 #include "tx/ops/registry.hpp"
 #include "tx/runtime/cuda_driver.hpp"
@@ -28,6 +29,7 @@
 #include "tx/tx.hpp"
 
 using namespace tx;
+using bench::time_ms;
 using Shape = std::vector<std::int64_t>;
 
 namespace {
@@ -109,24 +111,6 @@ void fill_random(Tensor& t, double lo, double hi, std::uint32_t seed) {
     });
   });
   compile(f, {.device = Device::cuda()})(t.reshape({n}));  // the kernel is declared flat
-}
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-double time_ms(const std::function<void()>& f, int warm = 5, int reps = 30) {
-  for (int i = 0; i < warm; ++i) f();
-  runtime::EventTimer t;
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    t.start();
-    f();
-    t.stop();
-    ms.push_back(t.elapsed_ms());
-  }
-  return median(ms);
 }
 
 struct Result {

@@ -20,11 +20,14 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "tx/ops/ops.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
+using bench::random_tensor;
+using bench::time_ms;
 
 namespace {
 
@@ -71,38 +74,6 @@ std::vector<Case> cases() {
   return c;
 }
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-double time_ms(const std::function<void()>& f, int warm = 5, int reps = 30) {
-  for (int i = 0; i < warm; ++i) f();
-  runtime::EventTimer t;
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    t.start();
-    f();
-    t.stop();
-    ms.push_back(t.elapsed_ms());
-  }
-  return median(ms);
-}
-
-Tensor random(std::vector<std::int64_t> shape, DType t) {
-  std::int64_t n = 1;
-  for (auto e : shape) n *= e;
-  std::vector<double> v(static_cast<std::size_t>(n));
-  std::uint64_t s = 88172645463325252ull;
-  for (auto& x : v) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    x = static_cast<double>(s % 2000) / 1000.0 - 1.0;
-  }
-  return Tensor::from_doubles(v, std::move(shape), t, Device::cuda());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,11 +109,11 @@ int main(int argc, char** argv) {
       std::vector<double> pv(static_cast<std::size_t>(c.tokens));
       for (std::size_t i = 0; i < pv.size(); ++i) pv[i] = static_cast<double>((i * 7919) % 8192);
       Tensor pos = Tensor::from_doubles(pv, {c.tokens}, i64, Device::cuda());
-      Tensor q = random({c.tokens, c.heads * c.head_size}, c.dtype);
-      Tensor k = random({c.tokens, c.kv_heads * c.head_size}, c.dtype);
+      Tensor q = random_tensor({c.tokens, c.heads * c.head_size}, c.dtype);
+      Tensor k = random_tensor({c.tokens, c.kv_heads * c.head_size}, c.dtype);
       tx_ms = time_ms([&] { ops::rope(pos, q, k, cache, {.head_size = c.head_size}); });
     } else {
-      Tensor x = random({c.rows, c.cols}, c.dtype);
+      Tensor x = random_tensor({c.rows, c.cols}, c.dtype);
       Tensor y = Tensor::empty({c.rows, c.cols}, c.dtype, Device::cuda());
       std::int64_t offset = 0;
       tx_ms = time_ms([&] {
@@ -150,21 +121,8 @@ int main(int argc, char** argv) {
         offset += c.rows * c.cols;  // as a generator advances
       });
     }
-    const std::size_t half = c.bytes() / 2;
-    runtime::DevicePtr a = runtime::device_alloc(half), b = runtime::device_alloc(half);
-    runtime::memset_device(a, 1, half);
-    double copy_ms = time_ms([&] { runtime::copy_device_to_device(b, a, half); });
-    runtime::device_free(a);
-    runtime::device_free(b);
-    runtime::synchronize("bench");
-    const double gbs = static_cast<double>(c.bytes()) / tx_ms / 1e6;
-    const double copy_gbs = static_cast<double>(c.bytes()) / copy_ms / 1e6;
-    std::printf("%-36s %-9s tx %8.1f GB/s  copy %8.1f GB/s  %.3f of copy\n", c.label().c_str(),
-                c.dtype.name().c_str(), gbs, copy_gbs, gbs / copy_gbs);
-    js << (first ? "" : ",\n") << "  {\"label\": \"" << c.label() << "\", \"dtype\": \""
-       << c.dtype.name() << "\", \"bytes\": " << c.bytes() << ", \"tx_ms\": " << tx_ms
-       << ", \"copy_ms\": " << copy_ms << "}";
-    first = false;
+    bench::report(js, first, c.label(), c.dtype.name(), c.bytes(), tx_ms,
+                  bench::copy_ms(c.bytes()));
   }
   js << "\n]}\n";
   return 0;

@@ -8,12 +8,13 @@ Same shapes, dtypes and bytes as the tx run; CUDA-event timing, 5 warm-ups,
 median of 30. Inputs are random (torch.rand), never zeros.
 """
 import json
-import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_timing import time_ms  # bench/torch_timing.py (bench/ is on sys.path)
 
 DT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
       "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2, "bool": torch.bool}
@@ -60,21 +61,6 @@ def base_fn(case):
         to = DT[case["cast_to"]]
         return lambda x: x.to(to)
     raise ValueError(op)
-
-
-def time_ms(f, args, warm=5, reps=30):
-    for _ in range(warm):
-        f(*args)
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ms = []
-    for _ in range(reps):
-        start.record()
-        f(*args)
-        stop.record()
-        stop.synchronize()
-        ms.append(start.elapsed_time(stop))
-    return statistics.median(ms)
 
 
 def host_us(f, args, calls):
