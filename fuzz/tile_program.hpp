@@ -1733,9 +1733,12 @@ class Model {
       return set_invalid(n + " takes no scale/bias"), false;
     if (float_only(n) && !d.is_float()) return set_invalid(n + " on " + d.name()), false;
     if (n == "fill" || n == "zero") return true;
+    // Float tiles may mix dtypes (math in f32, one rounding on the store);
+    // integer tiles must match the destination.
     if (n != "cast")
       for (std::size_t i = 1; i < op.args.size(); ++i)
-        if (!op.args[i].scalar && dt(i) != d) return set_invalid(n + " between dtypes"), false;
+        if (!op.args[i].scalar && dt(i) != d && !(dt(i).is_float() && d.is_float()))
+          return set_invalid(n + " between dtypes"), false;
     if (op.args.size() >= 3 && op.args[1].scalar) {
       if (!commutative(n)) return set_invalid("scalar left operand of " + n), false;
       if (op.args[2].scalar) return set_invalid(n + " without a tile input"), false;

@@ -594,3 +594,58 @@ HOST_CASE("host: barriers and shuffles the host cannot schedule are errors namin
     CHECK_FALSE(host_error(k, body));
   }
 }
+
+HOST_CASE("host: float tiles of different dtypes in one elementwise op (math in the widest)") {
+  // exp of an f32 register tile into a bf16 one (no separate cast), and an
+  // f16 + f32 add into a bf16 shared tile: one rounding, on the store.
+  auto f = T::prim_func("mixed_float", [&](Handle X_ptr, Handle H_ptr, Handle Y_ptr, Handle Z_ptr) {
+    auto X = T::match_buffer(X_ptr, {32, 8}, f32);
+    auto H = T::match_buffer(H_ptr, {32, 8}, f16);
+    auto Y = T::match_buffer(Y_ptr, {32, 8}, bf16);
+    auto Z = T::match_buffer(Z_ptr, {32, 8}, bf16);
+    T::cta_id({1});
+    T::lane_id({32});
+    T::thread_id({32});
+    auto lanes = TileLayout(S({32, 8}, {1 * laneid, 1}));
+    auto Xr = T::alloc_buffer({32, 8}, f32, scope::local, lanes);
+    auto Yr = T::alloc_buffer({32, 8}, bf16, scope::local, lanes);
+    Tx::warp::copy(Xr, X);
+    Tx::warp::exp(Yr, Xr);
+    Tx::warp::copy(Y, Yr);
+    auto Xs = T::alloc_buffer({32, 8}, f32, scope::shared);
+    auto Hs = T::alloc_buffer({32, 8}, f16, scope::shared);
+    auto Zs = T::alloc_buffer({32, 8}, bf16, scope::shared);
+    Tx::warp::copy(Xs, X);
+    Tx::warp::copy(Hs, H);
+    T::cuda::warp_sync();
+    Tx::warp::add(Zs, Hs, Xs);
+    T::cuda::warp_sync();
+    Tx::warp::copy(Z, Zs);
+  });
+  Kernel k = build(f);
+  // The CUDA of the same kernel compiles (NVRTC, no GPU needed).
+  CHECK(k.ptx("sm_90a").find(".entry mixed_float") != std::string::npos);
+  std::vector<double> x = test::random_values(256, f32, -3, 3);
+  std::vector<double> h = test::random_values(256, f16, -3, 3);
+  Tensor Y = output({32, 8}, bf16), Z = output({32, 8}, bf16);
+  k(input(x, {32, 8}), input(h, {32, 8}, f16), Y, Z);
+  std::vector<double> want_y(256), want_z(256);
+  for (std::size_t i = 0; i < 256; ++i) {
+    want_y[i] = quantize(static_cast<double>(std::exp(static_cast<float>(x[i]))), bf16);
+    want_z[i] =
+        quantize(static_cast<double>(static_cast<float>(h[i]) + static_cast<float>(x[i])), bf16);
+  }
+  check_close(Y.to_doubles(), want_y, 1e-2);
+  CHECK(Z.to_doubles() == want_z);  // f32 sum, rounded once to bf16
+  // Integer tiles still match exactly: an i32 tile into an f32 add is refused.
+  auto g = T::prim_func("mixed_int", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {32}, i32);
+    T::thread_id({32});
+    auto As = T::alloc_buffer({32}, i32, scope::shared);
+    auto Fs = T::alloc_buffer({32}, f32, scope::shared);
+    Tx::warp::copy(As, A);
+    Tx::warp::add(Fs, As, Fs);
+  });
+  CHECK_THROWS_WITH(build(g),
+                    doctest::Contains("dtype int32 differs from the destination's float32"));
+}

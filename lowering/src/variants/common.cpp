@@ -128,13 +128,15 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
   if (spec.name == "fill") {
     if (!std::holds_alternative<Expr>(inputs[0])) return "fill takes a scalar value";
   } else {
+    // Float operands may mix dtypes (an f32 tile in, a bf16 tile out: the
+    // math in f32, one rounding on store); integer ones must match.
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       auto* r = std::get_if<BufferRegion>(&inputs[i]);
       if (!r) continue;
-      if (!spec.converts && r->buffer->dtype != dt)
-        return operand_reason(*r, "dtype " + r->buffer->dtype.name() +
-                                      " differs from the destination's " + dt.name() +
-                                      " (use Tx cast)");
+      const DType it = r->buffer->dtype;
+      if (!spec.converts && it != dt && !(it.is_float() && dt.is_float()))
+        return operand_reason(*r, "dtype " + it.name() + " differs from the destination's " +
+                                      dt.name() + " (use Tx cast)");
     }
     if (spec.inputs >= 2 && std::holds_alternative<Expr>(inputs[0])) {
       if (!spec.commutative)
@@ -157,6 +159,12 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
     return spec.name + " takes no scale/bias";
   if (!call->attrs.axes.empty() || call->attrs.accum) return spec.name + " takes no axes/accum";
   plan.compute = compute_dtype(spec.converts ? f32 : dt);
+  if (!spec.converts && dt.is_float())  // the widest of the operands' compute dtypes
+    for (const TileArg& in : inputs)
+      if (auto* r = std::get_if<BufferRegion>(&in);
+          r && r->buffer->dtype.is_float() &&
+          compute_dtype(r->buffer->dtype).bits > plan.compute.bits)
+        plan.compute = compute_dtype(r->buffer->dtype);
   if (spec.name == "cast") {
     auto* src = std::get_if<BufferRegion>(&inputs[0]);
     if (!src) return "cast takes a tile source";
