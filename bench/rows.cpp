@@ -40,7 +40,11 @@ struct Case {
     return o.str();
   }
   std::size_t bytes() const {
-    const auto n = static_cast<std::size_t>(rows * cols) * static_cast<std::size_t>(dtype.bytes());
+    const auto elems = static_cast<std::size_t>(rows * cols);
+    const auto n = elems * static_cast<std::size_t>(dtype.bytes());
+    // The fp8 forms write one byte per element of y.
+    if (op == "rms_norm_fp8") return n + elems;
+    if (op == "add_rms_norm_fp8") return 3 * n + elems;
     return (op == "add_rms_norm" ? 4 : 2) * n;
   }
 };
@@ -52,6 +56,11 @@ std::vector<Case> cases() {
       for (auto [r, cols] :
            {std::pair<std::int64_t, std::int64_t>{16384, 4096}, {4096, 16384}, {65536, 1024}})
         c.push_back({op, t, r, cols});
+  // The norms straight into fp8 e4m3 (y / scale, saturated), from bf16.
+  for (const char* op : {"rms_norm_fp8", "add_rms_norm_fp8"})
+    for (auto [r, cols] :
+         {std::pair<std::int64_t, std::int64_t>{16384, 4096}, {4096, 16384}, {65536, 1024}})
+      c.push_back({op, bf16, r, cols});
   return c;
 }
 
@@ -84,7 +93,9 @@ int main(int argc, char** argv) {
   for (const Case& c : cases()) {
     Tensor x = random_tensor({c.rows, c.cols}, c.dtype);
     Tensor w = random_tensor({c.cols}, c.dtype), bias = random_tensor({c.cols}, c.dtype);
-    Tensor res = c.op == "add_rms_norm" ? random_tensor({c.rows, c.cols}, c.dtype) : Tensor();
+    const bool add = c.op == "add_rms_norm" || c.op == "add_rms_norm_fp8";
+    Tensor res = add ? random_tensor({c.rows, c.cols}, c.dtype) : Tensor();
+    Tensor y8 = Tensor::empty({c.rows, c.cols}, f8e4m3, x.device());
     std::function<void()> f;
     if (c.op == "softmax")
       f = [&] { (void)ops::softmax(x); };
@@ -94,8 +105,12 @@ int main(int argc, char** argv) {
       f = [&] { (void)ops::rms_norm(x, w, 1e-6); };
     else if (c.op == "layer_norm")
       f = [&] { (void)ops::layer_norm(x, w, bias, 1e-5); };
-    else
+    else if (c.op == "add_rms_norm")
       f = [&] { ops::add_rms_norm_(x, res, w, 1e-6); };
+    else if (c.op == "rms_norm_fp8")
+      f = [&] { ops::rms_norm_out(y8, x, w, 1e-6, 0.05); };
+    else
+      f = [&] { ops::add_rms_norm_out(y8, x, res, w, 1e-6, 0.05); };
     const double tx_ms = time_ms(f);
     bench::report(js, first, c.label(), c.dtype.name(), c.bytes(), tx_ms,
                   bench::copy_ms(c.bytes()));

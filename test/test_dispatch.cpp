@@ -51,7 +51,8 @@ PrimFunc reg_roundtrip(DType t, std::int64_t regs) {
     auto A = T::match_buffer(A_ptr, {32, regs}, t);
     T::thread_id({32});
     auto As = T::alloc_buffer({32, regs}, t, scope::shared);
-    auto R = T::alloc_buffer({32, regs}, t, scope::local, TileLayout(S({32, regs}, {1 * laneid, 1})));
+    auto R =
+        T::alloc_buffer({32, regs}, t, scope::local, TileLayout(S({32, regs}, {1 * laneid, 1})));
     Tx::warp::copy(As, A);
     T::cuda::cta_sync();
     Tx::warp::copy(R, As);
@@ -169,7 +170,8 @@ TEST_CASE("reduction/local names the missing laneid replica") {
     T::thread_id({32});
     auto R = T::alloc_buffer({32, 4}, f32, scope::local, TileLayout(S({32, 4}, {1 * laneid, 1})));
     // D covers the warp, but its replica spans 8 lanes where the reduction crosses 32.
-    auto D = T::alloc_buffer({4}, f32, scope::local, TileLayout(S({4}, {8 * laneid}), tx::R({8}, {1 * laneid})));
+    auto D = T::alloc_buffer({4}, f32, scope::local,
+                             TileLayout(S({4}, {8 * laneid}), tx::R({8}, {1 * laneid})));
     Tx::warp::copy(R, A);
     Tx::warp::sum(D, R, {.axes = {0}});
   });
@@ -199,9 +201,149 @@ TEST_CASE("reduction/local refuses cta scope and says what to use") {
   CHECK_THROWS_WITH_AS(lowering::lower(f), doctest::Contains("does not support cta scope"), Error);
 }
 
+namespace {
+// Barriers of a lowered kernel.
+int barriers(const PrimFunc& f) {
+  int n = 0;
+  std::function<void(const Stmt&)> walk = [&](const Stmt& s) {
+    if (!s) return;
+    if (s.as<BarrierNode>()) ++n;
+    if (auto* l = s.as<ForNode>()) walk(l->body);
+    if (auto* q = s.as<SeqNode>())
+      for (auto& x : q->seq) walk(x);
+    if (auto* l = s.as<LetStmtNode>()) walk(l->body);
+    if (auto* a = s.as<AllocateNode>()) walk(a->body);
+    if (auto* o = s.as<OriginNode>()) walk(o->body);
+    if (auto* i = s.as<IfThenElseNode>()) {
+      walk(i->then_case);
+      walk(i->else_case);
+    }
+  };
+  walk(lowering::lower(f).lowered->body);
+  return n;
+}
+
+// A CTA of `threads` sums a (threads, 4) register tile (thread t holds row t)
+// into `dst`, once or in a loop.
+PrimFunc cta_sum(int threads, const TileLayout& dst, bool in_loop,
+                 const std::optional<TileLayout>& src = std::nullopt, int rows = 0) {
+  rows = rows ? rows : threads;
+  return T::prim_func("cta_sum", [&](Handle A_ptr) {
+    auto A = T::match_buffer(A_ptr, {rows, 4}, f32);
+    T::thread_id({threads});
+    auto X = T::alloc_buffer({rows, 4}, f32, scope::local,
+                             src.value_or(TileLayout(S({threads, 4}, {1 * axes::tx, 1}))));
+    auto D = T::alloc_buffer({1}, f32, scope::local, dst);
+    Tx::cta::copy(X, A);
+    if (in_loop) {
+      for (Var i : T::serial(2)) Tx::cta::sum(D, X, {.accum = true, .axes = {0, 1}});
+    } else {
+      Tx::cta::sum(D, X, {.axes = {0, 1}});
+    }
+  });
+}
+}  // namespace
+
+TEST_CASE(
+    "reduction/cross_warp: a CTA's registers into every thread, one barrier (two in a loop)") {
+  const auto every = TileLayout(S({1}), R({256}, {1 * axes::tx}));
+  CHECK(variants_of(cta_sum(256, every, false)) ==
+        std::vector<std::string>{"copy/reg", "reduction/cross_warp"});
+  CHECK(barriers(cta_sum(256, every, false)) == 1);
+  CHECK(barriers(cta_sum(256, every, true)) == 2);
+  // No thread axes at all: every thread holds the tile whole as well.
+  CHECK(variants_of(cta_sum(128, TileLayout(S({1})), false)).back() == "reduction/cross_warp");
+
+  // What it refuses, and why.
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(cta_sum(256, TileLayout(S({1}), R({32}, {1 * laneid})), false)),
+      doctest::Contains("reduction/cross_warp [10]: operand D: layout spreads over 32 "
+                        "threads"),
+      Error);
+  // Half the threads hold the tile, the other half a copy: a sum would count it twice.
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(cta_sum(256, every, false,
+                              TileLayout(S({128, 4}, {1 * axes::tx, 1}), R({2}, {128 * axes::tx})),
+                              128)),
+      doctest::Contains("reduction/cross_warp [10]: operand X: has a replica"), Error);
+  CHECK_THROWS_WITH_AS(lowering::lower(cta_sum(48, TileLayout(S({1})), false)),
+                       doctest::Contains("needs whole warps"), Error);
+}
+
+TEST_CASE("a tile's local() view writes the thread's own registers; only register tiles have one") {
+  PrimFunc f = T::prim_func("partials", [&](Handle A_ptr, Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {128}, f32);
+    auto B = T::match_buffer(B_ptr, {1}, f32);
+    auto tid = T::thread_id({128});
+    auto P = T::alloc_buffer({128}, f32, scope::local, TileLayout(S({128}, {1 * axes::tx})));
+    auto D = T::alloc_buffer({1}, f32, scope::local);
+    P.local()(0) = A(tid) * A(tid);
+    Tx::cta::sum(D, P);
+    T::if_(tid == 0, [&] { B(0) = D(0); });
+  });
+  CHECK(variants_of(f) == std::vector<std::string>{"reduction/cross_warp"});
+  int line = 0;
+  try {
+    (void)T::prim_func("shared_local", [&](Handle A_ptr) {
+      T::match_buffer(A_ptr, {32}, f32);
+      T::thread_id({32});
+      auto S_ = T::alloc_buffer({32}, f32, scope::shared);
+      line = __LINE__ + 1;
+      S_.local()(0) = 1.0f;
+    });
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    CHECK(e.op() == "T.local");
+    CHECK(std::string(e.what()).find("only register (local) tiles") != std::string::npos);
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+}
+
+TEST_CASE("tile scale and bias: printed as attributes, refused where an op takes none") {
+  auto kernel = [](const std::function<void(TileBuffer, TileBuffer, TileBuffer)>& body) {
+    return T::prim_func("sb", [&](Handle A_ptr) {
+      auto A = T::match_buffer(A_ptr, {32, 8}, f32);
+      T::thread_id({32});
+      auto X = T::alloc_buffer({32, 8}, f32, scope::shared);
+      auto Sc = T::alloc_buffer({32, 1}, f32, scope::shared);
+      auto Ib = T::alloc_buffer({1, 8}, i32, scope::shared);
+      Tx::warp::copy(X, A);
+      body(X, Sc, Ib);
+    });
+  };
+  PrimFunc ok = kernel([](TileBuffer X, TileBuffer Sc, TileBuffer) {
+    Tx::warp::exp(X, X, {.scale = Sc.all(), .bias = 0.5f});
+  });
+  const std::string ir = to_string(ok);
+  CHECK(ir.find("Tx.warp.exp(X[0:32, 0:8], X[0:32, 0:8], scale=Sc[0:32, 0:1], bias=0.5)") !=
+        std::string::npos);
+  CHECK(variants_of(ok).back() == "elementwise/smem");
+  auto refused = [&](const std::function<void(TileBuffer, TileBuffer, TileBuffer)>& body,
+                     const std::string& why) {
+    CHECK_THROWS_WITH_AS(lowering::lower(kernel(body)), doctest::Contains(why.c_str()), Error);
+  };
+  refused(
+      [](TileBuffer X, TileBuffer Sc, TileBuffer) { Tx::warp::copy(X, X, {.scale = Sc.all()}); },
+      "copy takes no scale/bias");
+  refused([](TileBuffer X, TileBuffer Sc, TileBuffer) { Tx::warp::sum(Sc, X, {.bias = Sc.all()}); },
+          "reductions take no scale/bias");
+  refused(
+      [](TileBuffer X, TileBuffer Sc, TileBuffer) { Tx::warp::add(X, X, X, {.scale = Sc.all()}); },
+      "add takes no scale/bias");
+  refused([](TileBuffer X, TileBuffer, TileBuffer Ib) { Tx::warp::exp(X, X, {.bias = Ib.all()}); },
+          "operand Ib: bias tiles need float dtypes");
+  refused(
+      [](TileBuffer X, TileBuffer, TileBuffer) {
+        auto Wide = T::alloc_buffer({32, 9}, f32, scope::shared);
+        Tx::warp::exp(X, X, {.scale = Wide.all()});
+      },
+      "operand Wide");
+}
+
 TEST_CASE("the registry lists every tile primitive of the core") {
   auto ops = lowering::Registry::global().ops();
-  for (const char* op : {"copy", "zero", "fill", "sqrt", "exp", "exp2", "reciprocal", "silu", "add",
-                         "sub", "mul", "fdiv", "maximum", "minimum", "fma", "cast", "sum", "max", "min"})
+  for (const char* op :
+       {"copy", "zero", "fill", "sqrt", "exp", "exp2", "reciprocal", "silu", "add", "sub", "mul",
+        "fdiv", "maximum", "minimum", "fma", "cast", "sum", "max", "min"})
     CHECK(std::find(ops.begin(), ops.end(), op) != ops.end());
 }

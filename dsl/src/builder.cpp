@@ -399,6 +399,15 @@ BufferRegion TileBuffer::operator[](const Region& r) const {
   return out;
 }
 
+TileBuffer TileBuffer::local(Loc loc) const {
+  if (!get()) detail::fail_undefined_buffer("T.local", loc);
+  if (get()->scope != MemScope::local)
+    fail("T.local", get()->name, loc,
+         std::string("is a ") + mem_scope_name(get()->scope) +
+             " buffer; only register (local) tiles have per-thread registers to view");
+  return TileBuffer(flat_view(*this));
+}
+
 BufferRegion TileBuffer::all() const {
   if (!get()) detail::fail_undefined_buffer("T.region", detail::current_loc());
   BufferRegion out{*this, {}};

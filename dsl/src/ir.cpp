@@ -687,6 +687,18 @@ Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::i
 Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
                     SourceLoc loc) {
   std::string qn = std::string("Tx.") + exec_scope_name(scope) + "." + op;
+  // A tile scale / bias becomes an operand (validated, visited and bounds
+  // checked like the others); attrs keep its index.
+  for (auto [sb, at] :
+       {std::pair{&attrs.scale, &attrs.scale_arg}, {&attrs.bias, &attrs.bias_arg}}) {
+    if (!sb->tile) continue;
+    if (sb->value.defined())
+      fail(qn, sb->tile->buffer ? sb->tile->buffer->name : "", loc,
+           "scale/bias is both a scalar and a tile");
+    *at = static_cast<int>(args.size());
+    args.emplace_back(std::move(*sb->tile));
+    sb->tile.reset();
+  }
   for (const TileArg& a : args) {
     if (auto* r = std::get_if<BufferRegion>(&a)) {
       if (!r->buffer) fail(qn, "", loc, "undefined buffer operand");

@@ -98,8 +98,8 @@ void IRVisitor::visit_node(const TileCallNode* n) {
     else
       visit(std::get<Expr>(a));
   }
-  visit(n->attrs.scale);
-  visit(n->attrs.bias);
+  visit(n->attrs.scale.value);
+  visit(n->attrs.bias.value);
 }
 void IRVisitor::visit_node(const BarrierNode*) {}
 void IRVisitor::visit_node(const CopyBytesNode* n) {
@@ -253,9 +253,10 @@ Stmt IRMutator::mutate_node(const Stmt& self, const TileCallNode* n) {
     }
   }
   TileAttrs attrs = n->attrs;
-  attrs.scale = mutate(n->attrs.scale);
-  attrs.bias = mutate(n->attrs.bias);
-  changed |= !attrs.scale.same_as(n->attrs.scale) || !attrs.bias.same_as(n->attrs.bias);
+  attrs.scale.value = mutate(n->attrs.scale.value);
+  attrs.bias.value = mutate(n->attrs.bias.value);
+  changed |= !attrs.scale.value.same_as(n->attrs.scale.value) ||
+             !attrs.bias.value.same_as(n->attrs.bias.value);
   if (!changed) return self;
   return make_tile_call(n->op, n->scope, std::move(args), std::move(attrs), n->loc);
 }

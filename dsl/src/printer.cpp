@@ -149,16 +149,21 @@ class Printer : public IRVisitor {
 
   std::string tile_call(const TileCallNode* n) {
     std::string s = n->qualified_name() + "(";
+    auto arg = [&](const TileArg& t) {
+      if (auto* r = std::get_if<BufferRegion>(&t)) return region(*r);
+      return expr(std::get<Expr>(t));
+    };
+    bool first = true;
     for (std::size_t i = 0; i < n->args.size(); ++i) {
-      if (i) s += ", ";
-      if (auto* r = std::get_if<BufferRegion>(&n->args[i]))
-        s += region(*r);
-      else
-        s += expr(std::get<Expr>(n->args[i]));
+      if (n->is_attr_arg(i)) continue;
+      s += (first ? "" : ", ") + arg(n->args[i]);
+      first = false;
     }
     const TileAttrs& a = n->attrs;
-    if (a.scale) s += ", scale=" + expr(a.scale);
-    if (a.bias) s += ", bias=" + expr(a.bias);
+    if (a.scale_arg >= 0) s += ", scale=" + arg(n->args[static_cast<std::size_t>(a.scale_arg)]);
+    if (a.scale.value.defined()) s += ", scale=" + expr(a.scale.value);
+    if (a.bias_arg >= 0) s += ", bias=" + arg(n->args[static_cast<std::size_t>(a.bias_arg)]);
+    if (a.bias.value.defined()) s += ", bias=" + expr(a.bias.value);
     if (is_reduction_op(n->op)) s += std::string(", accum=") + (a.accum ? "True" : "False");
     if (!a.axes.empty()) {
       s += ", axes=[";

@@ -534,36 +534,42 @@ class CudaEmitter : public IRVisitor {
   }
   void visit_node(const BinaryNode* n) override {
     DType t = n->a.dtype();
-    std::string a = op(n->a), b = op(n->b);
+    // Each operand is printed once: a chain of maxima (a CTA's 32 warps
+    // folded) would otherwise print in 2^32 steps.
+    const bool call_form =
+        n->op == BinOp::Min || n->op == BinOp::Max ||
+        ((n->op == BinOp::FloorDiv || n->op == BinOp::FloorMod) && !t.is_float()) ||
+        (n->op == BinOp::Div && approx_ && t == f32) || (n->op == BinOp::Mod && t.is_float());
+    std::string a = call_form ? e(n->a) : op(n->a), b = call_form ? e(n->b) : op(n->b);
     switch (n->op) {
       case BinOp::Min:
-        eo_ << "tx_min(" << e(n->a) << ", " << e(n->b) << ")";
+        eo_ << "tx_min(" << a << ", " << b << ")";
         return;
       case BinOp::Max:
-        eo_ << "tx_max(" << e(n->a) << ", " << e(n->b) << ")";
+        eo_ << "tx_max(" << a << ", " << b << ")";
         return;
       case BinOp::FloorDiv:
         if (t.is_float())
           eo_ << (t == f64 ? "floor(" : "floorf(") << a << " / " << b << ")";
         else
-          eo_ << "tx_floordiv(" << e(n->a) << ", " << e(n->b) << ")";
+          eo_ << "tx_floordiv(" << a << ", " << b << ")";
         return;
       case BinOp::FloorMod:
         if (t.is_float())
           eo_ << "(" << a << " - " << (t == f64 ? "floor(" : "floorf(") << a << " / " << b << ") * "
               << b << ")";
         else
-          eo_ << "tx_floormod(" << e(n->a) << ", " << e(n->b) << ")";
+          eo_ << "tx_floormod(" << a << ", " << b << ")";
         return;
       case BinOp::Div:
         if (approx_ && t == f32) {
-          eo_ << "__fdividef(" << e(n->a) << ", " << e(n->b) << ")";
+          eo_ << "__fdividef(" << a << ", " << b << ")";
           return;
         }
         break;
       case BinOp::Mod:
         if (t.is_float()) {
-          eo_ << (t == f64 ? "fmod(" : "fmodf(") << e(n->a) << ", " << e(n->b) << ")";
+          eo_ << (t == f64 ? "fmod(" : "fmodf(") << a << ", " << b << ")";
           return;
         }
         break;

@@ -19,6 +19,7 @@ Registry& Registry::global() {
     register_elementwise_smem(*reg);
     register_reduction_local(*reg);
     register_reduction_shared(*reg);
+    register_reduction_cross_warp(*reg);
     return reg;
   }();
   return *r;

@@ -59,6 +59,7 @@ struct RowSpec {
   RowOp op = RowOp::softmax;
   DType dtype = f32;
   DType wdtype = f32;  // weight and bias
+  DType ydtype = f32;  // y: dtype, or (the norms) another float dtype, fp8 included
   bool has_weight = false, has_bias = false;
   std::int64_t cols = 0;  // N
   int v = 1;              // elements per chunk
@@ -73,6 +74,7 @@ struct RowSpec {
     o << "tx_" << row_op_name(op) << "_" << dtype.short_name();
     if (has_weight) o << "_w" << wdtype.short_name();
     if (has_bias) o << "_b";
+    if (ydtype != dtype) o << "_y" << ydtype.short_name();
     o << "_n" << cols << "_t" << threads << "_rt" << row_threads << "_v" << v << "_k" << chunks
       << (cached ? "_reg" : "_stream");
     return o.str();
@@ -84,6 +86,7 @@ RowSpec plan(RowOp op, DType t, std::int64_t cols) {
   RowSpec s;
   s.op = op;
   s.dtype = t;
+  s.ydtype = t;
   s.cols = cols;
   s.v = 1;
   while (s.v * 2 * t.bytes() <= 16 && cols % (s.v * 2) == 0) s.v *= 2;
@@ -131,6 +134,9 @@ PrimFunc build_rows(const RowSpec& s) {
   names.push_back("y_ptr");
   if (add) names.push_back("residual_out_ptr");
   names.push_back("eps_ptr");
+  // An output of another dtype is y / scale: the kernel takes 1 / scale.
+  const bool scaled = s.ydtype != s.dtype;
+  if (scaled) names.push_back("inv_scale_ptr");
   return T::prim_func_n(s.name(), names, [&](const std::vector<Handle>& h) {
     std::size_t at = 0;
     Var n = T::dim("n", {.min = 1, .max = 2147483647, .multiple_of = s.cols});
@@ -139,10 +145,12 @@ PrimFunc build_rows(const RowSpec& s) {
     if (add) Res = T::match_buffer(h[at++], {n}, s.dtype, std::nullopt, "residual");
     if (s.has_weight) W = T::match_buffer(h[at++], {s.cols}, s.wdtype, std::nullopt, "weight");
     if (s.has_bias) B = T::match_buffer(h[at++], {s.cols}, s.wdtype, std::nullopt, "bias");
-    auto Y = T::match_buffer(h[at++], {n}, s.dtype, std::nullopt, "y");
+    auto Y = T::match_buffer(h[at++], {n}, s.ydtype, std::nullopt, "y");
     TileBuffer ResOut;
     if (add) ResOut = T::match_buffer(h[at++], {n}, s.dtype, std::nullopt, "residual_out");
     Var eps = T::match_scalar(h[at++], f32, "eps");
+    Var inv_scale;
+    if (scaled) inv_scale = T::match_scalar(h[at++], f32, "inv_scale");
 
     auto bx = T::cta_id({ceildiv(n, N * rows_per_cta)}, "bx");
     auto warp = T::warp_id({s.threads / 32}, "warp");
@@ -157,39 +165,37 @@ PrimFunc build_rows(const RowSpec& s) {
     auto out_of = [&](const Expr& e) { return s.dtype == f32 ? e : Expr(cast(e, s.dtype)); };
 
     // A statistic of the row: every thread's partial folded over the row's
-    // threads; every thread gets the result. The partials meet in a warp
-    // tile (one per lane, through shared memory: a thread's register cannot
-    // be addressed by another) that Tx.warp.sum/max folds with the shuffle
-    // butterfly into a copy in every lane; a CTA per row then folds its
-    // warps' results through shared memory behind one barrier.
+    // threads; every thread gets the result. The partials form a tile spread
+    // over the row's threads (one element each, written through the
+    // thread's own view of it); Tx.warp.sum/max folds a warp's with the
+    // shuffle butterfly, Tx.cta.sum/max a CTA's across its warps
+    // (reduction/cross_warp: one value per warp through shared memory, one
+    // barrier).
     int reductions = 0;
     auto row_reduce = [&](const Expr& partial, bool is_max) -> Var {
       const std::string tag = std::to_string(reductions++);
-      auto stage = T::alloc_buffer({s.threads}, f32, scope::shared, std::nullopt, "stage" + tag);
-      stage(tid) = partial;
-      T::cuda::warp_sync();  // a warp reads only what its own lanes wrote
-      auto lanes = T::alloc_buffer({32}, f32, scope::local, TileLayout(S({32}, {1 * laneid})),
-                                   "lanes" + tag);
-      auto folded = T::alloc_buffer({1}, f32, scope::local,
-                                    TileLayout(S({1}), R({32}, {1 * laneid})), "warp_total" + tag);
-      Tx::warp::copy(lanes, stage[region(span(warp * 32, 32))]);
-      if (is_max)
-        Tx::warp::max(folded, lanes, {.axes = {0}});
-      else
-        Tx::warp::sum(folded, lanes, {.axes = {0}});
-      if (RT == 32) return T::let(folded(0), "total" + tag);
-      const int warps = RT / 32;
-      auto across = T::alloc_buffer({warps}, f32, scope::shared, std::nullopt, "warps" + tag);
-      T::if_(lane == 0, [&] { across(warp) = folded(0); });
-      T::cuda::cta_sync();
-      auto mine = T::alloc_buffer({warps}, f32, scope::local, std::nullopt, "all" + tag);
-      auto total = T::alloc_buffer({1}, f32, scope::local, std::nullopt, "row_total" + tag);
-      Tx::thread::copy(mine, across);
-      if (is_max)
-        Tx::thread::max(total, mine);
-      else
-        Tx::thread::sum(total, mine);
-      return T::let(total(0), "total" + tag);
+      const bool warp_row = RT == 32;
+      auto parts = T::alloc_buffer(
+          {RT}, f32, scope::local,
+          warp_row ? TileLayout(S({32}, {1 * laneid})) : TileLayout(S({RT}, {1 * axes::tx})),
+          "partials" + tag);
+      parts.local()(0) = partial;
+      auto total = T::alloc_buffer({1}, f32, scope::local,
+                                   warp_row ? TileLayout(S({1}), R({32}, {1 * laneid}))
+                                            : TileLayout(S({1}), R({RT}, {1 * axes::tx})),
+                                   "total" + tag);
+      if (warp_row) {
+        if (is_max)
+          Tx::warp::max(total, parts);
+        else
+          Tx::warp::sum(total, parts);
+      } else {
+        if (is_max)
+          Tx::cta::max(total, parts);
+        else
+          Tx::cta::sum(total, parts);
+      }
+      return T::let(total(0), "stat" + tag);
     };
 
     // Chunk k of this thread: column c = (k * RT + t) * v. Chunks that
@@ -307,7 +313,7 @@ PrimFunc build_rows(const RowSpec& s) {
           br = T::alloc_buffer({v}, s.wdtype, scope::local, std::nullopt, "br");
           Tx::thread::copy(br, B[region(span(c, v))]);
         }
-        auto yr = T::alloc_buffer({v}, s.dtype, scope::local, std::nullopt, "yr");
+        auto yr = T::alloc_buffer({v}, s.ydtype, scope::local, std::nullopt, "yr");
         for (Var j : T::unroll(v, "j")) {
           Var x = T::let(f32_of(rowbuf(slot(k, j))), "x");
           Expr y;
@@ -328,7 +334,9 @@ PrimFunc build_rows(const RowSpec& s) {
           }
           if (s.has_weight) y = y * f32_of(wr(j));
           if (s.has_bias) y = y + f32_of(br(j));
-          yr(j) = out_of(y);
+          if (scaled) y = y * inv_scale;
+          // One rounding into y's dtype (fp8: to nearest, e4m3 saturating).
+          yr(j) = s.ydtype == f32 ? y : Expr(cast(y, s.ydtype));
         }
         Tx::thread::copy(Y[region(span(base + c, v))], yr);
       });
@@ -426,7 +434,8 @@ Prepared prepare(RowOp op, const Tensor& x, const Tensor* residual, const Tensor
   return p;
 }
 
-void run(const Prepared& p, Tensor& y, const Tensor& residual_out, double eps, SourceLoc loc) {
+void run(const Prepared& p, Tensor& y, const Tensor& residual_out, double eps, SourceLoc loc,
+         double scale = 1.0) {
   const std::string name = op_error_name(p.spec.op);
   if (!(eps >= 0) || !std::isfinite(eps))
     fail(name, "eps", loc, "must be finite and >= 0, got " + std::to_string(eps));
@@ -435,7 +444,9 @@ void run(const Prepared& p, Tensor& y, const Tensor& residual_out, double eps, S
   auto flat = [n](const Tensor& t) { return t.shape().size() == 1 ? t : t.reshape({n}); };
   Tensor xf = flat(p.x), yf = flat(y), rf = p.residual.defined() ? flat(p.residual) : Tensor();
   Tensor rof = residual_out.defined() ? flat(residual_out) : Tensor();
-  std::array<Kernel::Arg, 7> args;
+  if (p.spec.ydtype != p.spec.dtype && (!(scale > 0) || !std::isfinite(scale)))
+    fail(name, "scale", loc, "must be finite and > 0, got " + std::to_string(scale));
+  std::array<Kernel::Arg, 8> args;
   std::size_t i = 0;
   args[i++] = xf;
   if (p.residual.defined()) args[i++] = rf;
@@ -444,6 +455,7 @@ void run(const Prepared& p, Tensor& y, const Tensor& residual_out, double eps, S
   args[i++] = yf;
   if (rof.defined()) args[i++] = rof;
   args[i++] = eps;
+  if (p.spec.ydtype != p.spec.dtype) args[i++] = 1.0 / scale;
   try {
     k.launch(args.data(), i, loc);
   } catch (const Error& e) {
@@ -510,6 +522,49 @@ void add_rms_norm_(Tensor& x, Tensor& residual, const Tensor& weight, double eps
   // Each element's outputs are written after its own x and residual are
   // read, by the same thread: y may be x and residual_out residual.
   run(p, x, residual, eps, loc);
+}
+
+namespace {
+// An output tensor of another dtype for a norm: its shape and device x's,
+// a float dtype; the spec's y dtype becomes it.
+void prepare_out(Prepared& p, const Tensor& out, const Tensor& x, SourceLoc loc) {
+  const std::string name = op_error_name(p.spec.op);
+  if (!out.defined()) fail(name, "out", loc, "tensor is undefined");
+  if (out.shape() != x.shape())
+    fail(name, "out", loc, "shape " + shape_str(out.shape()) + " but x is " + shape_str(x.shape()));
+  if (!out.dtype().is_float() || out.dtype() == f64)
+    fail(name, "out", loc,
+         "dtype " + out.dtype().name() +
+             " is not an output dtype (f32, f16, bf16, float8_e4m3fn, float8_e5m2)");
+  if (!(out.device() == x.device()))
+    fail(name, "out", loc, "is on " + out.device().str() + " but x is on " + x.device().str());
+  if (!out.is_contiguous()) fail(name, "out", loc, "is a strided view; out must be contiguous");
+  p.spec.ydtype = out.dtype();
+}
+}  // namespace
+
+void rms_norm_out(Tensor& out, const Tensor& x, const Tensor& weight, double eps, double scale,
+                  std::source_location loc) {
+  Prepared p = prepare(RowOp::rms_norm, x, nullptr, weight, Tensor(), loc);
+  prepare_out(p, out, x, loc);
+  run(p, out, Tensor(), eps, loc, scale);
+}
+
+void layer_norm_out(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    double eps, double scale, std::source_location loc) {
+  Prepared p = prepare(RowOp::layer_norm, x, nullptr, weight, bias, loc);
+  prepare_out(p, out, x, loc);
+  run(p, out, Tensor(), eps, loc, scale);
+}
+
+void add_rms_norm_out(Tensor& out, const Tensor& x, Tensor& residual, const Tensor& weight,
+                      double eps, double scale, std::source_location loc) {
+  Prepared p = prepare(RowOp::add_rms_norm, x, &residual, weight, Tensor(), loc);
+  prepare_out(p, out, x, loc);
+  if (!residual.is_contiguous())
+    fail(op_error_name(RowOp::add_rms_norm), "residual", loc,
+         "is a strided view; the in-place residual must be contiguous");
+  run(p, out, residual, eps, loc, scale);
 }
 
 Kernel row_kernel(const std::string& op, const Tensor& x, std::source_location loc) {

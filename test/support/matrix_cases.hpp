@@ -741,6 +741,130 @@ inline void reduction_case(const Reduce& r, RedKind kind, bool accum, int varian
          D, std::string(r.name) != "sum");
 }
 
+// A reduction across the warps of a CTA (256 threads) or of each of two
+// warpgroups (reduction/cross_warp): every thread holds 4 elements of each
+// of two rows -- a (2, threads, 4) register tile -- and the two row results
+// land in every thread. In a loop (3 trips) the op runs again on its shared
+// slots: with accum a sum adds up three times.
+inline void cross_warp_case(const Reduce& r, ExecScope scope, bool accum, bool in_loop) {
+  CAPTURE(r.name);
+  INFO("exec_scope_name(scope) := " << std::string(exec_scope_name(scope)));
+  CAPTURE(accum);
+  CAPTURE(in_loop);
+  const bool wg = scope == ExecScope::warpgroup;
+  const std::int64_t groups = wg ? 2 : 1, threads = wg ? 128 : 256;
+  const auto spread = wg ? TileLayout(S({2, threads, 4}, {4, 1 * tid_in_wg, 1}))
+                         : TileLayout(S({2, threads, 4}, {4, 1 * axes::tx, 1}));
+  const auto everywhere = wg ? TileLayout(S({2}), tx::R({threads}, {1 * tid_in_wg}))
+                             : TileLayout(S({2}), tx::R({threads}, {1 * axes::tx}));
+  const int trips = in_loop ? 3 : 1;
+  PrimFunc f = T::prim_func("red_cross_warp", [&](Handle A_ptr, Handle D_ptr) {
+    auto A = T::match_buffer(A_ptr, {groups, 2, threads, 4}, f32);
+    auto D = T::match_buffer(D_ptr, {groups, 2}, f32);
+    T::cta_id({1});
+    T::thread_id({256});
+    auto g = wg ? T::let(T::warpgroup_id({2}), "g") : T::let(0, "g");
+    auto X = T::alloc_buffer({2, threads, 4}, f32, scope::local, spread);
+    auto Dl = T::alloc_buffer({2}, f32, scope::local, everywhere);
+    copy_at(scope, X, A[region(span(g, 1), {0, 2}, {0, threads}, {0, 4})]);
+    copy_at(scope, Dl, D[region(span(g, 1), {0, 2})]);
+    if (in_loop) {
+      for (Var i : T::serial(trips)) r.call(scope, Dl, X, {.accum = accum, .axes = {1, 2}});
+    } else {
+      r.call(scope, Dl, X, {.accum = accum, .axes = {1, 2}});
+    }
+    copy_at(scope, D[region(span(g, 1), {0, 2})], Dl);
+  });
+  Kernel k = build(f);
+  const std::int64_t n = groups * 2 * threads * 4;
+  auto a = test::random_values(static_cast<std::size_t>(n), f32, -1, 1);
+  auto d0 = test::random_values(static_cast<std::size_t>(groups * 2), f32, -1, 1);
+  Tensor A = input(a, {groups, 2, threads, 4}, f32), D = input(d0, {groups, 2}, f32);
+  k(A, D);
+  // Per (group, row): the reduction of its threads * 4 values, folded
+  // into the old value once per trip with accum.
+  auto once = reduce_ref(r, a, {groups * 2, threads * 4}, {1}, nullptr);
+  std::vector<double> want(once.size());
+  for (std::size_t i = 0; i < once.size(); ++i) {
+    want[i] = once[i];
+    if (accum) {
+      want[i] = d0[i];
+      for (int t = 0; t < trips; ++t) want[i] = r.combine(want[i], once[i]);
+    }
+  }
+  check_close(D.to_doubles(), want, 1e-5, 3e-5);
+  record(std::string("reduce.") + r.name + ".cross_warp." + exec_scope_name(scope) +
+             (accum ? ".accum" : "") + (in_loop ? ".loop" : ""),
+         D, std::string(r.name) != "sum");
+}
+
+// A unary op whose scale and bias are tiles (the reference's buffer-region
+// scale/bias): op(x * scale[row] + bias[col]) -- a per-row statistic and a
+// per-column weight, both broadcast to the (threads, 2048 / threads) tile --
+// in shared memory or in registers, with an f32 scale on an f16 tile too.
+inline void unary_tile_scale_case(const UnaryOp& op, ExecScope scope, MemScope mem, DType t) {
+  INFO("op.name := " << std::string(op.name));
+  INFO("exec_scope_name(scope) := " << std::string(exec_scope_name(scope)));
+  CAPTURE(mem_name(mem));
+  CAPTURE(t.name());
+  const std::int64_t rows = scope_threads(scope), cols = 2048 / rows;
+  PrimFunc f = T::prim_func("unary_tile_scale", [&](Handle A_ptr, Handle Sc_ptr, Handle Bi_ptr,
+                                                    Handle B_ptr) {
+    auto A = T::match_buffer(A_ptr, {rows, cols}, t);
+    auto Sc = T::match_buffer(Sc_ptr, {rows, 1}, f32);
+    auto Bi = T::match_buffer(Bi_ptr, {1, cols}, t);
+    auto B = T::match_buffer(B_ptr, {rows, cols}, t);
+    T::thread_id({static_cast<int>(rows)});
+    if (mem == MemScope::shared) {
+      auto As = T::alloc_buffer({rows, cols}, t, scope::shared);
+      auto Ss = T::alloc_buffer({rows, 1}, f32, scope::shared);
+      auto Bs = T::alloc_buffer({1, cols}, t, scope::shared);
+      auto Ys = T::alloc_buffer({rows, cols}, t, scope::shared);
+      Tx::cta::copy(As, A);
+      Tx::cta::copy(Ss, Sc);
+      Tx::cta::copy(Bs, Bi);
+      T::cuda::cta_sync();
+      op.call(scope, Ys, As, {.scale = Ss.all(), .bias = Bs.all()});
+      Tx::cta::copy(B, Ys);
+    } else {
+      // Thread i holds row i of x and its scale; every thread the whole bias row.
+      auto R = T::alloc_buffer({rows, cols}, t, scope::local, row_per_thread(scope, rows, cols));
+      auto Rs = T::alloc_buffer({rows, 1}, f32, scope::local, row_per_thread(scope, rows, 1));
+      auto Rb = T::alloc_buffer({1, cols}, t, scope::local);
+      copy_at(scope, R, A);
+      copy_at(scope, Rs, Sc);
+      for (Var j : T::serial(cols)) Rb(0, j) = Bi(0, j);
+      op.call(scope, R, R, {.scale = Rs.all(), .bias = Rb.all()});
+      copy_at(scope, B, R);
+    }
+  });
+  Kernel k = build(f);
+  // Scales in [0.5, 1], biases in [-0.25, 0.25], and each row's x in
+  // [(lo + 0.25) / s, (hi - 0.25) / s]: x * scale + bias stays in the op's domain.
+  const auto n = static_cast<std::size_t>(rows * cols);
+  std::vector<double> sc = test::random_values(static_cast<std::size_t>(rows), f32, 0.5, 1.0);
+  std::vector<double> bi = test::random_values(static_cast<std::size_t>(cols), t, -0.25, 0.25);
+  std::vector<double> a;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const double s = sc[static_cast<std::size_t>(r)];
+    auto row = test::random_values(static_cast<std::size_t>(cols), t, (op.lo + 0.25) / s,
+                                   (op.hi - 0.25) / s);
+    a.insert(a.end(), row.begin(), row.end());
+  }
+  Tensor A = input(a, {rows, cols}, t), Sc = input(sc, {rows, 1}, f32),
+         Bi = input(bi, {1, cols}, t), B = output({rows, cols}, t);
+  k(A, Sc, Bi, B);
+  std::vector<double> want(n);
+  for (std::size_t i = 0; i < n; ++i)
+    want[i] = quantize(op.ref(a[i] * sc[i / static_cast<std::size_t>(cols)] +
+                              bi[i % static_cast<std::size_t>(cols)]),
+                       t);
+  check_close(B.to_doubles(), want, std::max(test::default_rtol(t), 4e-6), test::subnormal_ulp(t));
+  record(std::string("unary.") + op.name + "." + exec_scope_name(scope) + "." + mem_name(mem) +
+             "." + t.short_name() + ".tile_scale_bias",
+         B, false);
+}
+
 // -------------------------------------------------------------- the cases
 // One function per group, so cross_device can run the same cases.
 
@@ -760,6 +884,13 @@ inline void unary_matrix() {
       for (MemScope m : kTileScopes)
         for (tx::DType t : {tx::f32, tx::f16})
           for (bool sb : {false, true}) unary_case(op, s, m, t, sb);
+}
+
+inline void unary_tile_scale_matrix() {
+  for (const UnaryOp& op : unary_ops())
+    for (ExecScope s : kGroupScopes)
+      for (MemScope m : kTileScopes)
+        for (tx::DType t : {tx::f32, tx::f16}) unary_tile_scale_case(op, s, m, t);
 }
 
 inline void binary_matrix() {
@@ -786,6 +917,10 @@ inline void reduction_matrix() {
       for (bool accum : {false, true})
         for (int v : {0, 1})
           if (v == 0 || has_axis_variants(kind)) reduction_case(r, kind, accum, v);
+  for (const Reduce& r : reductions())
+    for (ExecScope s : {ExecScope::cta, ExecScope::warpgroup})
+      for (bool accum : {false, true})
+        for (bool in_loop : {false, true}) cross_warp_case(r, s, accum, in_loop);
 }
 
 }  // namespace matrix
@@ -796,12 +931,16 @@ TEST_CASE("matrix: copy round trips register <-> shared and register <-> global"
 TEST_CASE("matrix: unary elementwise on shared and registers at warp, warpgroup and cta scope") {
   matrix::unary_matrix();
 }
+TEST_CASE("matrix: unary elementwise with tile scale and bias (a row statistic, a column weight)") {
+  matrix::unary_tile_scale_matrix();
+}
 TEST_CASE("matrix: binary elementwise with broadcast at warp, warpgroup and cta scope") {
   matrix::binary_matrix();
 }
 TEST_CASE("matrix: fma, cast, fill and zero, warpgroup ids, unrolled loops, group barriers") {
   matrix::misc_matrix();
 }
-TEST_CASE("matrix: reductions local and shared, sum/max/min, with and without accum") {
+TEST_CASE(
+    "matrix: reductions local, shared and across warps, sum/max/min, with and without accum") {
   matrix::reduction_matrix();
 }

@@ -284,4 +284,58 @@ TEST_CASE("rows: bad inputs are tx errors naming the op and the operand") {
       },
       "tx.ops.add_rms_norm", "residual", "but x is (8, 16)");
   expect([&] { ops::softmax(Tensor()); }, "tx.ops.softmax", "x", "undefined");
+  Tensor out_i32 = Tensor::empty({8, 16}, i32, rowcase::device());
+  expect([&] { ops::rms_norm_out(out_i32, x, Tensor()); }, "tx.ops.rms_norm", "out",
+         "not an output dtype");
+  Tensor out_fp8 = Tensor::empty({8, 16}, f8e4m3, rowcase::device());
+  expect([&] { ops::rms_norm_out(out_fp8, x, Tensor(), 1e-6, 0.0); }, "tx.ops.rms_norm", "scale",
+         "finite and > 0");
+  Tensor out_short = Tensor::empty({8, 8}, f8e4m3, rowcase::device());
+  expect([&] { ops::layer_norm_out(out_short, x, Tensor(), Tensor()); }, "tx.ops.layer_norm", "out",
+         "but x is (8, 16)");
+}
+
+TEST_CASE("rows: the norms into fp8 (e4m3 saturating, e5m2) and other dtypes, scaled") {
+  using namespace rowcase;
+  for (DType t : {f32, bf16})
+    for (DType out : {f8e4m3, f8e5m2, t == f32 ? bf16 : f32})
+      for (Op op : {Op::rms_norm, Op::layer_norm, Op::add_rms_norm})
+        for (auto [rows, cols] : {std::pair<std::int64_t, std::int64_t>{5, 1000}, {3, 8192}})
+          // |y| up to ~2.6 (x uniform in [-4, 4], weight up to 1.5): a scale of
+          // 1 / 256 puts the largest past e4m3's 448 (saturated), most below.
+          for (double scale : {1.0, 1.0 / 256}) {
+            INFO(std::string(name(op)) << " " << t.name() << " -> " << out.name() << " rows "
+                                       << rows << " cols " << cols << " scale " << scale);
+            Inputs in = random_inputs(op, rows, cols, t, t);
+            Tensor x = make(in.x, {rows, cols}, t);
+            Tensor w = make(in.weight, {cols}, t);
+            Tensor b = in.bias.empty() ? Tensor() : make(in.bias, {cols}, t);
+            Tensor y = Tensor::empty({rows, cols}, out, device());
+            y.fill_bits(out.bits == 8 ? 0x7f : out.bits == 16 ? 0x7fc1 : 0x7fc0dead);  // NaNs
+            Want want = reference(op, in, cols, t, 1e-5);
+            Tensor res;
+            switch (op) {
+              case Op::rms_norm:
+                ops::rms_norm_out(y, x, w, 1e-5, scale);
+                break;
+              case Op::layer_norm:
+                ops::layer_norm_out(y, x, w, b, 1e-5, scale);
+                break;
+              default:
+                res = make(in.residual, {rows, cols}, t);
+                ops::add_rms_norm_out(y, x, res, w, 1e-5, scale);
+                CHECK(res.to_doubles() == want.residual);  // the new residual, in place
+                break;
+            }
+            // One rounding of y / scale into out (e4m3 saturates at 448).
+            int saturated = 0;
+            for (double& v : want.y) {
+              v = quantize(v / scale, out);
+              saturated += std::fabs(v) == 448.0 && out == f8e4m3;
+            }
+            if (scale != 1.0 && out == f8e4m3) CHECK(saturated > 0);  // the case is exercised
+            // f32 math then one rounding (the absolute part, near the mean, grows by 1 / scale).
+            CHECK(test::max_rel_error(y.to_doubles(), want.y, atol(op, out, cols) / scale,
+                                      test::default_rtol(out)) <= 1.0);
+          }
 }

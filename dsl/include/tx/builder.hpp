@@ -178,6 +178,12 @@ class TileBuffer : public Buffer {
   BufferRegion operator[](const Region& r) const;
   // The whole buffer as a region.
   BufferRegion all() const;
+  // The calling thread's own registers of a register tile, as a flat buffer
+  // over the same storage (the reference's `buf.local()`): a tile spread over
+  // threads cannot be indexed (an index does not say which thread holds the
+  // element), but each thread can write its own part through this view --
+  // its partial sum, say, before Tx::cta::sum folds the tile.
+  TileBuffer local(Loc loc = Loc::current()) const;
 
  private:
   BufferElem elem(std::vector<Idx> idx) const;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -380,8 +381,9 @@ class SelectNode : public ExprNode {
   X(sqrt, 1)                                                                                       \
   X(rsqrt, 1)                                                                                      \
   X(exp, 1)                                                                                        \
-  X(exp2, 1) X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) \
-      X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) \
+  X(exp2, 1)                                                                                       \
+  X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1)  \
+      X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1)           \
           X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3)     \
               X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5) \
                   X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4)
@@ -548,13 +550,30 @@ int exec_scope_threads(ExecScope s, int cta_threads);
 // An operand of a tile call: a buffer region or a scalar expression.
 using TileArg = std::variant<BufferRegion, Expr>;
 
+// scale= / bias= of an elementwise op, op(x * scale + bias): a scalar, or a
+// tile region that broadcasts to the destination (a weight row, a per-row
+// statistic), as the reference system's elementwise ops take them.
+struct ScaleBias {
+  Expr value{};                        // the scalar
+  std::optional<BufferRegion> tile{};  // or the region (make_tile_call moves it into args)
+  ScaleBias() = default;
+  template <class E>
+  requires std::is_convertible_v<E, Expr> ScaleBias(const E& e) : value(e) {}  // NOLINT
+  ScaleBias(BufferRegion r) : tile(std::move(r)) {}                            // NOLINT
+  explicit operator bool() const { return value.defined() || tile.has_value(); }
+};
+
 struct TileAttrs {
-  Expr scale{};  // elementwise: op(x * scale + bias)
-  Expr bias{};
+  ScaleBias scale{};  // elementwise: op(x * scale + bias)
+  ScaleBias bias{};
   bool accum = false;       // reductions: fold into the destination's old value
   std::vector<int> axes{};  // reductions: source axes to reduce (empty: inferred)
   std::string variant{};    // force a dispatch variant by name
   DType dtype = void_t;     // cast: destination dtype is the buffer's; kept for printing
+  // Where make_tile_call put a tile scale / bias: its index in the call's
+  // args (-1: none), so every pass that walks the operands sees it.
+  int scale_arg = -1;
+  int bias_arg = -1;
 };
 
 class TileCallNode : public StmtNode {
@@ -568,6 +587,18 @@ class TileCallNode : public StmtNode {
       : StmtNode(kKind, l), op(std::move(o)), scope(s), args(std::move(a)), attrs(std::move(at)) {}
   // "Tx.warp.copy"
   std::string qualified_name() const;
+  // Whether args[i] is a tile scale= or bias= (not one of the op's operands).
+  bool is_attr_arg(std::size_t i) const {
+    const auto k = static_cast<int>(i);
+    return k == attrs.scale_arg || k == attrs.bias_arg;
+  }
+  // The op's operands: args without a tile scale / bias.
+  std::vector<TileArg> operands() const {
+    std::vector<TileArg> out;
+    for (std::size_t i = 0; i < args.size(); ++i)
+      if (!is_attr_arg(i)) out.push_back(args[i]);
+    return out;
+  }
 };
 
 // cta: __syncthreads(); warpgroup: bar.sync (1 + wgid), 128; warp: __syncwarp().

@@ -37,6 +37,7 @@ class TileLowerer : public ScopedMutator {
     ctx.scope_threads = exec_scope_threads(n->scope, launch_.block);
     ctx.env = &env_;
     ctx.guards = guards_;
+    ctx.in_loop = loops_ > 0;
     if (Expr whole = whole_tile(n); whole.defined()) return masked(ctx, whole);
     DispatchResult r = dispatch(ctx);
     if (log_) log_->push_back({tile_call_str(n), r.variant->qualified(), n->loc});

@@ -86,7 +86,10 @@ Stmt ScopedMutator::mutate_node(const Stmt& self, const ForNode* n) {
   if (varying)
     guards_.push_back({n->extent, n->loc, f.level,
                        "for " + n->var.name() + " in range(" + to_string(n->extent) + ")"});
+  const bool repeats = !(ex.bounded() && ex.hi <= 1);
+  loops_ += repeats ? 1 : 0;
   Stmt out = IRMutator::mutate_node(self, n);
+  loops_ -= repeats ? 1 : 0;
   if (varying) guards_.pop_back();
   return out;
 }

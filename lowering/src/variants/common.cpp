@@ -116,14 +116,15 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
   plan.spec = find_elementwise(call->op);
   if (!plan.spec) return "not an elementwise op";
   const ElementwiseSpec& spec = *plan.spec;
-  if (static_cast<int>(call->args.size()) != spec.inputs + 1)
+  const std::vector<TileArg> operands = call->operands();
+  if (static_cast<int>(operands.size()) != spec.inputs + 1)
     return "takes " + std::to_string(spec.inputs + 1) + " operands, got " +
-           std::to_string(call->args.size());
-  const BufferRegion* dst = region_arg(call, 0);
+           std::to_string(operands.size());
+  const BufferRegion* dst = std::get_if<BufferRegion>(&operands[0]);
   if (!dst) return "the destination must be a buffer region";
   plan.dst = *dst;
   DType dt = dst->buffer->dtype;
-  std::vector<TileArg> inputs(call->args.begin() + 1, call->args.end());
+  std::vector<TileArg> inputs(operands.begin() + 1, operands.end());
 
   if (spec.name == "fill") {
     if (!std::holds_alternative<Expr>(inputs[0])) return "fill takes a scalar value";
@@ -155,8 +156,23 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
            dt.name();
   if (dt.is_bool() && spec.name != "cast" && spec.name != "fill" && spec.name != "zero")
     return "operand " + dst->buffer->name + ": no arithmetic on bool tiles";
-  if ((call->attrs.scale || call->attrs.bias) && !spec.scale_bias)
+  const bool tile_scale = call->attrs.scale_arg >= 0, tile_bias = call->attrs.bias_arg >= 0;
+  if ((call->attrs.scale || call->attrs.bias || tile_scale || tile_bias) && !spec.scale_bias)
     return spec.name + " takes no scale/bias";
+  // A tile scale / bias: a float region that broadcasts to the destination
+  // (checked by the variant, like any input), loaded beside the op's inputs.
+  plan.op_inputs = inputs.size();
+  for (int at : {call->attrs.scale_arg, call->attrs.bias_arg}) {
+    if (at < 0) continue;
+    const auto& r = std::get<BufferRegion>(call->args[static_cast<std::size_t>(at)]);
+    if (!r.buffer->dtype.is_float() || !dt.is_float())
+      return operand_reason(r, std::string(at == call->attrs.scale_arg ? "scale" : "bias") +
+                                   " tiles need float dtypes, got " + r.buffer->dtype.name() +
+                                   " for a " + dt.name() + " destination");
+    (at == call->attrs.scale_arg ? plan.scale_input : plan.bias_input) =
+        static_cast<int>(inputs.size());
+    inputs.emplace_back(r);
+  }
   if (!call->attrs.axes.empty() || call->attrs.accum) return spec.name + " takes no axes/accum";
   plan.compute = compute_dtype(spec.converts ? f32 : dt);
   if (!spec.converts && dt.is_float())  // the widest of the operands' compute dtypes
@@ -185,8 +201,8 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
     if (!e) return e;
     return e.dtype() == plan.compute ? e : simplify(make_cast(plan.compute, e, call->loc));
   };
-  plan.scale = scalar(call->attrs.scale);
-  plan.bias = scalar(call->attrs.bias);
+  plan.scale = scalar(call->attrs.scale.value);
+  plan.bias = scalar(call->attrs.bias.value);
   plan.inputs = std::move(inputs);
   return plan;
 }
@@ -197,10 +213,13 @@ Expr elementwise_value(const ElementwisePlan& plan, const std::vector<Expr>& loa
   std::vector<Expr> xs;
   for (const Expr& v : loaded)
     xs.push_back(v.dtype() == plan.compute ? v : make_cast(plan.compute, v));
-  if (plan.scale || plan.bias) {
+  Expr scale = plan.scale_input >= 0 ? xs[static_cast<std::size_t>(plan.scale_input)] : plan.scale;
+  Expr bias = plan.bias_input >= 0 ? xs[static_cast<std::size_t>(plan.bias_input)] : plan.bias;
+  xs.resize(plan.op_inputs);
+  if (scale || bias) {
     Expr x = xs[0];
-    if (plan.scale) x = make_binary(BinOp::Mul, x, plan.scale);
-    if (plan.bias) x = make_binary(BinOp::Add, x, plan.bias);
+    if (scale) x = make_binary(BinOp::Mul, x, scale);
+    if (bias) x = make_binary(BinOp::Add, x, bias);
     xs[0] = x;
   }
   Expr r = plan.spec->compute(xs);
@@ -217,6 +236,9 @@ namespace tx::lowering::variants {
 
 Check copy_operands_match(const DispatchContext& ctx) {
   const TileCallNode* call = ctx.call;
+  if (call->attrs.scale || call->attrs.bias || call->attrs.scale_arg >= 0 ||
+      call->attrs.bias_arg >= 0)
+    return std::string("copy takes no scale/bias (use an elementwise op: Tx::mul, Tx::fma)");
   if (call->args.size() != 2) return std::string("copy takes a destination and a source");
   const BufferRegion* dst = region_arg(call, 0);
   const BufferRegion* src = region_arg(call, 1);

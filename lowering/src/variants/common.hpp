@@ -46,7 +46,10 @@ struct ElementwisePlan {
   BufferRegion dst;
   std::vector<TileArg> inputs;  // regions or scalars, after commutative swaps
   DType compute = f32;
-  Expr scale, bias;
+  Expr scale, bias;           // scalar scale= / bias=
+  std::size_t op_inputs = 0;  // inputs[0, op_inputs) are the op's; then
+  int scale_input = -1;       // a tile scale= and bias=, by index in inputs
+  int bias_input = -1;
 };
 
 // Validates operand count, dtypes, scalar placement and attrs.

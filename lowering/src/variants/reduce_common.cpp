@@ -7,6 +7,9 @@ std::variant<ReducePlan, std::string> parse_reduction(const DispatchContext& ctx
   ReducePlan p;
   p.spec = find_reduction(call->op);
   if (!p.spec) return "not a reduction";
+  if (call->attrs.scale || call->attrs.bias || call->attrs.scale_arg >= 0 ||
+      call->attrs.bias_arg >= 0)
+    return "reductions take no scale/bias";
   if (call->args.size() != 2) return "a reduction takes a destination and a source";
   const BufferRegion* dst = region_arg(call, 0);
   const BufferRegion* src = region_arg(call, 1);
@@ -14,7 +17,6 @@ std::variant<ReducePlan, std::string> parse_reduction(const DispatchContext& ctx
   p.dst = *dst;
   p.src = *src;
   p.accum = call->attrs.accum;
-  if (call->attrs.scale || call->attrs.bias) return "reductions take no scale/bias";
   if (dst->buffer->dtype != src->buffer->dtype)
     return operand_reason(*dst, "dtype " + dst->buffer->dtype.name() + " differs from " +
                                     src->buffer->name + "'s " + src->buffer->dtype.name());
@@ -26,8 +28,8 @@ std::variant<ReducePlan, std::string> parse_reduction(const DispatchContext& ctx
     for (int a : call->attrs.axes) {
       int ax = a < 0 ? a + static_cast<int>(rank) : a;
       if (ax < 0 || ax >= static_cast<int>(rank))
-        return "axis " + std::to_string(a) + " is out of range for a rank-" +
-               std::to_string(rank) + " source";
+        return "axis " + std::to_string(a) + " is out of range for a rank-" + std::to_string(rank) +
+               " source";
       p.reduced[static_cast<std::size_t>(ax)] = true;
     }
   } else if (de.size() == rank) {

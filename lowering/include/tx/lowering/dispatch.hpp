@@ -45,6 +45,10 @@ struct DispatchContext {
   // variant must copy only the elements inside (copy/fallback does, element
   // by element). lower_tile_ops sets it on the partial-tile branch.
   bool mask_symbolic = false;
+  // The call is inside a loop: it runs again, so shared scratch it reads
+  // after a barrier may be overwritten by a faster warp's next trip unless
+  // the op ends with a barrier as well.
+  bool in_loop = false;
 };
 
 // ok, or the reason a variant does not apply.
@@ -96,5 +100,6 @@ void register_elementwise_reg(Registry& r);
 void register_elementwise_smem(Registry& r);
 void register_reduction_local(Registry& r);
 void register_reduction_shared(Registry& r);
+void register_reduction_cross_warp(Registry& r);
 
 }  // namespace tx::lowering

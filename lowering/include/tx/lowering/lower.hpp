@@ -135,6 +135,7 @@ class ScopedMutator : public IRMutator {
   Env env_;
   std::vector<Guard> guards_;
   LaunchConfig launch_;
+  int loops_ = 0;  // loops (of more than one trip) around the statement being mutated
 };
 
 // The builder call a statement of the user's kernel came from ("T.store",

@@ -47,6 +47,21 @@ AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Ten
 void add_rms_norm_(Tensor& x, Tensor& residual, const Tensor& weight, double eps = 1e-6,
                    std::source_location loc = std::source_location::current());
 
+// The norms into an output of another float dtype, in the same pass: fp8
+// (float8_e4m3fn / float8_e5m2) for an fp8 GEMM that follows -- out =
+// fp8(norm(x) / scale), rounded to nearest, e4m3 saturating to +-448 (e5m2
+// overflows to inf), as vLLM's static-scale fp8 quant fuses it -- or f32 /
+// f16 / bf16 (scale 1 keeps the values). out: x's shape, contiguous.
+void rms_norm_out(Tensor& out, const Tensor& x, const Tensor& weight, double eps = 1e-6,
+                  double scale = 1.0, std::source_location loc = std::source_location::current());
+void layer_norm_out(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    double eps = 1e-5, double scale = 1.0,
+                    std::source_location loc = std::source_location::current());
+// residual becomes x + residual (in x's dtype, in place); out = the norm of it.
+void add_rms_norm_out(Tensor& out, const Tensor& x, Tensor& residual, const Tensor& weight,
+                      double eps = 1e-6, double scale = 1.0,
+                      std::source_location loc = std::source_location::current());
+
 // The kernel an op launches for x (not launched), for its CUDA and IR:
 // op is "softmax", "log_softmax", "rms_norm", "layer_norm" or "add_rms_norm".
 Kernel row_kernel(const std::string& op, const Tensor& x,
