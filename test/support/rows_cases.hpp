@@ -295,6 +295,23 @@ TEST_CASE("rows: bad inputs are tx errors naming the op and the operand") {
          "but x is (8, 16)");
 }
 
+TEST_CASE("rows: layer_norm's one-reduction statistics hold for an outlier first element") {
+  // bf16 rows up to 2^14 and f16 rows up to 2^11 take both statistics in one
+  // reduction around x[0]; its worst case is x[0] far from the rest.
+  using namespace rowcase;
+  for (auto [t, cols] : {std::pair<DType, std::int64_t>{bf16, 16384}, {bf16, 4096}, {f16, 2048}})
+    for (double first : {1000.0, -300.0}) {
+      Inputs in = random_inputs(Op::layer_norm, 3, cols, t, t, -1, 1);
+      for (std::int64_t r = 0; r < 3; ++r)
+        in.x[static_cast<std::size_t>(r * cols)] = quantize(first, t);
+      // and a row on a large common offset: 512 + small values
+      for (std::int64_t i = 0; i < cols; ++i)
+        in.x[static_cast<std::size_t>(2 * cols + i)] =
+            quantize(512.0 + in.x[static_cast<std::size_t>(2 * cols + i)] * 8, t);
+      check(Op::layer_norm, in, 3, cols, t, t);
+    }
+}
+
 TEST_CASE("rows: the norms into fp8 (e4m3 saturating, e5m2) and other dtypes, scaled") {
   using namespace rowcase;
   for (DType t : {f32, bf16})
