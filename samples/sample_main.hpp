@@ -65,6 +65,13 @@ inline int run(int argc, char** argv, const tx::PrimFunc& func,
     if (!a.device.empty())
       opt.device =
           a.device == "host" || a.device == "cpu" ? tx::Device::host() : tx::Device::cuda();
+    // What --emit prints is the code for the GPU (sm_90a, as the PTX), on any
+    // machine: the host lowers tensor-core calls to portable variants, and
+    // the reviewed goldens show the GPU's code. --device=host shows the host's.
+    if (!a.emit.empty() && a.device.empty()) {
+      opt.device = tx::Device::cuda();
+      opt.arch = "sm_90a";
+    }
     if (a.emit == "tirx") {
       std::cout << func;
       return 0;

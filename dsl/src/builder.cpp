@@ -763,6 +763,18 @@ void warp_sync(Loc loc) {
   state("T.cuda.warp_sync", loc);
   detail::emit(make_barrier(ExecScope::warp, loc));
 }
+void commit_group(Loc loc) {
+  state("T.cuda.commit_group", loc);
+  detail::emit(make_evaluate(make_call(Intrinsic::cp_async_commit, {}, loc), loc));
+}
+void wait_group(int pending, Loc loc) {
+  state("T.cuda.wait_group", loc);
+  if (pending < 0 || pending > 7)
+    fail("T.cuda.wait_group", "", loc,
+         "pending groups " + std::to_string(pending) +
+             " outside [0, 7] (cp.async.wait_group takes an immediate)");
+  detail::emit(make_evaluate(make_call(Intrinsic::cp_async_wait, {Expr(pending)}, loc), loc));
+}
 }  // namespace cuda
 
 }  // namespace T

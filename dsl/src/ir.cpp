@@ -456,6 +456,18 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
              "takes a float operand, got " + args[0].dtype().name());
       t = boolean;
       break;
+    case Intrinsic::cp_async_commit:
+      t = void_t;
+      break;
+    case Intrinsic::cp_async_wait: {
+      auto n = as_const_int(args[0]);
+      if (!n || *n < 0 || *n > 7)
+        fail(name, operand_text(args[0]), loc,
+             "takes a constant number of pending groups in [0, 7] (cp.async.wait_group's "
+             "immediate)");
+      t = void_t;
+      break;
+    }
     case Intrinsic::fabs:
       if (args[0].dtype().is_bool())
         fail(name, operand_text(args[0]), loc, "takes a numeric operand");
@@ -746,6 +758,83 @@ Stmt make_copy_bytes(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int byt
     fail(op, dst->name, loc, "width is not a multiple of the element size");
   return Stmt(std::make_shared<const CopyBytesNode>(
       std::move(dst), std::move(dst_off), std::move(src), std::move(src_off), bytes, loc));
+}
+
+Stmt make_matrix_move(bool store, bool trans, Buffer smem, Expr row, Buffer regs,
+                      std::vector<std::int64_t> words, SourceLoc loc) {
+  const char* op = store ? "T.ptx.stmatrix" : "T.ptx.ldmatrix";
+  if (!smem || !regs || !row) fail(op, "", loc, "an operand is undefined");
+  if (smem->scope != MemScope::shared)
+    fail(op, smem->name, loc, "the matrix side must be shared memory");
+  if (regs->scope != MemScope::local) fail(op, regs->name, loc, "the register side must be local");
+  if (smem->dtype.bytes() != 2 || regs->dtype.bytes() != 2)
+    fail(op, regs->name, loc, "moves 16-bit elements");
+  if (words.size() != 1 && words.size() != 2 && words.size() != 4)
+    fail(op, regs->name, loc, "moves 1, 2 or 4 matrices, not " + std::to_string(words.size()));
+  for (std::int64_t w : words)
+    if (w < 0 || w % 2 != 0 || w + 2 > regs->storage_elems())
+      fail(op, regs->name, loc,
+           "register word at element " + std::to_string(w) + " is not an aligned pair inside " +
+               regs->name);
+  return Stmt(std::make_shared<const MatrixMoveNode>(store, trans, std::move(smem), std::move(row),
+                                                     std::move(regs), std::move(words), loc));
+}
+
+Stmt make_mma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, Buffer a,
+              std::vector<std::int64_t> a_words, Buffer b, std::vector<std::int64_t> b_words,
+              SourceLoc loc) {
+  const char* op = "T.ptx.mma";
+  if (!d || !a || !b) fail(op, "", loc, "an operand is undefined");
+  int per_word = 0;
+  if (shape == "m16n8k16")
+    per_word = 2;
+  else if (shape == "m16n8k32")
+    per_word = 4;
+  else
+    fail(op, "", loc, "unknown shape " + shape + " (have m16n8k16, m16n8k32)");
+  if (d->dtype != f32) fail(op, d->name, loc, "the accumulator must be f32");
+  for (const Buffer* x : {&d, &a, &b})
+    if ((*x)->scope != MemScope::local) fail(op, (*x)->name, loc, "operands live in registers");
+  for (const Buffer* x : {&a, &b}) {
+    DType t = (*x)->dtype;
+    bool ok = per_word == 2 ? (t == f16 || t == bf16)
+                            : (t == f8e4m3 || t == f8e5m2);
+    if (!ok) fail(op, (*x)->name, loc, shape + " does not take " + t.name());
+  }
+  if (per_word == 2 && a->dtype != b->dtype)
+    fail(op, b->name, loc, "A and B differ in dtype (" + a->dtype.name() + ", " + b->dtype.name() + ")");
+  auto check = [&](const Buffer& buf, const std::vector<std::int64_t>& regs, std::size_t count,
+                   int align) {
+    if (regs.size() != count)
+      fail(op, buf->name, loc, "takes " + std::to_string(count) + " registers of " + buf->name);
+    for (std::int64_t r : regs)
+      if (r < 0 || r % align != 0 || r + align > buf->storage_elems())
+        fail(op, buf->name, loc, "register at element " + std::to_string(r) + " of " + buf->name +
+                                     " is not aligned or not inside it");
+  };
+  check(d, d_regs, 4, 1);
+  check(a, a_words, 4, per_word);
+  check(b, b_words, 2, per_word);
+  return Stmt(std::make_shared<const MmaNode>(std::move(shape), std::move(d), std::move(d_regs),
+                                              std::move(a), std::move(a_words), std::move(b),
+                                              std::move(b_words), loc));
+}
+
+Stmt make_cp_async(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes, Expr src_bytes,
+                   SourceLoc loc) {
+  const char* op = "T.ptx.cp_async";
+  if (!dst || !src || !dst_off || !src_off) fail(op, "", loc, "an operand is undefined");
+  if (dst->scope != MemScope::shared) fail(op, dst->name, loc, "copies into shared memory only");
+  if (src->scope != MemScope::global) fail(op, src->name, loc, "copies from global memory only");
+  if (bytes != 4 && bytes != 8 && bytes != 16)
+    fail(op, dst->name, loc, "moves 4, 8 or 16 bytes, not " + std::to_string(bytes));
+  if (dst->dtype.bytes() != src->dtype.bytes())
+    fail(op, dst->name, loc, "element sizes differ between source and destination");
+  if (src_bytes && !src_bytes.dtype().is_integer())
+    fail(op, src->name, loc, "src_bytes must be an integer");
+  return Stmt(std::make_shared<const CpAsyncNode>(std::move(dst), std::move(dst_off),
+                                                  std::move(src), std::move(src_off), bytes,
+                                                  std::move(src_bytes), loc));
 }
 
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {

@@ -108,6 +108,23 @@ void IRVisitor::visit_node(const CopyBytesNode* n) {
   visit_buffer(n->src);
   visit(n->src_offset);
 }
+void IRVisitor::visit_node(const MatrixMoveNode* n) {
+  visit_buffer(n->smem);
+  visit(n->row);
+  visit_buffer(n->regs);
+}
+void IRVisitor::visit_node(const MmaNode* n) {
+  visit_buffer(n->d);
+  visit_buffer(n->a);
+  visit_buffer(n->b);
+}
+void IRVisitor::visit_node(const CpAsyncNode* n) {
+  visit_buffer(n->dst);
+  visit(n->dst_offset);
+  visit_buffer(n->src);
+  visit(n->src_offset);
+  if (n->src_bytes) visit(n->src_bytes);
+}
 void IRVisitor::visit_node(const OriginNode* n) { visit(n->body); }
 
 // ------------------------------------------------------------------ mutator
@@ -268,6 +285,26 @@ Stmt IRMutator::mutate_node(const Stmt& self, const CopyBytesNode* n) {
       soff.same_as(n->src_offset))
     return self;
   return make_copy_bytes(d, doff, s, soff, n->bytes, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const MatrixMoveNode* n) {
+  Buffer sm = mutate_buffer(n->smem), rg = mutate_buffer(n->regs);
+  Expr row = mutate(n->row);
+  if (sm.same_as(n->smem) && rg.same_as(n->regs) && row.same_as(n->row)) return self;
+  return make_matrix_move(n->store, n->trans, sm, row, rg, n->words, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const MmaNode* n) {
+  Buffer d = mutate_buffer(n->d), a = mutate_buffer(n->a), b = mutate_buffer(n->b);
+  if (d.same_as(n->d) && a.same_as(n->a) && b.same_as(n->b)) return self;
+  return make_mma(n->shape, d, n->d_regs, a, n->a_words, b, n->b_words, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const CpAsyncNode* n) {
+  Buffer d = mutate_buffer(n->dst), s = mutate_buffer(n->src);
+  Expr doff = mutate(n->dst_offset), soff = mutate(n->src_offset);
+  Expr sb = n->src_bytes ? mutate(n->src_bytes) : Expr();
+  if (d.same_as(n->dst) && s.same_as(n->src) && doff.same_as(n->dst_offset) &&
+      soff.same_as(n->src_offset) && sb.same_as(n->src_bytes))
+    return self;
+  return make_cp_async(d, doff, s, soff, n->bytes, sb, n->loc);
 }
 Stmt IRMutator::mutate_node(const Stmt& self, const OriginNode* n) {
   Stmt body = mutate(n->body);

@@ -164,7 +164,8 @@ class Printer : public IRVisitor {
     if (a.scale.value.defined()) s += ", scale=" + expr(a.scale.value);
     if (a.bias_arg >= 0) s += ", bias=" + arg(n->args[static_cast<std::size_t>(a.bias_arg)]);
     if (a.bias.value.defined()) s += ", bias=" + expr(a.bias.value);
-    if (is_reduction_op(n->op)) s += std::string(", accum=") + (a.accum ? "True" : "False");
+    if (is_reduction_op(n->op) || n->op == "gemm")
+      s += std::string(", accum=") + (a.accum ? "True" : "False");
     if (!a.axes.empty()) {
       s += ", axes=[";
       for (std::size_t i = 0; i < a.axes.size(); ++i)
@@ -333,6 +334,12 @@ class Printer : public IRVisitor {
       case Intrinsic::fabs:
         expr_os_ << "T.abs(";
         break;
+      case Intrinsic::cp_async_commit:
+        expr_os_ << "T.ptx.cp_async.commit_group(";
+        break;
+      case Intrinsic::cp_async_wait:
+        expr_os_ << "T.ptx.cp_async.wait_group(";
+        break;
       default:
         expr_os_ << "T." << intrinsic_name(n->op) << "(";
         break;
@@ -425,6 +432,28 @@ class Printer : public IRVisitor {
     line("T.cuda.copy_bytes(T.ptr(" + buffer_name(n->dst) + ", " + expr(n->dst_offset) +
          "), T.ptr(" + buffer_name(n->src) + ", " + expr(n->src_offset) + "), " +
          std::to_string(n->bytes) + ")");
+  }
+  static std::string regs_text(const std::vector<std::int64_t>& r) {
+    std::string s;
+    for (std::size_t i = 0; i < r.size(); ++i) s += (i ? ", " : "") + std::to_string(r[i]);
+    return s;
+  }
+  void visit_node(const MatrixMoveNode* n) override {
+    std::string what = std::string(n->store ? "stmatrix" : "ldmatrix") + ".x" +
+                       std::to_string(n->words.size()) + (n->trans ? ".trans" : "");
+    std::string smem = "T.ptr(" + buffer_name(n->smem) + ", " + expr(n->row) + ")";
+    std::string regs = buffer_name(n->regs) + "[" + regs_text(n->words) + "]";
+    line("T.ptx." + what + "(" + (n->store ? smem + ", " + regs : regs + ", " + smem) + ")");
+  }
+  void visit_node(const MmaNode* n) override {
+    line("T.ptx.mma." + n->shape + "(" + buffer_name(n->d) + "[" + regs_text(n->d_regs) + "], " +
+         buffer_name(n->a) + "[" + regs_text(n->a_words) + "], " + buffer_name(n->b) + "[" +
+         regs_text(n->b_words) + "])");
+  }
+  void visit_node(const CpAsyncNode* n) override {
+    line("T.ptx.cp_async(T.ptr(" + buffer_name(n->dst) + ", " + expr(n->dst_offset) + "), T.ptr(" +
+         buffer_name(n->src) + ", " + expr(n->src_offset) + "), " + std::to_string(n->bytes) +
+         (n->src_bytes ? ", src_bytes=" + expr(n->src_bytes) : std::string()) + ")");
   }
   void visit_node(const OriginNode* n) override {
     std::string s = "# " + n->text;

@@ -13,6 +13,7 @@
 #include "tx/dtype.hpp"
 #include "tx/error.hpp"
 #include "tx/expr.hpp"
+#include "tx/fragments.hpp"
 #include "tx/ir.hpp"
 #include "tx/layout.hpp"
 #include "tx/printer.hpp"

@@ -32,6 +32,29 @@ const std::vector<Helper>& helpers() {
       {{"tx_f16"},
        R"(typedef unsigned short tx_f16;
 )"},
+      // The 32-bit shared-window address ldmatrix / cp.async take.
+      {{"tx_smem_addr"},
+       R"(static __device__ __forceinline__ unsigned tx_smem_addr(const void* p) {
+  unsigned a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+)"},
+      // Commit / wait groups of cp.async; nothing to wait for below sm_80,
+      // where tx lowers asynchronous copies to synchronous ones.
+      {{"tx_cp_async_commit"},
+       R"(static __device__ __forceinline__ void tx_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+)"},
+      {{"tx_cp_async_wait"},
+       R"(template <int N> static __device__ __forceinline__ void tx_cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+)"},
       {{"tx_bf16"},
        R"(typedef unsigned short tx_bf16;
 )"},
@@ -656,6 +679,12 @@ class CudaEmitter : public IRVisitor {
       case Intrinsic::round:
         eo_ << (is_f32 ? "rintf(" : "rint(") << args() << ")";
         return;
+      case Intrinsic::cp_async_commit:
+        eo_ << "tx_cp_async_commit()";
+        return;
+      case Intrinsic::cp_async_wait:
+        eo_ << "tx_cp_async_wait<" << as_const_int(n->args[0]).value_or(0) << ">()";
+        return;
       default:
         if (approx_ && is_f32) {
           const char* fast = nullptr;
@@ -761,6 +790,63 @@ class CudaEmitter : public IRVisitor {
     std::string s = name_of(n->src->data.get(), n->src->name);
     line(std::string("*(") + vt + "*)(&" + d + "[" + e(n->dst_offset) + "]) = *(const " + vt +
          "*)(&" + s + "[" + e(n->src_offset) + "]);");
+  }
+  // "%a, %b, ..." for n operands from `first`.
+  static std::string operands(int first, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (i ? ", %" : "%") + std::to_string(first + i);
+    return s;
+  }
+  std::string word(const Buffer& b, std::int64_t off, bool out) {
+    std::string r = "*(" + std::string(out ? "" : "const ") + "unsigned*)&" +
+                    name_of(b->data.get(), b->name) + "[" + std::to_string(off) + "]";
+    return std::string(out ? "\"=r\"(" : "\"r\"(") + r + ")";
+  }
+  void visit_node(const MatrixMoveNode* n) override {
+    const int num = static_cast<int>(n->words.size());
+    std::string instr = std::string(n->store ? "stmatrix" : "ldmatrix") +
+                        ".sync.aligned.m8n8.x" + std::to_string(num) +
+                        (n->trans ? ".trans" : "") + ".shared.b16";
+    std::string addr = "\"r\"(tx_smem_addr(&" + name_of(n->smem->data.get(), n->smem->name) +
+                       "[" + e(n->row) + "]))";
+    std::string regs;
+    for (int j = 0; j < num; ++j) regs += (j ? ", " : "") + word(n->regs, n->words[j], !n->store);
+    if (n->store)
+      line("asm volatile(\"" + instr + " [%0], {" + operands(1, num) + "};\" :: " + addr + ", " +
+           regs + " : \"memory\");");
+    else
+      line("asm volatile(\"" + instr + " {" + operands(0, num) + "}, [%" + std::to_string(num) +
+           "];\" : " + regs + " : " + addr + " : \"memory\");");
+  }
+  void visit_node(const MmaNode* n) override {
+    auto kind = [](DType t) {
+      return t == f16 ? "f16" : t == bf16 ? "bf16" : t == f8e4m3 ? "e4m3" : "e5m2";
+    };
+    std::string instr = "mma.sync.aligned." + n->shape + ".row.col.f32." + kind(n->a->dtype) +
+                        "." + kind(n->b->dtype) + ".f32";
+    std::string d = name_of(n->d->data.get(), n->d->name);
+    std::string outs, ins;
+    for (int i = 0; i < 4; ++i)
+      outs += (i ? ", " : "") + std::string("\"+f\"(") + d + "[" + std::to_string(n->d_regs[i]) + "])";
+    for (int i = 0; i < 4; ++i) ins += (i ? ", " : "") + word(n->a, n->a_words[i], false);
+    for (int i = 0; i < 2; ++i) ins += ", " + word(n->b, n->b_words[i], false);
+    line("asm volatile(\"" + instr + " {" + operands(0, 4) + "}, {" + operands(4, 4) + "}, {" +
+         operands(8, 2) + "}, {" + operands(0, 4) + "};\" : " + outs + " : " + ins + ");");
+  }
+  void visit_node(const CpAsyncNode* n) override {
+    // .cg (L2 only, the operand is consumed from shared memory) exists for
+    // 16-byte copies; smaller ones go through L1 (.ca).
+    std::string instr = std::string("cp.async.") + (n->bytes == 16 ? "cg" : "ca") +
+                        ".shared.global [%0], [%1], " + std::to_string(n->bytes);
+    std::string dst = "\"r\"(tx_smem_addr(&" + name_of(n->dst->data.get(), n->dst->name) + "[" +
+                      e(n->dst_offset) + "]))";
+    std::string src = "\"l\"(&" + name_of(n->src->data.get(), n->src->name) + "[" +
+                      e(n->src_offset) + "])";
+    if (n->src_bytes)
+      line("asm volatile(\"" + instr + ", %2;\" :: " + dst + ", " + src + ", \"r\"((int)(" +
+           e(n->src_bytes) + ")) : \"memory\");");
+    else
+      line("asm volatile(\"" + instr + ";\" :: " + dst + ", " + src + " : \"memory\");");
   }
   void visit_node(const OriginNode* n) override {
     std::string c = "// " + n->text;

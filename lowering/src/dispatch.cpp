@@ -20,6 +20,11 @@ Registry& Registry::global() {
     register_reduction_local(*reg);
     register_reduction_shared(*reg);
     register_reduction_cross_warp(*reg);
+    register_copy_ldstmatrix(*reg);
+    register_copy_async_ldgsts(*reg);
+    register_copy_async_sync(*reg);
+    register_gemm_mma_sync(*reg);
+    register_gemm_fallback(*reg);
     return reg;
   }();
   return *r;
@@ -62,7 +67,7 @@ std::string strip_operand(const std::string& reason) {
 
 // A fix the user can apply, where the call shows one.
 std::string dispatch_hint(const TileCallNode* call, std::string* operand) {
-  bool copy = call->op == "copy";
+  bool copy = call->op == "copy" || call->op == "copy_async";
   for (const TileArg& a : call->args) {
     auto* r = std::get_if<BufferRegion>(&a);
     if (!r || !r->buffer || r->buffer->scope != MemScope::global || copy) continue;

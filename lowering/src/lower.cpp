@@ -3,6 +3,7 @@
 // configuration, parameter alignment, shared-memory offsets).
 #include "tx/lowering/lower.hpp"
 
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <unordered_map>
@@ -30,6 +31,11 @@ class Facts : public IRVisitor {
     s = std::max(s, n->bytes);
     IRVisitor::visit_node(n);
   }
+  void visit_node(const CpAsyncNode* n) override {
+    int& s = widest[n->src->data.get()];
+    s = std::max(s, n->bytes);
+    IRVisitor::visit_node(n);
+  }
   void visit_node(const AllocateNode* n) override {
     if (n->buffer->scope == MemScope::shared) shared.push_back(n->buffer);
     IRVisitor::visit_node(n);
@@ -37,6 +43,15 @@ class Facts : public IRVisitor {
 };
 
 }  // namespace
+
+int target_sm(const LowerOptions& opt) {
+  if (opt.host) return 0;
+  const std::string& a = opt.arch;
+  if (a.rfind("sm_", 0) != 0 && a.rfind("compute_", 0) != 0) return 80;
+  std::size_t i = a.find('_') + 1, j = i;
+  while (j < a.size() && std::isdigit(static_cast<unsigned char>(a[j]))) ++j;
+  return j > i ? std::stoi(a.substr(i, j - i)) : 80;
+}
 
 bool LoweredKernel::shape_generic() const { return !dims.empty() || launch.symbolic_grid; }
 
@@ -55,7 +70,7 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   verify_writes(f);
   check_bounds(f, k.launch);
   Stmt s = f->body;
-  s = lower_tile_ops(s, k.launch, &k.dispatched);
+  s = lower_tile_ops(s, k.launch, &k.dispatched, target_sm(opt));
   step("lower_tile_ops", s);
   s = lower_scope_ids(s);
   step("lower_scope_ids", s);

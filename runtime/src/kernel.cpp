@@ -86,6 +86,7 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   // kernel is for, else the largest of any GPU (a host kernel must also be
   // one a GPU can run).
   lo.arch = opt.arch;
+  lo.host = !st->device.is_cuda();
   if (st->device.is_cuda() && runtime::cuda_available()) {
     // Device::cuda(n): a GPU this machine has; each device loads its own
     // module (kernels are compiled per architecture).

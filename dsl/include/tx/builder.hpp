@@ -368,6 +368,14 @@ namespace cuda {
 void cta_sync(Loc loc = Loc::current());
 void warpgroup_sync(Loc loc = Loc::current());
 void warp_sync(Loc loc = Loc::current());
+// Asynchronous-copy groups (Tx::<scope>::copy_async issues copies and never
+// waits): commit_group closes the group of this thread's copies issued since
+// the last commit; wait_group(n) waits until at most n of its committed
+// groups are pending. Another thread's copies are visible after its wait and
+// a barrier (T::cuda::cta_sync). No-ops on the host, where copies complete
+// when issued.
+void commit_group(Loc loc = Loc::current());
+void wait_group(int pending, Loc loc = Loc::current());
 }  // namespace cuda
 
 }  // namespace T
@@ -381,6 +389,14 @@ namespace Tx {
 #define TX_TILE_OPS(SCOPE)                                                                         \
   inline void copy(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
     detail::emit_tile("copy", SCOPE, {dst.region, src.region}, std::move(a), loc);                 \
+  }                                                                                                \
+  inline void copy_async(TileOperand dst, TileOperand src, TileAttrs a = {},                       \
+                         Loc loc = Loc::current()) {                                               \
+    detail::emit_tile("copy_async", SCOPE, {dst.region, src.region}, std::move(a), loc);           \
+  }                                                                                                \
+  inline void gemm(TileOperand d, TileOperand a, TileOperand b, TileAttrs at = {},                 \
+                   Loc loc = Loc::current()) {                                                     \
+    detail::emit_tile("gemm", SCOPE, {d.region, a.region, b.region}, std::move(at), loc);          \
   }                                                                                                \
   inline void zero(TileOperand dst, TileAttrs a = {}, Loc loc = Loc::current()) {                  \
     detail::emit_tile("zero", SCOPE, {dst.region}, std::move(a), loc);                             \

@@ -47,6 +47,9 @@ namespace tx {
   X(TileCall)            \
   X(Barrier)             \
   X(CopyBytes)           \
+  X(MatrixMove)          \
+  X(Mma)                 \
+  X(CpAsync)             \
   X(Origin)
 
 enum class ExprKind : std::uint8_t {
@@ -386,7 +389,8 @@ class SelectNode : public ExprNode {
       X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1)           \
           X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3)     \
               X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5) \
-                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4)
+                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4)    \
+                      X(cp_async_commit, 0) X(cp_async_wait, 1)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -395,6 +399,9 @@ class SelectNode : public ExprNode {
 //   check_divisor(divisor, site) -> divisor: reports a zero divisor
 //   check_index(index, extent, dim, site) -> index: reports an index of a
 //     multi-dimensional access outside [0, extent) (lowering's guard_indices)
+// cp_async_commit() / cp_async_wait(n): cp.async.commit_group and
+// cp.async.wait_group n (T::cuda::commit_group / wait_group). Void; no-ops
+// on the host, whose asynchronous copies complete when they are issued.
 enum class Intrinsic : std::uint8_t {
 #define TX_ENUM(N, A) N,
   TX_INTRINSICS(TX_ENUM)
@@ -566,7 +573,7 @@ struct ScaleBias {
 struct TileAttrs {
   ScaleBias scale{};  // elementwise: op(x * scale + bias)
   ScaleBias bias{};
-  bool accum = false;       // reductions: fold into the destination's old value
+  bool accum = false;       // reductions, gemm: fold into the destination's old value (D += A B)
   std::vector<int> axes{};  // reductions: source axes to reduce (empty: inferred)
   std::string variant{};    // force a dispatch variant by name
   DType dtype = void_t;     // cast: destination dtype is the buffer's; kept for printing
@@ -628,6 +635,82 @@ class CopyBytesNode : public StmtNode {
         bytes(n) {}
 };
 
+// ldmatrix (store = false) or stmatrix (store = true): `num` (1, 2 or 4) 8x8
+// matrices of 16-bit elements between shared memory and a warp's registers.
+// `row` is this lane's row address (an element offset into the flat shared
+// buffer, 16-byte aligned); words[j] is the element offset in `regs` of the
+// 32-bit register that matrix j lands in (two elements, 4-byte aligned).
+// trans: each lane receives a column pair instead of a row pair.
+class MatrixMoveNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::MatrixMove;
+  const bool store;
+  const bool trans;
+  const Buffer smem;
+  const Expr row;
+  const Buffer regs;
+  const std::vector<std::int64_t> words;
+  MatrixMoveNode(bool st, bool tr, Buffer s, Expr r, Buffer g, std::vector<std::int64_t> w,
+                 SourceLoc l)
+      : StmtNode(kKind, l),
+        store(st),
+        trans(tr),
+        smem(std::move(s)),
+        row(std::move(r)),
+        regs(std::move(g)),
+        words(std::move(w)) {}
+};
+
+// One warp-wide mma.sync.aligned.<shape>.row.col.f32.<atype>.<btype>.f32:
+// D += A * B with D four f32 registers (element offsets d[i] into `d`), A four
+// 32-bit words and B two (element offsets of each word's first element).
+// m16n8k16 takes f16 or bf16 (two per word), m16n8k32 e4m3 / e5m2 (four).
+class MmaNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Mma;
+  const std::string shape;  // "m16n8k16" or "m16n8k32"
+  const Buffer d;
+  const std::vector<std::int64_t> d_regs;
+  const Buffer a;
+  const std::vector<std::int64_t> a_words;
+  const Buffer b;
+  const std::vector<std::int64_t> b_words;
+  MmaNode(std::string sh, Buffer dd, std::vector<std::int64_t> dr, Buffer aa,
+          std::vector<std::int64_t> aw, Buffer bb, std::vector<std::int64_t> bw, SourceLoc l)
+      : StmtNode(kKind, l),
+        shape(std::move(sh)),
+        d(std::move(dd)),
+        d_regs(std::move(dr)),
+        a(std::move(aa)),
+        a_words(std::move(aw)),
+        b(std::move(bb)),
+        b_words(std::move(bw)) {}
+};
+
+// cp.async: `bytes` (4, 8 or 16) from global `src` to shared `dst`, offsets in
+// elements. When src_bytes is given and evaluates to 0, nothing is read and
+// the destination is zero-filled (a chunk past the end of a tensor); the
+// variant points src at the tensor's start then, so no address outside it is
+// ever formed. Completion is the program's business (commit / wait groups).
+class CpAsyncNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::CpAsync;
+  const Buffer dst;
+  const Expr dst_offset;
+  const Buffer src;
+  const Expr src_offset;
+  const int bytes;
+  const Expr src_bytes;  // optional: bytes or 0
+  CpAsyncNode(Buffer d, Expr doff, Buffer s, Expr soff, int n, Expr sb, SourceLoc l)
+      : StmtNode(kKind, l),
+        dst(std::move(d)),
+        dst_offset(std::move(doff)),
+        src(std::move(s)),
+        src_offset(std::move(soff)),
+        bytes(n),
+        src_bytes(std::move(sb)) {}
+};
+
 // Marks lowered code with the tile call it came from (printed as a comment).
 class OriginNode : public StmtNode {
  public:
@@ -656,6 +739,13 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
 Stmt make_barrier(ExecScope s, SourceLoc loc = {});
 Stmt make_copy_bytes(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes,
                      SourceLoc loc = {});
+Stmt make_matrix_move(bool store, bool trans, Buffer smem, Expr row, Buffer regs,
+                      std::vector<std::int64_t> words, SourceLoc loc = {});
+Stmt make_mma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, Buffer a,
+              std::vector<std::int64_t> a_words, Buffer b, std::vector<std::int64_t> b_words,
+              SourceLoc loc = {});
+Stmt make_cp_async(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes,
+                   Expr src_bytes = {}, SourceLoc loc = {});
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc = {});
 
 // ----------------------------------------------------------------- function

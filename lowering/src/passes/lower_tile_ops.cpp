@@ -15,8 +15,8 @@ namespace {
 
 class TileLowerer : public ScopedMutator {
  public:
-  TileLowerer(const LaunchConfig& launch, std::vector<TileCallRecord>* log)
-      : ScopedMutator(launch), log_(log) {}
+  TileLowerer(const LaunchConfig& launch, std::vector<TileCallRecord>* log, int sm)
+      : ScopedMutator(launch), log_(log), sm_(sm) {}
   using ScopedMutator::mutate_node;
 
   Stmt mutate_node(const Stmt& self, const TileCallNode*) override {
@@ -38,6 +38,7 @@ class TileLowerer : public ScopedMutator {
     ctx.env = &env_;
     ctx.guards = guards_;
     ctx.in_loop = loops_ > 0;
+    ctx.sm = sm_;
     if (Expr whole = whole_tile(n); whole.defined()) return masked(ctx, whole);
     DispatchResult r = dispatch(ctx);
     if (log_) log_->push_back({tile_call_str(n), r.variant->qualified(), n->loc});
@@ -133,12 +134,14 @@ class TileLowerer : public ScopedMutator {
  public:
  private:
   std::vector<TileCallRecord>* log_;
+  int sm_;
 };
 
 }  // namespace
 
-Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log) {
-  TileLowerer l(launch, log);
+Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log,
+                    int sm) {
+  TileLowerer l(launch, log, sm);
   return l.mutate(s);
 }
 

@@ -112,11 +112,26 @@ struct Narrowing {
   Interval then_range, else_range;
 };
 
+// `v + c` or `v - c` (a loop's look-ahead, `kt + 2 < KT`): v and the shift.
+const VarNode* shifted_var(const Expr& e, std::int64_t* shift) {
+  *shift = 0;
+  if (auto* v = e.as<VarNode>()) return v;
+  auto* b = e.as<BinaryNode>();
+  if (!b || (b->op != BinOp::Add && b->op != BinOp::Sub)) return nullptr;
+  auto* v = b->a.as<VarNode>();
+  auto k = as_const_int(b->b);
+  if (!v || !k) return nullptr;
+  *shift = b->op == BinOp::Add ? *k : -*k;
+  return v;
+}
+
 std::optional<Narrowing> narrowing(const Expr& c, const Env& env) {
   auto* b = c.as<BinaryNode>();
   if (!b) return std::nullopt;
-  const VarNode* v = b->a.as<VarNode>();
+  std::int64_t shift = 0;
+  const VarNode* v = shifted_var(b->a, &shift);
   auto k = as_const_int(b->b);
+  if (v && k) *k -= shift;  // v + s < k  <=>  v < k - s
   BinOp op = b->op;
   if (!v || !k) {
     // k op v: mirror it.

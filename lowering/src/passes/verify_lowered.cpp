@@ -40,6 +40,22 @@ class LoweredCheck : public IRVisitor {
     check(n->src, n->loc);
     IRVisitor::visit_node(n);
   }
+  void visit_node(const MatrixMoveNode* n) override {
+    check(n->smem, n->loc);
+    check(n->regs, n->loc);
+    IRVisitor::visit_node(n);
+  }
+  void visit_node(const MmaNode* n) override {
+    check(n->d, n->loc);
+    check(n->a, n->loc);
+    check(n->b, n->loc);
+    IRVisitor::visit_node(n);
+  }
+  void visit_node(const CpAsyncNode* n) override {
+    check(n->dst, n->loc);
+    check(n->src, n->loc);
+    IRVisitor::visit_node(n);
+  }
   void visit_node(const AllocateNode* n) override {
     known.insert(n->buffer->data.get());
     IRVisitor::visit_node(n);

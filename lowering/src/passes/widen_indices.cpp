@@ -84,6 +84,12 @@ class Widen : public IRMutator {
     return make_copy_bytes(n->dst, needs_wide(n->dst) ? widen(d) : d, n->src,
                            needs_wide(n->src) ? widen(s) : s, n->bytes, n->loc);
   }
+  Stmt mutate_node(const Stmt& self, const CpAsyncNode* n) override {
+    if (!needs_wide(n->src)) return IRMutator::mutate_node(self, n);
+    Expr d = mutate(n->dst_offset), s = mutate(n->src_offset);
+    Expr sb = n->src_bytes ? mutate(n->src_bytes) : Expr();
+    return make_cp_async(n->dst, d, n->src, widen(s), n->bytes, sb, n->loc);
+  }
 };
 
 }  // namespace

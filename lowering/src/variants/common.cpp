@@ -274,6 +274,70 @@ Expr joint_offset(const std::vector<JointIter>& iters, std::size_t operand, cons
   return off;
 }
 
+std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, const Env& env) {
+  std::string why;
+  auto l = region_layout(r, env, &why);
+  if (!l) return operand_reason(r, why);
+  for (const Iter& it : l->replica)
+    if (it.extent > 1)
+      return operand_reason(r, "layout " + r.buffer->layout.str() +
+                                   " has a replica (an element held in several places)");
+  const std::int64_t n = r.numel();
+  if (n > (1 << 16))
+    return operand_reason(r, "region of " + std::to_string(n) + " elements (a fragment table is for tiles up to 65536)");
+  ElementPlaces p;
+  p.base = l->mem_offset;
+  p.at.resize(static_cast<std::size_t>(n));
+  for (std::int64_t x = 0; x < n; ++x) {
+    Location loc = l->thread_offset;
+    loc[static_cast<int>(Axis::m)] = 0;
+    std::int64_t rest = x;
+    for (std::size_t d = l->extents.size(); d-- > 0;) {
+      std::int64_t c = rest % l->extents[d];
+      rest /= l->extents[d];
+      for (std::size_t k = l->dims[d].size(); k-- > 0;) {
+        const Iter& it = l->dims[d][k];
+        loc[static_cast<int>(it.axis)] += (c % it.extent) * it.stride;
+        c /= it.extent;
+      }
+    }
+    p.at[static_cast<std::size_t>(x)] = loc;
+  }
+  return p;
+}
+
+std::optional<std::pair<std::int64_t, std::int64_t>> matrix_extents(const BufferRegion& r) {
+  const std::size_t n = r.ranges.size();
+  if (n < 2) return std::nullopt;
+  for (std::size_t d = 0; d + 2 < n; ++d)
+    if (r.ranges[d].extent != 1) return std::nullopt;
+  return std::make_pair(r.ranges[n - 2].extent, r.ranges[n - 1].extent);
+}
+
+// Operand shapes of a gemm call: D (M, N), A (M, K), B (K, N).
+Check gemm_operands(const DispatchContext& ctx) {
+  const std::vector<TileArg> ops = ctx.call->operands();
+  if (ops.size() != 3) return "gemm takes D, A, B";
+  const BufferRegion* r[3];
+  for (int i = 0; i < 3; ++i) {
+    r[i] = std::get_if<BufferRegion>(&ops[static_cast<std::size_t>(i)]);
+    if (!r[i]) return "gemm operands are tiles, not scalars";
+  }
+  for (const BufferRegion* x : r)
+    if (!matrix_extents(*x))
+      return operand_reason(*x, "not a matrix: a gemm operand is a 2-D region (leading "
+                                "extents 1)");
+  auto d = *matrix_extents(*r[0]), a = *matrix_extents(*r[1]), b = *matrix_extents(*r[2]);
+  if (a.first != d.first || b.second != d.second || a.second != b.first)
+    return operand_reason(*r[1], "shapes do not chain: D " + std::to_string(d.first) + "x" +
+                                     std::to_string(d.second) + " = A " + std::to_string(a.first) +
+                                     "x" + std::to_string(a.second) + " B " +
+                                     std::to_string(b.first) + "x" + std::to_string(b.second));
+  if (ctx.call->attrs.scale || ctx.call->attrs.bias || !ctx.call->attrs.axes.empty())
+    return "gemm takes no scale / bias / axes";
+  return ok();
+}
+
 int widest_vector(const std::vector<JointIter>& iters, const std::vector<std::size_t>& vectorized,
                   const std::vector<Expr>& bases, int esize, const Env& env,
                   const std::function<bool(int)>& extra) {

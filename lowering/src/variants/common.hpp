@@ -71,6 +71,26 @@ namespace tx::lowering::variants {
 // extents once extent-1 dimensions are dropped.
 Check copy_operands_match(const DispatchContext& ctx);
 
+// Where every element of a region lives, by its row-major index in the
+// region: the memory offset relative to `base` (the region start's offset,
+// possibly dynamic) on axis m, and the thread coordinates on the others.
+// The tensor-core variants read fragment layouts off this table. Fails on a
+// layout with replicas (an element in several places) and on regions of more
+// than 2^16 elements (tables are for register and shared tiles).
+struct ElementPlaces {
+  Expr base;
+  std::vector<Location> at;
+};
+std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, const Env& env);
+
+// The last two extents of a matrix operand (rows, cols), when every other
+// extent is 1: gemm operands are 2-D regions of buffers of any rank.
+std::optional<std::pair<std::int64_t, std::int64_t>> matrix_extents(const BufferRegion& r);
+
+// A gemm call's operands: D (M, N), A (M, K), B (K, N) matrix regions, no
+// scale / bias / axes.
+Check gemm_operands(const DispatchContext& ctx);
+
 // Offset of element `idx` (of the joint index space) for operand i.
 Expr joint_offset(const std::vector<JointIter>& iters, std::size_t operand, const Expr& idx);
 

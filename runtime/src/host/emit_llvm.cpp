@@ -671,6 +671,10 @@ class Emitter {
         if (d < 0 || d > 2) internal("block_idx dimension", n->loc);
         return block_idx_[d];
       }
+      case Intrinsic::cp_async_commit:
+      case Intrinsic::cp_async_wait:
+        // Asynchronous copies are synchronous on the host: nothing is pending.
+        return B.getInt32(0);
       case Intrinsic::check_access: {
         if (!checked_) internal("check_access outside the checked mode", n->loc);
         llvm::Type* i32t = B.getInt32Ty();
@@ -912,6 +916,11 @@ class Emitter {
       case StmtKind::Origin:
         emit(s.as<OriginNode>()->body);
         return;
+      case StmtKind::MatrixMove:
+      case StmtKind::Mma:
+      case StmtKind::CpAsync:
+        // The host lowers with no PTX variants (LowerOptions::host).
+        internal("a PTX instruction left in the host form", s->loc);
       case StmtKind::Barrier:
       case StmtKind::TileCall:
       case StmtKind::ScopeIdBind:

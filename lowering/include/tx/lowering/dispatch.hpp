@@ -49,6 +49,9 @@ struct DispatchContext {
   // after a barrier may be overwritten by a faster warp's next trip unless
   // the op ends with a barrier as well.
   bool in_loop = false;
+  // The SM version the kernel targets (sm_80: 80); 0 on the host, where only
+  // portable variants apply (see LowerOptions::host).
+  int sm = 80;
 };
 
 // ok, or the reason a variant does not apply.
@@ -101,5 +104,10 @@ void register_elementwise_smem(Registry& r);
 void register_reduction_local(Registry& r);
 void register_reduction_shared(Registry& r);
 void register_reduction_cross_warp(Registry& r);
+void register_copy_ldstmatrix(Registry& r);
+void register_copy_async_ldgsts(Registry& r);
+void register_copy_async_sync(Registry& r);
+void register_gemm_mma_sync(Registry& r);
+void register_gemm_fallback(Registry& r);
 
 }  // namespace tx::lowering

@@ -89,6 +89,9 @@ struct LowerOptions {
   // The GPU architecture the kernel is for ("sm_90a"), whose limits the
   // kernel is checked against; empty: the largest limits of any GPU.
   std::string arch{};
+  // The kernel runs on the host (the LLVM JIT): variants that emit PTX
+  // (ldmatrix, mma, cp.async) decline and the portable ones lower every call.
+  bool host = false;
   // The checked host mode: each index of a multi-dimensional access is
   // checked against its extent at run time (guard_indices).
   bool check_indices = false;
@@ -110,7 +113,11 @@ LaunchConfig verify_kernel(const PrimFunc& f);
 void verify_scopes(const PrimFunc& f);
 void verify_writes(const PrimFunc& f);
 void check_bounds(const PrimFunc& f, const LaunchConfig& launch);
-Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log);
+// The SM version PTX-emitting variants may target: 0 on the host, the
+// arch's (sm_90a: 90), 80 when no arch is named.
+int target_sm(const LowerOptions& opt);
+Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log,
+                    int sm = 80);
 Stmt lower_scope_ids(const Stmt& s);
 Stmt guard_indices(const Stmt& s, const LaunchConfig& launch);
 Stmt flatten_buffers(const Stmt& s);

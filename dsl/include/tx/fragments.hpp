@@ -1,0 +1,72 @@
+// Register fragment layouts of the warp tensor-core instructions, as
+// ordinary TileLayouts over laneid (the reference system's way: a fragment
+// is a layout, and dispatch checks a register tile against it).
+//
+// With g = laneid / 4, t = laneid % 4 and E elements per 32-bit register
+// word (2 for f16 / bf16, 4 for fp8), the m16n8k(8E) mma.sync operands are
+//   C / D (16 x 8, f32):  register i = (row g + 8 (i / 2), col 2 t + i % 2)
+//                         S[(2, 8, 4, 2) : (2, 4@laneid, 1@laneid, 1)]
+//   A (16 x 8E):          word j, element e = (row g + 8 (j % 2),
+//                                              col E t + 4E (j / 2) + e)
+//   B (8E x 8):           word j, element e = (row E t + 4E j + e, col g)
+// (PTX ISA, "Matrix fragments for mma.m16n8k16 / m16n8k32"). A warp tile is
+// a grid of instruction tiles; each tile's registers are consecutive, tiles
+// in row-major order of the grid: frag::mma_c(64, 64) is 4 x 8 tiles of 4
+// registers, 128 per lane.
+//
+// The same fragments are what ldmatrix gives (copy/ldstmatrix): A from a
+// row-major (M, K) shared tile, B from a row-major (K, N) tile with .trans
+// (16-bit types), or from a K-contiguous one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tx/dtype.hpp"
+#include "tx/error.hpp"
+#include "tx/layout.hpp"
+
+namespace tx::frag {
+
+namespace detail {
+inline int per_word(DType t, const char* what) {
+  if (t.bytes() == 2) return 2;
+  if (t.bytes() == 1) return 4;
+  fail(std::string("tx::frag::") + what, "", {},
+       "dtype " + t.name() + ": tensor-core fragments hold 16-bit or 8-bit elements");
+}
+inline void check_multiple(std::int64_t v, std::int64_t m, const char* what, const char* dim) {
+  if (v <= 0 || v % m != 0)
+    fail(std::string("tx::frag::") + what, "", {},
+         std::string(dim) + " = " + std::to_string(v) + " is not a positive multiple of " +
+             std::to_string(m));
+}
+}  // namespace detail
+
+// The f32 accumulator (C / D) of an (m, n) warp tile: m % 16 == 0, n % 8 == 0.
+inline TileLayout mma_c(std::int64_t m, std::int64_t n) {
+  detail::check_multiple(m, 16, "mma_c", "m");
+  detail::check_multiple(n, 8, "mma_c", "n");
+  return TileLayout(S({m / 16, 2, 8, n / 8, 4, 2}, {4 * (n / 8), 2, 4 * laneid, 4, 1 * laneid, 1}));
+}
+
+// The A operand of an (m, k) warp tile of dtype t: m % 16, k % 8E == 0.
+inline TileLayout mma_a(std::int64_t m, std::int64_t k, DType t) {
+  const std::int64_t e = detail::per_word(t, "mma_a");
+  detail::check_multiple(m, 16, "mma_a", "m");
+  detail::check_multiple(k, 8 * e, "mma_a", "k");
+  const std::int64_t kt = k / (8 * e);
+  return TileLayout(
+      S({m / 16, 2, 8, kt, 2, 4, e}, {4 * e * kt, e, 4 * laneid, 4 * e, 2 * e, 1 * laneid, 1}));
+}
+
+// The B operand of a (k, n) warp tile of dtype t: k % 8E, n % 8 == 0.
+inline TileLayout mma_b(std::int64_t k, std::int64_t n, DType t) {
+  const std::int64_t e = detail::per_word(t, "mma_b");
+  detail::check_multiple(k, 8 * e, "mma_b", "k");
+  detail::check_multiple(n, 8, "mma_b", "n");
+  const std::int64_t kt = k / (8 * e);
+  return TileLayout(S({kt, 2, 4, e, n / 8, 8}, {2 * e, e, 1 * laneid, 1, 2 * e * kt, 4 * laneid}));
+}
+
+}  // namespace tx::frag

@@ -1,0 +1,94 @@
+// A bf16 GEMM on tensor cores, C = A B (A: M x K, B: K x N, both row-major),
+// f32 accumulation, bf16 out -- written with tile primitives only.
+//
+// Each CTA computes a 128 x 128 tile of C with 4 warps in a 2 x 2 grid (64 x
+// 64 each). K is walked 32 at a time through a ring of STAGES shared-memory
+// buffers: cp.async copies run STAGES - 1 tiles ahead of the tensor cores
+// (Tx::cta::copy_async, commit_group / wait_group), and each warp moves its
+// 16-wide slices into register fragments with ldmatrix (Tx::warp::copy into
+// frag:: layouts) and multiplies them with mma.sync (Tx::warp::gemm). Rows
+// of the shared tiles are padded by 16 bytes so the 8 rows an ldmatrix reads
+// fall in 8 different bank groups. On the host the same program runs through
+// the portable variants (synchronous copies, gemm/fallback).
+#include "sample_main.hpp"
+
+using namespace tx;
+
+constexpr std::int64_t BM = 128, BN = 128, BK = 32, STAGES = 3;
+constexpr std::int64_t WM = 64, WN = 64, PAD = 8;  // warp tile; padding in elements
+
+PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K) {
+  return T::prim_func("gemm_bf16", [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
+    auto A = T::match_buffer(A_ptr, {M, K}, bf16);
+    auto B = T::match_buffer(B_ptr, {K, N}, bf16);
+    auto C = T::match_buffer(C_ptr, {M, N}, bf16);
+    T::device_entry();
+    auto bm = T::cta_id({M / BM, N / BN});
+    auto bn = bm[1];
+    auto warp = T::warp_id({4});
+    auto wm = T::let(warp / 2), wn = T::let(warp % 2);
+
+    // The ring of shared tiles: STAGES x (128 x 32) of A, STAGES x (32 x 128) of B.
+    auto As = T::alloc_buffer({STAGES, BM, BK}, bf16, scope::shared,
+                              TileLayout(S({STAGES, BM, BK}, {BM * (BK + PAD), BK + PAD, 1})));
+    auto Bs = T::alloc_buffer({STAGES, BK, BN}, bf16, scope::shared,
+                              TileLayout(S({STAGES, BK, BN}, {BK * (BN + PAD), BN + PAD, 1})));
+    // A warp's fragments: a 64 x 16 slice of A, 16 x 64 of B, the 64 x 64 accumulator.
+    auto Af = T::alloc_buffer({WM, 16}, bf16, scope::local, frag::mma_a(WM, 16, bf16));
+    auto Bf = T::alloc_buffer({16, WN}, bf16, scope::local, frag::mma_b(16, WN, bf16));
+    auto acc = T::alloc_buffer({WM, WN}, f32, scope::local, frag::mma_c(WM, WN));
+    auto out = T::alloc_buffer({WM, WN}, bf16, scope::local, frag::mma_c(WM, WN));
+
+    const std::int64_t KT = K / BK;
+    auto load_stage = [&](const auto& kt) {
+      auto s = T::let(kt % STAGES);
+      Tx::cta::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
+                          A[region(span(bm * BM, BM), span(kt * BK, BK))]);
+      Tx::cta::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
+                          B[region(span(kt * BK, BK), span(bn * BN, BN))]);
+    };
+
+    // Prologue: the first STAGES - 1 tiles in flight, one commit group each.
+    for (Var s : T::unroll(STAGES - 1, "s")) {
+      load_stage(s);
+      T::cuda::commit_group();
+    }
+    Tx::warp::fill(acc, 0.0f);
+    for (Var kt : T::serial(KT, "kt")) {
+      T::cuda::wait_group(STAGES - 2);  // tile kt has landed (for this thread)
+      T::cuda::cta_sync();              // ... for every thread; stage kt - 1 is free
+      T::if_(kt + (STAGES - 1) < KT, [&] { load_stage(kt + (STAGES - 1)); });
+      T::cuda::commit_group();  // always: keeps one group per iteration
+      auto stage = T::let(kt % STAGES);
+      for (Var kk : T::unroll(BK / 16, "kk")) {
+        Tx::warp::copy(Af, As[region(span(stage, 1), span(wm * WM, WM), span(kk * 16, 16))]);
+        Tx::warp::copy(Bf, Bs[region(span(stage, 1), span(kk * 16, 16), span(wn * WN, WN))]);
+        Tx::warp::gemm(acc, Af, Bf, {.accum = true});
+      }
+    }
+    // Epilogue: round to bf16 in registers, store the warp's 64 x 64 tile.
+    Tx::warp::cast(out, acc);
+    Tx::warp::copy(C[region(span(bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))], out);
+  });
+}
+
+#ifndef TX_SAMPLE_NO_MAIN
+int main(int argc, char** argv) {
+  const std::int64_t M = 256, N = 384, K = 192;
+  return sample::run(argc, argv, gemm(M, N, K), [&](const Kernel& k) {
+    std::vector<double> a = sample::random(M * K, bf16, -1.0, 1.0);
+    std::vector<double> b = sample::random(K * N, bf16, -1.0, 1.0);
+    Tensor At = Tensor::from_doubles(a, {M, K}, bf16, k.device());
+    Tensor Bt = Tensor::from_doubles(b, {K, N}, bf16, k.device());
+    Tensor Ct = Tensor::empty({M, N}, bf16, k.device());
+    Ct.fill_bits(0x7fc0);  // NaN until written
+    k(At, Bt, Ct);
+    // float64 reference; the bound: f32 accumulation (K terms) and one bf16 rounding.
+    std::vector<double> want(M * N, 0.0);
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t p = 0; p < K; ++p)
+        for (std::int64_t j = 0; j < N; ++j) want[i * N + j] += a[i * K + p] * b[p * N + j];
+    return sample::max_error(Ct.to_doubles(), want, 1e-2, 1.0 / 128);
+  });
+}
+#endif
