@@ -17,11 +17,12 @@ using namespace tx;
 constexpr std::int64_t BM = 128, BN = 128, BK = 32, STAGES = 3;
 constexpr std::int64_t WM = 64, WN = 64, PAD = 8;  // warp tile; padding in elements
 
-PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K) {
-  return T::prim_func("gemm_bf16", [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
-    auto A = T::match_buffer(A_ptr, {M, K}, bf16);
-    auto B = T::match_buffer(B_ptr, {K, N}, bf16);
-    auto C = T::match_buffer(C_ptr, {M, N}, bf16);
+// t: bf16 or f16. M and N multiples of 128, K of 32.
+PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16) {
+  return T::prim_func("gemm_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
+    auto A = T::match_buffer(A_ptr, {M, K}, t);
+    auto B = T::match_buffer(B_ptr, {K, N}, t);
+    auto C = T::match_buffer(C_ptr, {M, N}, t);
     T::device_entry();
     auto bm = T::cta_id({M / BM, N / BN});
     auto bn = bm[1];
@@ -29,15 +30,15 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K) {
     auto wm = T::let(warp / 2), wn = T::let(warp % 2);
 
     // The ring of shared tiles: STAGES x (128 x 32) of A, STAGES x (32 x 128) of B.
-    auto As = T::alloc_buffer({STAGES, BM, BK}, bf16, scope::shared,
+    auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared,
                               TileLayout(S({STAGES, BM, BK}, {BM * (BK + PAD), BK + PAD, 1})));
-    auto Bs = T::alloc_buffer({STAGES, BK, BN}, bf16, scope::shared,
+    auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared,
                               TileLayout(S({STAGES, BK, BN}, {BK * (BN + PAD), BN + PAD, 1})));
     // A warp's fragments: a 64 x 16 slice of A, 16 x 64 of B, the 64 x 64 accumulator.
-    auto Af = T::alloc_buffer({WM, 16}, bf16, scope::local, frag::mma_a(WM, 16, bf16));
-    auto Bf = T::alloc_buffer({16, WN}, bf16, scope::local, frag::mma_b(16, WN, bf16));
+    auto Af = T::alloc_buffer({WM, 16}, t, scope::local, frag::mma_a(WM, 16, t));
+    auto Bf = T::alloc_buffer({16, WN}, t, scope::local, frag::mma_b(16, WN, t));
     auto acc = T::alloc_buffer({WM, WN}, f32, scope::local, frag::mma_c(WM, WN));
-    auto out = T::alloc_buffer({WM, WN}, bf16, scope::local, frag::mma_c(WM, WN));
+    auto out = T::alloc_buffer({WM, WN}, t, scope::local, frag::mma_c(WM, WN));
 
     const std::int64_t KT = K / BK;
     auto load_stage = [&](const auto& kt) {
@@ -49,7 +50,7 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K) {
     };
 
     // Prologue: the first STAGES - 1 tiles in flight, one commit group each.
-    for (Var s : T::unroll(STAGES - 1, "s")) {
+    for (Var s : T::unroll(std::min(STAGES - 1, KT), "s")) {
       load_stage(s);
       T::cuda::commit_group();
     }
@@ -66,7 +67,7 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K) {
         Tx::warp::gemm(acc, Af, Bf, {.accum = true});
       }
     }
-    // Epilogue: round to bf16 in registers, store the warp's 64 x 64 tile.
+    // Epilogue: round to t in registers, store the warp's 64 x 64 tile.
     Tx::warp::cast(out, acc);
     Tx::warp::copy(C[region(span(bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))], out);
   });

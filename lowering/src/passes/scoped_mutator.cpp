@@ -206,11 +206,15 @@ Stmt ScopedMutator::mutate_node(const Stmt& self, const IfThenElseNode* n) {
   auto narrow = [&](Interval r) {
     if (f) env_.bind(nar->var, {r, saved.level, saved.divisor});
   };
+  // A branch whose narrowed range is empty never runs (a pipeline's
+  // look-ahead `kt + 2 < KT` in a loop of fewer trips): it is dropped rather
+  // than lowered under impossible facts.
+  auto dead = [&](const Interval& r) { return f && r.lo > r.hi; };
   narrow(nar ? nar->then_range : Interval{});
-  Stmt t = mutate(n->then_case);
+  Stmt t = nar && dead(nar->then_range) ? make_seq({}) : mutate(n->then_case);
   guards_.back().text = "not (" + g.text + ")";
   narrow(nar ? nar->else_range : Interval{});
-  Stmt e = mutate(n->else_case);
+  Stmt e = nar && dead(nar->else_range) && n->else_case ? make_seq({}) : mutate(n->else_case);
   narrow(saved.range);
   guards_.pop_back();
   if (c.same_as(n->cond) && t.same_as(n->then_case) && e.same_as(n->else_case)) return self;

@@ -195,12 +195,16 @@ Plan plan(const DispatchContext& ctx) {
       Expr start = c32((*group)[i + num - 1].rows[0]);
       for (int q = num - 1; q-- > 0;)
         start = make_select(eq(j, c32(q)), c32((*group)[i + q].rows[0]), start);
-      // Affine in j when the matrices are evenly spaced (the usual case).
-      bool affine = true;
-      const std::int64_t mstep = num > 1 ? (*group)[i + 1].rows[0] - (*group)[i].rows[0] : 0;
+      // Affine in the bits of j when the matrices form a 2 x 2 grid (an A
+      // fragment's row halves and k halves), or evenly spaced: no select.
+      const std::int64_t s0 = (*group)[i].rows[0];
+      const std::int64_t p = num > 1 ? (*group)[i + 1].rows[0] - s0 : 0;
+      const std::int64_t q2 = num > 2 ? (*group)[i + 2].rows[0] - s0 : 0;
+      bool grid = true;
       for (int q = 0; q < num; ++q)
-        affine = affine && (*group)[i + q].rows[0] == (*group)[i].rows[0] + q * mstep;
-      if (affine) start = add(c32((*group)[i].rows[0]), mul(j, c32(mstep)));
+        grid = grid && (*group)[i + q].rows[0] == s0 + (q % 2) * p + (q / 2) * q2;
+      if (grid)
+        start = add(c32(s0), add(mul(mod(j, c32(2)), c32(p)), mul(div(j, c32(2)), c32(q2))));
       Expr row = simplify(add(mem.base, add(start, mul(r, c32(step)))), ctx.env);
       std::vector<std::int64_t> w;
       for (int q = 0; q < num; ++q) w.push_back(*reg_base + (*group)[i + q].word);

@@ -148,7 +148,10 @@ Plan plan(const DispatchContext& ctx) {
     s = body(c32(0));
   } else {
     Var f("f", i32);
-    s = make_for(f, c32(0), c32(total), ForKind::serial, body(f));
+    // Unrolled up to 64 transfers: indexed by a loop variable, the register
+    // array would live in local memory (a GEMM's accumulator, say).
+    s = make_for(f, c32(0), c32(total), total <= 64 ? ForKind::unrolled : ForKind::serial,
+                 body(f));
   }
   if (!r_is_dst && !replicas.empty()) {
     Expr first = make_bool(true);

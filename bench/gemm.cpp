@@ -1,0 +1,83 @@
+// bench/gemm: tx's tensor-core GEMM (samples/gemm.cpp: 128x128x32 CTA tiles,
+// 4 warps of 64x64, a 3-stage cp.async ring, ldmatrix + mma.sync m16n8k16)
+// on the issue's shapes; bench/gemm.py times torch.matmul (cuBLAS) and a
+// Triton kernel on the same shapes and writes the report (bench/run_gemm.sh
+// runs both).
+//
+//   bench_gemm --out tx.json
+//
+// TFLOP/s = 2 M N K / time. Timing: CUDA events around each call, 10
+// warm-ups, median of 50. Each case also checks 64 entries of C against
+// float64 dot products of the same (rounded) inputs.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#define TX_SAMPLE_NO_MAIN
+#include "../samples/gemm.cpp"
+#include "bench_util.hpp"
+
+namespace {
+
+struct Shape {
+  std::int64_t m, n, k;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out = argc > 2 && std::string(argv[1]) == "--out" ? argv[2] : "gemm_tx.json";
+  const std::vector<Shape> shapes = {{4096, 4096, 4096},  {8192, 8192, 8192}, {4096, 11008, 4096},
+                                     {128, 4096, 4096}, {16, 4096, 4096}};
+  std::ofstream js(out);
+  js << "[\n";
+  bool first = true;
+  int bad = 0;
+  for (DType t : {bf16, f16})
+    for (const Shape& s : shapes) {
+      char label[96];
+      std::snprintf(label, sizeof label, "(%lld, %lld, %lld)", static_cast<long long>(s.m),
+                    static_cast<long long>(s.n), static_cast<long long>(s.k));
+      double ms = -1, err = -1;
+      std::string note;
+      if (s.m % BM || s.n % BN || s.k % BK) {
+        note = "M, N must be multiples of 128 and K of 32 (no predicated tiles yet)";
+      } else {
+        Kernel k = compile(gemm(s.m, s.n, s.k, t), {.device = Device::cuda()});
+        Tensor A = bench::random_tensor({s.m, s.k}, t), B = bench::random_tensor({s.k, s.n}, t);
+        Tensor C = Tensor::empty({s.m, s.n}, t, Device::cuda());
+        ms = bench::time_ms([&] { k(A, B, C); }, 10, 50);
+        // 64 entries against float64 (inputs as rounded to t).
+        std::vector<double> a = A.to_doubles(), b = B.to_doubles(), c = C.to_doubles();
+        err = 0;
+        std::uint64_t r = 12345;
+        for (int q = 0; q < 64; ++q) {
+          r = r * 6364136223846793005ull + 1442695040888963407ull;
+          std::int64_t i = static_cast<std::int64_t>((r >> 33) % static_cast<std::uint64_t>(s.m));
+          std::int64_t j = static_cast<std::int64_t>((r >> 13) % static_cast<std::uint64_t>(s.n));
+          double want = 0, mag = 0;
+          for (std::int64_t p = 0; p < s.k; ++p) {
+            want += a[static_cast<std::size_t>(i * s.k + p)] * b[static_cast<std::size_t>(p * s.n + j)];
+            mag += std::fabs(a[static_cast<std::size_t>(i * s.k + p)] * b[static_cast<std::size_t>(p * s.n + j)]);
+          }
+          // f32 accumulation over K terms plus one rounding to t.
+          double ulp = t == bf16 ? 1.0 / 256 : 1.0 / 2048;
+          double tol = static_cast<double>(s.k) * 0x1p-23 * mag + ulp * std::fabs(want) + 1e-6;
+          err = std::max(err, std::fabs(c[static_cast<std::size_t>(i * s.n + j)] - want) / tol);
+        }
+        if (!(err <= 1.0)) ++bad;
+      }
+      double tflops = ms > 0 ? 2.0 * s.m * s.n * s.k / (ms * 1e-3) / 1e12 : 0;
+      std::printf("gemm %-20s %-5s tx %8.3f ms %7.1f TFLOP/s  check %.3f %s\n", label,
+                  t.short_name().c_str(), ms, tflops, err, note.c_str());
+      js << (first ? "" : ",\n") << "  {\"shape\": [" << s.m << ", " << s.n << ", " << s.k
+         << "], \"dtype\": \"" << t.name() << "\", \"tx_ms\": " << ms
+         << ", \"tx_tflops\": " << tflops << ", \"check\": " << err << ", \"note\": \"" << note
+         << "\"}";
+      first = false;
+    }
+  js << "\n]\n";
+  return bad ? 1 : 0;
+}

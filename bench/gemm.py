@@ -1,0 +1,112 @@
+"""torch.matmul (cuBLAS) and a Triton GEMM on bench_gemm's shapes, and the report.
+
+    python3 bench/gemm.py TX.json OUT_PREFIX
+
+The Triton kernel is the plain blocked matmul of Triton's tutorial (tiles of
+A and B loaded with tl.load, tl.dot, f32 accumulation, grouped launch order),
+autotuned over a short list of configurations. TFLOP/s = 2 M N K / time;
+timing as bench_gemm (CUDA events, 10 warm-ups, median of 50). Writes
+OUT_PREFIX.json and OUT_PREFIX.md.
+"""
+import json
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from torch_timing import time_ms  # bench/ is on sys.path
+
+DT = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def configs():
+    out = []
+    for bm, bn, bk, stages, warps in [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8),
+                                      (128, 128, 64, 4, 4), (128, 128, 32, 4, 4),
+                                      (64, 128, 64, 4, 4), (64, 64, 64, 4, 4)]:
+        out.append(triton.Config({"BM": bm, "BN": bn, "BK": bk, "GROUP": 8},
+                                 num_stages=stages, num_warps=warps))
+    return out
+
+
+@triton.autotune(configs=configs(), key=["M", "N", "K"])
+@triton.jit
+def matmul_kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  GROUP: tl.constexpr):
+    pid = tl.program_id(0)
+    grid_m, grid_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    width = GROUP * grid_n
+    group = pid // width
+    first = group * GROUP
+    size = min(grid_m - first, GROUP)
+    pm = first + (pid % width) % size
+    pn = (pid % width) // size
+    rm = pm * BM + tl.arange(0, BM)
+    rn = pn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    pa = a + rm[:, None] * K + rk[None, :]
+    pb = b + rk[:, None] * N + rn[None, :]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        x = tl.load(pa, mask=(rm[:, None] < M) & (rk[None, :] < K - k * BK), other=0.0)
+        y = tl.load(pb, mask=(rk[:, None] < K - k * BK) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(x, y, acc)
+        pa += BK
+        pb += BK * N
+    pc = c + rm[:, None] * N + rn[None, :]
+    tl.store(pc, acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def triton_mm(a, b, c):
+    M, K = a.shape
+    N = b.shape[1]
+    grid = lambda meta: (triton.cdiv(M, meta["BM"]) * triton.cdiv(N, meta["BN"]),)  # noqa: E731
+    matmul_kernel[grid](a, b, c, M, N, K)
+    return c
+
+
+def main():
+    tx = json.load(open(sys.argv[1]))
+    prefix = sys.argv[2]
+    rows = []
+    for r in tx:
+        m, n, k = r["shape"]
+        t = DT[r["dtype"]]
+        g = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.rand((m, k), device="cuda", dtype=t, generator=g) * 2 - 1
+        b = torch.rand((k, n), device="cuda", dtype=t, generator=g) * 2 - 1
+        c = torch.empty((m, n), device="cuda", dtype=t)
+        flops = 2.0 * m * n * k
+        row = dict(r)
+        row["cublas_ms"] = time_ms(torch.matmul, (a, b), warm=10, reps=50)
+        try:
+            triton_mm(a, b, c)
+            err = (c.float() - (a.float() @ b.float())).abs().max().item()
+            row["triton_max_err"] = err
+            row["triton_ms"] = time_ms(triton_mm, (a, b, c), warm=10, reps=50)
+        except Exception as e:  # noqa: BLE001 -- report, keep going
+            row["triton_error"] = str(e)[:200]
+        for key in ("cublas", "triton"):
+            if key + "_ms" in row:
+                row[key + "_tflops"] = flops / (row[key + "_ms"] * 1e-3) / 1e12
+        rows.append(row)
+        print(row, flush=True)
+    json.dump({"torch": torch.__version__, "triton": triton.__version__,
+               "device": torch.cuda.get_device_name(), "results": rows},
+              open(prefix + ".json", "w"), indent=1)
+    with open(prefix + ".md", "w") as md:
+        md.write("GPU: %s, torch %s, triton %s\n\n"
+                 % (torch.cuda.get_device_name(), torch.__version__, triton.__version__))
+        md.write("| (M, N, K) | dtype | tx TFLOP/s | cuBLAS TFLOP/s | Triton TFLOP/s "
+                 "| tx / cuBLAS | tx / Triton |\n|---|---|---|---|---|---|---|\n")
+        for r in rows:
+            tx_t = r["tx_tflops"] if r["tx_ms"] > 0 else float("nan")
+            cb, tr = r.get("cublas_tflops", float("nan")), r.get("triton_tflops", float("nan"))
+            md.write("| %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f |\n"
+                     % (tuple(r["shape"]), r["dtype"], tx_t, cb, tr, tx_t / cb, tx_t / tr))
+    print(open(prefix + ".md").read())
+
+
+if __name__ == "__main__":
+    main()

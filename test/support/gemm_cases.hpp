@@ -1,0 +1,250 @@
+// Tensor-core tile primitives on the device TX_GEMM_DEVICE (gpu_gemm.cpp:
+// the GPU, where ldmatrix / mma.sync / cp.async run; host_gemm.cpp: the host
+// JIT, where the same kernels lower to the portable variants): fragment
+// layouts through ldmatrix, single-warp mma tiles (f16, bf16, fp8), the
+// pipelined sample GEMM, and gemm/fallback on shapes the tensor cores refuse.
+// Every result against float64 on fresh random inputs; outputs poisoned.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "test_support.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/tx.hpp"
+
+#define TX_SAMPLE_NO_MAIN
+#include "../../samples/gemm.cpp"
+
+#ifndef TX_GEMM_DEVICE
+#error "define TX_GEMM_DEVICE before including gemm_cases.hpp"
+#endif
+
+namespace gemmcase {
+
+using namespace tx;
+using tx::test::random_values;
+
+inline Device device() { return TX_GEMM_DEVICE; }
+inline bool on_gpu() { return device().is_cuda(); }
+
+// Which variant lowered each call of the kernel ("gemm/mma_sync", ...).
+inline bool used(const Kernel& k, const std::string& variant) {
+  for (const auto& r : k.info().dispatched)
+    if (r.variant.rfind(variant, 0) == 0) return true;
+  return false;
+}
+
+// |D - D_exact| <= K 2^-23 sum_k |a b| + one rounding of the output (rel `ulp`):
+// f32 accumulation in any order (tensor cores align addends by truncation,
+// hence 2^-23 rather than 2^-24), products exact in f32 for 16-bit and fp8.
+inline double gemm_error(const std::vector<double>& a, const std::vector<double>& b,
+                         const std::vector<double>& got, std::int64_t M, std::int64_t N,
+                         std::int64_t K, double ulp) {
+  double worst = 0;
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double want = 0, mag = 0;
+      for (std::int64_t p = 0; p < K; ++p) {
+        double x = a[static_cast<std::size_t>(i * K + p)] * b[static_cast<std::size_t>(p * N + j)];
+        want += x;
+        mag += std::fabs(x);
+      }
+      double tol = static_cast<double>(K) * 0x1p-23 * mag + ulp * std::fabs(want) + 1e-30;
+      double g = got[static_cast<std::size_t>(i * N + j)];
+      if (std::isnan(g)) return INFINITY;
+      worst = std::max(worst, std::fabs(g - want) / tol);
+    }
+  return worst;
+}
+
+inline double ulp_of(DType t) { return t == bf16 ? 0x1p-8 : t == f16 ? 0x1p-11 : 0x1p-24; }
+
+// One warp: A (M, K) and B (K, N) from global into frag:: register tiles,
+// Tx::warp::gemm, the f32 accumulator back to global.
+inline PrimFunc warp_mma(std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
+  return T::prim_func("warp_mma", [&](Handle a, Handle b, Handle d) {
+    auto A = T::match_buffer(a, {M, K}, t);
+    auto B = T::match_buffer(b, {K, N}, t);
+    auto D = T::match_buffer(d, {M, N}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({32});
+    auto Af = T::alloc_buffer({M, K}, t, scope::local, frag::mma_a(M, K, t));
+    auto Bf = T::alloc_buffer({K, N}, t, scope::local, frag::mma_b(K, N, t));
+    auto Df = T::alloc_buffer({M, N}, f32, scope::local, frag::mma_c(M, N));
+    Tx::warp::copy(Af, A.all());
+    Tx::warp::copy(Bf, B.all());
+    Tx::warp::gemm(Df, Af, Bf);
+    Tx::warp::copy(D.all(), Df);
+  });
+}
+
+// One warp: a tagged (rows, cols) shared tile through Tx::warp::copy into a
+// fragment tile of `layout`, then every lane writes its registers out:
+// Out[lane, r] = register r of that lane.
+inline PrimFunc fragment_roundtrip(std::int64_t rows, std::int64_t cols, const TileLayout& layout,
+                                   std::int64_t regs) {
+  return T::prim_func("fragment_roundtrip", [&](Handle a, Handle o) {
+    auto A = T::match_buffer(a, {rows, cols}, f16);
+    auto Out = T::match_buffer(o, {32, regs}, f16);
+    T::device_entry();
+    T::cta_id({1});
+    auto lane = T::thread_id({32});
+    // Rows padded by 8 elements: the ldmatrix rows fall in distinct bank groups.
+    auto As = T::alloc_buffer({rows, cols}, f16, scope::shared,
+                              TileLayout(S({rows, cols}, {cols + 8, 1})));
+    auto R = T::alloc_buffer({rows, cols}, f16, scope::local, layout);
+    Tx::warp::copy(As.all(), A.all());
+    T::cuda::warp_sync();
+    Tx::warp::copy(R.all(), As.all());
+    for (Var r : T::unroll(regs)) Out(lane, r) = R.local()(r);
+  });
+}
+
+}  // namespace gemmcase
+
+using namespace gemmcase;
+
+TEST_CASE("frag:: layouts: a tile through Tx::warp::copy holds each element where the layout says") {
+  struct Case {
+    const char* what;
+    std::int64_t rows, cols;
+    TileLayout layout;
+    const char* variant_on_gpu;
+  };
+  const Case cases[] = {
+      {"mma_a(64, 32)", 64, 32, frag::mma_a(64, 32, f16), "copy/ldstmatrix"},
+      {"mma_b(32, 64) (.trans)", 32, 64, frag::mma_b(32, 64, f16), "copy/ldstmatrix"},
+      {"mma_a(16, 16)", 16, 16, frag::mma_a(16, 16, f16), "copy/ldstmatrix"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    const std::int64_t regs = c.rows * c.cols / 32;
+    Kernel k = compile(fragment_roundtrip(c.rows, c.cols, c.layout, regs), {.device = device()});
+    CHECK(used(k, on_gpu() ? c.variant_on_gpu : "copy/reg"));
+    // Distinct tags (integers are exact in f16 up to 2048).
+    std::vector<double> a(static_cast<std::size_t>(c.rows * c.cols));
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<double>(i % 2048) - 1024;
+    Tensor A = Tensor::from_doubles(a, {c.rows, c.cols}, f16, device());
+    Tensor Out = Tensor::empty({32, regs}, f16, device());
+    Out.fill_bits(tx::test::poison_bits(f16));
+    k(A, Out);
+    std::vector<double> got = Out.to_doubles();
+    int wrong = 0;
+    for (std::int64_t x = 0; x < c.rows * c.cols; ++x) {
+      auto locs = c.layout.apply_linear(x);
+      REQUIRE(locs.size() == 1);
+      std::int64_t lane = locs[0][static_cast<int>(Axis::laneid)], r = locs[0][static_cast<int>(Axis::m)];
+      if (got[static_cast<std::size_t>(lane * regs + r)] != a[static_cast<std::size_t>(x)]) ++wrong;
+    }
+    CHECK(wrong == 0);
+  }
+}
+
+TEST_CASE("Tx::warp::gemm on mma tiles: f16 and bf16 m16n8k16, float64 reference") {
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  for (DType t : {f16, bf16})
+    for (Shape s : {Shape{16, 8, 16}, Shape{32, 16, 32}, Shape{64, 32, 48}}) {
+      CAPTURE(t.name());
+      CAPTURE(s.m);
+      CAPTURE(s.n);
+      CAPTURE(s.k);
+      Kernel k = compile(warp_mma(s.m, s.n, s.k, t), {.device = device()});
+      CHECK(used(k, on_gpu() ? "gemm/mma_sync" : "gemm/fallback"));
+      auto a = random_values(static_cast<std::size_t>(s.m * s.k), t, -2, 2);
+      auto b = random_values(static_cast<std::size_t>(s.k * s.n), t, -2, 2);
+      Tensor A = Tensor::from_doubles(a, {s.m, s.k}, t, device());
+      Tensor B = Tensor::from_doubles(b, {s.k, s.n}, t, device());
+      Tensor D = Tensor::empty({s.m, s.n}, f32, device());
+      D.fill_bits(tx::test::poison_bits(f32));
+      k(A, B, D);
+      CHECK(gemm_error(a, b, D.to_doubles(), s.m, s.n, s.k, 0x1p-24) <= 1.0);
+    }
+}
+
+TEST_CASE("Tx::warp::gemm in fp8 (e4m3, e5m2): m16n8k32 on sm_89+, gemm/fallback elsewhere") {
+  for (DType t : {f8e4m3, f8e5m2}) {
+    CAPTURE(t.name());
+    const std::int64_t M = 32, N = 16, K = 64;
+    Kernel k = compile(warp_mma(M, N, K, t), {.device = device()});
+    bool mma = false;
+    if (on_gpu()) {
+      const auto& info = runtime::device_info(device().index);
+      mma = info.cc_major * 10 + info.cc_minor >= 89;
+    }
+    CHECK(used(k, mma ? "gemm/mma_sync" : "gemm/fallback"));
+    auto a = random_values(static_cast<std::size_t>(M * K), t, -2, 2);
+    auto b = random_values(static_cast<std::size_t>(K * N), t, -2, 2);
+    Tensor A = Tensor::from_doubles(a, {M, K}, t, device());
+    Tensor B = Tensor::from_doubles(b, {K, N}, t, device());
+    Tensor D = Tensor::empty({M, N}, f32, device());
+    D.fill_bits(tx::test::poison_bits(f32));
+    k(A, B, D);
+    CHECK(gemm_error(a, b, D.to_doubles(), M, N, K, 0x1p-24) <= 1.0);
+  }
+}
+
+TEST_CASE("samples/gemm: the pipelined tensor-core GEMM against float64") {
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  std::vector<Shape> shapes = {{128, 128, 32}, {256, 128, 96}};
+  if (on_gpu()) {
+    shapes.push_back({256, 384, 192});
+    shapes.push_back({1024, 1024, 1024});
+  }
+  for (DType t : {bf16, f16})
+    for (Shape s : shapes) {
+      CAPTURE(t.name());
+      CAPTURE(s.m);
+      CAPTURE(s.n);
+      CAPTURE(s.k);
+      Kernel k = compile(gemm(s.m, s.n, s.k, t), {.device = device()});
+      if (on_gpu()) {
+        CHECK(used(k, "gemm/mma_sync"));
+        CHECK(used(k, "copy/ldstmatrix"));
+        CHECK(used(k, "copy_async/ldgsts"));
+      } else {
+        CHECK(used(k, "gemm/fallback"));
+        CHECK(used(k, "copy_async/sync"));
+      }
+      auto a = random_values(static_cast<std::size_t>(s.m * s.k), t, -1, 1);
+      auto b = random_values(static_cast<std::size_t>(s.k * s.n), t, -1, 1);
+      Tensor A = Tensor::from_doubles(a, {s.m, s.k}, t, device());
+      Tensor B = Tensor::from_doubles(b, {s.k, s.n}, t, device());
+      Tensor C = Tensor::empty({s.m, s.n}, t, device());
+      C.fill_bits(tx::test::poison_bits(t));
+      k(A, B, C);
+      CHECK(gemm_error(a, b, C.to_doubles(), s.m, s.n, s.k, ulp_of(t)) <= 1.0);
+    }
+}
+
+TEST_CASE("gemm/fallback: thread scope, odd shapes, operands in global memory") {
+  const std::int64_t M = 17, N = 9, K = 24;
+  PrimFunc f = T::prim_func("odd_gemm", [&](Handle a, Handle b, Handle d) {
+    auto A = T::match_buffer(a, {M, K}, f32);
+    auto B = T::match_buffer(b, {K, N}, f32);
+    auto D = T::match_buffer(d, {M, N}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({1});
+    auto Dl = T::alloc_buffer({M, N}, f32, scope::local);
+    Tx::gemm(Dl, A.all(), B.all());
+    Tx::copy(D.all(), Dl);
+  });
+  Kernel k = compile(f, {.device = device()});
+  CHECK(used(k, "gemm/fallback"));
+  auto a = random_values(static_cast<std::size_t>(M * K), f32, -2, 2);
+  auto b = random_values(static_cast<std::size_t>(K * N), f32, -2, 2);
+  Tensor A = Tensor::from_doubles(a, {M, K}, f32, device());
+  Tensor B = Tensor::from_doubles(b, {K, N}, f32, device());
+  Tensor D = Tensor::empty({M, N}, f32, device());
+  D.fill_bits(tx::test::poison_bits(f32));
+  k(A, B, D);
+  // f32 inputs: products round too (2^-24 each), within the K 2^-23 bound.
+  CHECK(gemm_error(a, b, D.to_doubles(), M, N, K, 0x1p-24) <= 1.0);
+}
