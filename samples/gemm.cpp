@@ -2,7 +2,7 @@
 // f32 accumulation, bf16 out -- written with tile primitives only.
 //
 // Each CTA computes a 128 x 128 tile of C with 4 warps in a 2 x 2 grid (64 x
-// 64 each). K is walked 32 at a time through a ring of STAGES shared-memory
+// 64 each; GemmConfig changes the tiling). K is walked 32 at a time through a ring of STAGES shared-memory
 // buffers: cp.async copies run STAGES - 1 tiles ahead of the tensor cores
 // (Tx::cta::copy_async, commit_group / wait_group), and each warp moves its
 // 16-wide slices into register fragments with ldmatrix (Tx::warp::copy into
@@ -14,11 +14,18 @@
 
 using namespace tx;
 
-constexpr std::int64_t BM = 128, BN = 128, BK = 32, STAGES = 3;
-constexpr std::int64_t WM = 64, WN = 64, PAD = 8;  // warp tile; padding in elements
+// The tiling: a CTA tile of bm x bn, walked bk at a time through `stages`
+// shared buffers, by warps of wm x wn each ((bm / wm) x (bn / wn) warps).
+struct GemmConfig {
+  std::int64_t bm = 128, bn = 128, bk = 32, wm = 64, wn = 64, stages = 3;
+};
+constexpr std::int64_t PAD = 8;  // row padding of the shared tiles, in elements
 
-// t: bf16 or f16. M and N multiples of 128, K of 32.
-PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16) {
+// t: bf16 or f16. M % bm, N % bn, K % bk == 0.
+PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16,
+              GemmConfig c = {}) {
+  const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
+  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n;
   return T::prim_func("gemm_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
     auto A = T::match_buffer(A_ptr, {M, K}, t);
     auto B = T::match_buffer(B_ptr, {K, N}, t);
@@ -26,15 +33,15 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16) {
     T::device_entry();
     auto bm = T::cta_id({M / BM, N / BN});
     auto bn = bm[1];
-    auto warp = T::warp_id({4});
-    auto wm = T::let(warp / 2), wn = T::let(warp % 2);
+    auto warp = T::warp_id({warps});
+    auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
 
-    // The ring of shared tiles: STAGES x (128 x 32) of A, STAGES x (32 x 128) of B.
+    // The ring of shared tiles: STAGES x (BM x BK) of A, STAGES x (BK x BN) of B.
     auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared,
                               TileLayout(S({STAGES, BM, BK}, {BM * (BK + PAD), BK + PAD, 1})));
     auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared,
                               TileLayout(S({STAGES, BK, BN}, {BK * (BN + PAD), BN + PAD, 1})));
-    // A warp's fragments: a 64 x 16 slice of A, 16 x 64 of B, the 64 x 64 accumulator.
+    // A warp's fragments: a WM x 16 slice of A, 16 x WN of B, the WM x WN accumulator.
     auto Af = T::alloc_buffer({WM, 16}, t, scope::local, frag::mma_a(WM, 16, t));
     auto Bf = T::alloc_buffer({16, WN}, t, scope::local, frag::mma_b(16, WN, t));
     auto acc = T::alloc_buffer({WM, WN}, f32, scope::local, frag::mma_c(WM, WN));
@@ -49,9 +56,10 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16) {
                           B[region(span(kt * BK, BK), span(bn * BN, BN))]);
     };
 
-    // Prologue: the first STAGES - 1 tiles in flight, one commit group each.
-    for (Var s : T::unroll(std::min(STAGES - 1, KT), "s")) {
-      load_stage(s);
+    // Prologue: the first STAGES - 1 tiles in flight, one commit group each
+    // (empty past K: the waits below count groups).
+    for (Var s : T::unroll(STAGES - 1, "s")) {
+      T::if_(s < KT, [&] { load_stage(s); });
       T::cuda::commit_group();
     }
     Tx::warp::fill(acc, 0.0f);
