@@ -1,6 +1,6 @@
-// bench/gemm: tx's tensor-core GEMM (samples/gemm.cpp: 128x128x32 CTA tiles,
-// 4 warps of 64x64, a 3-stage cp.async ring, ldmatrix + mma.sync m16n8k16)
-// on the shapes; bench/gemm.py times torch.matmul (cuBLAS) and a
+// bench/gemm: tx's tensor-core GEMM (samples/gemm.cpp: a cp.async ring of
+// shared tiles, ldmatrix + mma.sync m16n8k16) over eight tilings per shape,
+// the fastest reported, on the shapes; bench/gemm.py times torch.matmul (cuBLAS) and a
 // Triton kernel on the same shapes and writes the report (bench/run_gemm.sh
 // runs both).
 //
@@ -44,8 +44,11 @@ const std::vector<std::pair<std::string, GemmConfig>>& configs() {
 
 int main(int argc, char** argv) {
   std::string out = argc > 2 && std::string(argv[1]) == "--out" ? argv[2] : "gemm_tx.json";
-  const std::vector<GemmShape> shapes = {{4096, 4096, 4096},  {8192, 8192, 8192}, {4096, 11008, 4096},
-                                         {128, 4096, 4096}, {16, 4096, 4096}};
+  const std::vector<GemmShape> shapes = {{4096, 4096, 4096},
+                                         {8192, 8192, 8192},
+                                         {4096, 11008, 4096},
+                                         {128, 4096, 4096},
+                                         {16, 4096, 4096}};
   std::ofstream js(out);
   js << "[\n";
   bool first = true;
@@ -64,7 +67,8 @@ int main(int argc, char** argv) {
         if (s.m % cfg.bm || s.n % cfg.bn || s.k % cfg.bk) continue;
         Kernel k = compile(gemm(s.m, s.n, s.k, t, cfg), {.device = Device::cuda()});
         double one = bench::time_ms([&] { k(A, B, C); }, 10, 50);
-        std::printf("  %-20s %-5s %-22s %8.3f ms\n", label, t.short_name().c_str(), name.c_str(), one);
+        std::printf("  %-20s %-5s %-22s %8.3f ms\n", label, t.short_name().c_str(), name.c_str(),
+                    one);
         if (ms < 0 || one < ms) {
           ms = one;
           best = name;
@@ -84,8 +88,8 @@ int main(int argc, char** argv) {
           std::int64_t j = static_cast<std::int64_t>((r >> 13) % static_cast<std::uint64_t>(s.n));
           double want = 0, mag = 0;
           for (std::int64_t p = 0; p < s.k; ++p) {
-            const double x = a[static_cast<std::size_t>(i * s.k + p)] *
-                             b[static_cast<std::size_t>(p * s.n + j)];
+            const double x =
+                a[static_cast<std::size_t>(i * s.k + p)] * b[static_cast<std::size_t>(p * s.n + j)];
             want += x;
             mag += std::fabs(x);
           }

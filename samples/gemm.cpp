@@ -2,8 +2,8 @@
 // f32 accumulation, bf16 out -- written with tile primitives only.
 //
 // Each CTA computes a 128 x 128 tile of C with 4 warps in a 2 x 2 grid (64 x
-// 64 each; GemmConfig changes the tiling). K is walked 32 at a time through a ring of STAGES shared-memory
-// buffers: cp.async copies run STAGES - 1 tiles ahead of the tensor cores
+// 64 each; GemmConfig changes the tiling). K is walked 32 at a time through a ring of STAGES
+// shared-memory buffers: cp.async copies run STAGES - 1 tiles ahead of the tensor cores
 // (Tx::cta::copy_async, commit_group / wait_group), and each warp moves its
 // 16-wide slices into register fragments with ldmatrix (Tx::warp::copy into
 // frag:: layouts) and multiplies them with mma.sync (Tx::warp::gemm). Rows
@@ -22,8 +22,7 @@ struct GemmConfig {
 constexpr std::int64_t PAD = 8;  // row padding of the shared tiles, in elements
 
 // t: bf16 or f16. M % bm, N % bn, K % bk == 0.
-PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16,
-              GemmConfig c = {}) {
+PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, GemmConfig c = {}) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
   const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n;
   return T::prim_func("gemm_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {

@@ -26,7 +26,7 @@ echo "build ok"
 ctest --test-dir build-device --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1
 rc=$?
 grep -E "tests passed|tests failed|Skipped|\*\*\*Failed|Not Run" "$OUT/ctest.log" | tail -40
-for s in warp_sqrt_reg cta_sqrt_smem warp_copy_reg thread_sum_local warp_sum_shuffle shape_generic softmax cta_sum_cross_warp; do
+for s in warp_sqrt_reg cta_sqrt_smem warp_copy_reg thread_sum_local warp_sum_shuffle shape_generic softmax cta_sum_cross_warp gemm; do
   build-device/samples/$s > "$OUT/sample_$s.log" 2>&1
   echo "sample $s: exit $? ($(tail -1 "$OUT/sample_$s.log"))"
 done

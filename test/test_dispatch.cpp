@@ -347,3 +347,181 @@ TEST_CASE("the registry lists every tile primitive of the core") {
         "fdiv", "maximum", "minimum", "fma", "cast", "sum", "max", "min"})
     CHECK(std::find(ops.begin(), ops.end(), op) != ops.end());
 }
+
+// ------------------------------------------------------- tensor-core variants
+
+namespace {
+
+// One warp: gemm of A (M, K) and B (K, N) tiles of `t` into an f32 D, the
+// operands in `a_scope` (local tiles take the frag:: layouts, or `a_layout`).
+PrimFunc warp_gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t, MemScope a_scope,
+                   std::string variant = {}, std::optional<TileLayout> a_layout = {}) {
+  return T::prim_func("warp_gemm", [&](Handle a, Handle b, Handle d) {
+    auto A = T::match_buffer(a, {M, K}, t);
+    auto B = T::match_buffer(b, {K, N}, t);
+    auto D = T::match_buffer(d, {M, N}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({32});
+    auto Af =
+        a_scope == MemScope::local
+            ? T::alloc_buffer({M, K}, t, scope::local, a_layout ? *a_layout : frag::mma_a(M, K, t))
+            : T::alloc_buffer({M, K}, t, scope::shared);
+    auto Bf = T::alloc_buffer({K, N}, t, scope::local, frag::mma_b(K, N, t));
+    auto Df = T::alloc_buffer({M, N}, f32, scope::local, frag::mma_c(M, N));
+    Tx::warp::copy(Af, A.all());
+    Tx::warp::copy(Bf, B.all());
+    Tx::warp::gemm(Df, Af, Bf, {.variant = variant});
+    Tx::warp::copy(D.all(), Df);
+  });
+}
+
+std::string variant_of(const lowering::LoweredKernel& k, const std::string& op) {
+  for (const auto& r : k.dispatched)
+    if (r.call.find("." + op + "(") != std::string::npos) return r.variant;
+  return "(none)";
+}
+
+}  // namespace
+
+TEST_CASE("gemm dispatch: mma_sync on fragments, its reasons, and the fallback") {
+  lowering::LowerOptions sm80{.arch = "sm_80"}, sm89{.arch = "sm_89"}, host{.host = true};
+  CHECK(variant_of(lowering::lower(warp_gemm(32, 16, 32, bf16, MemScope::local), sm80), "gemm") ==
+        "gemm/mma_sync");
+  // The host runs no PTX: the same kernel lowers through gemm/fallback.
+  CHECK(variant_of(lowering::lower(warp_gemm(32, 16, 32, bf16, MemScope::local), host), "gemm") ==
+        "gemm/fallback");
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(warp_gemm(32, 16, 32, bf16, MemScope::shared, "mma_sync"), sm80),
+      doctest::Contains("stage with ldmatrix first"), Error);
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(warp_gemm(16, 8, 32, f8e4m3, MemScope::local, "mma_sync"), sm80),
+      doctest::Contains("fp8 mma (m16n8k32) needs sm_89"), Error);
+  CHECK(variant_of(lowering::lower(warp_gemm(16, 8, 32, f8e4m3, MemScope::local), sm89), "gemm") ==
+        "gemm/mma_sync");
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(warp_gemm(16, 8, 16, f32, MemScope::local, "mma_sync",
+                                TileLayout(S({16, 16}, {0, 1}), R({32}, {laneid}))),
+                      sm80),
+      doctest::Contains("tensor-core fragments hold 16-bit or 8-bit elements"), Error);
+  // A register tile in the B fragment's layout is not an A fragment.
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(
+          warp_gemm(16, 8, 16, bf16, MemScope::local, "mma_sync", frag::mma_b(16, 16, bf16)), sm80),
+      doctest::Contains("m16n8k16 A fragment needs lane"), Error);
+  CHECK_THROWS_WITH_AS(lowering::lower(warp_gemm(16, 8, 24, bf16, MemScope::local, "mma_sync",
+                                                 TileLayout(S({16, 24}, {24, 1}))),
+                                       sm80),
+                       doctest::Contains("k = 24 is not a positive multiple of 16"), Error);
+}
+
+TEST_CASE("ldmatrix and cp.async dispatch: what they take and their reasons") {
+  auto kernel = [](DType t, MemScope dst_scope, std::string variant, bool async) {
+    return T::prim_func("stage", [&](Handle a, Handle d) {
+      auto A = T::match_buffer(a, {32, 32}, t);
+      auto D = T::match_buffer(d, {32, 32}, t);
+      T::device_entry();
+      T::cta_id({1});
+      T::thread_id({32});
+      auto S1 = T::alloc_buffer({32, 32}, t, scope::shared,
+                                TileLayout(S({32, 32}, {40, 1})));  // padded rows
+      if (async) {
+        if (dst_scope == MemScope::shared)
+          Tx::warp::copy_async(S1.all(), A.all(), {.variant = variant});
+        else
+          Tx::warp::copy_async(D.all(), A.all(), {.variant = variant});
+        T::cuda::commit_group();
+        T::cuda::wait_group(0);
+        T::cuda::warp_sync();
+        Tx::warp::copy(D.all(), S1.all());
+      } else {
+        Tx::warp::copy(S1.all(), A.all());
+        auto R = T::alloc_buffer({32, 32}, t, scope::local, frag::mma_a(32, 32, t));
+        Tx::warp::copy(R.all(), S1.all(), {.variant = variant});
+        Tx::warp::copy(D.all(), R.all());
+      }
+    });
+  };
+  lowering::LowerOptions sm80{.arch = "sm_80"}, sm70{.arch = "sm_70"}, host{.host = true};
+  auto k = lowering::lower(kernel(f16, MemScope::shared, "", false), sm80);
+  std::string ld;
+  for (const auto& r : k.dispatched)
+    if (r.call.find("R[") != std::string::npos && r.call.find("copy(R") != std::string::npos)
+      ld = r.variant;
+  CHECK(ld == "copy/ldstmatrix");
+  CHECK(to_string(k.lowered).find("T.ptx.ldmatrix.x4(") != std::string::npos);
+  CHECK_THROWS_WITH_AS(lowering::lower(kernel(f16, MemScope::shared, "ldstmatrix", false), sm70),
+                       doctest::Contains("ldmatrix needs sm_75"), Error);
+  CHECK_THROWS_WITH_AS(lowering::lower(kernel(f16, MemScope::shared, "ldstmatrix", false), host),
+                       doctest::Contains("the host runs no PTX"), Error);
+  auto a = lowering::lower(kernel(f16, MemScope::shared, "", true), sm80);
+  CHECK(variant_of(a, "copy_async") == "copy_async/ldgsts");
+  CHECK(to_string(a.lowered).find("T.ptx.cp_async(") != std::string::npos);
+  CHECK(to_string(a.lowered).find("T.ptx.cp_async.wait_group(0)") != std::string::npos);
+  CHECK(variant_of(lowering::lower(kernel(f16, MemScope::shared, "", true), host), "copy_async") ==
+        "copy_async/sync");
+  CHECK_THROWS_WITH_AS(lowering::lower(kernel(f16, MemScope::global, "ldgsts", true), sm80),
+                       doctest::Contains("cp.async copies global -> shared"), Error);
+  CHECK_THROWS_WITH_AS(lowering::lower(kernel(f16, MemScope::shared, "ldgsts", true), sm70),
+                       doctest::Contains("cp.async needs sm_80"), Error);
+  CHECK_THROWS_WITH_AS(T::prim_func("w", [&] { T::cuda::wait_group(9); }),
+                       doctest::Contains("outside [0, 7]"), Error);
+}
+
+TEST_CASE("copy_async: counts that do not divide, extents known at launch, gemm/fallback in a loop") {
+  lowering::LowerOptions sm80{.arch = "sm_80"};
+  // 200 f32 over 128 threads: no 4-byte partition divides; cp.async declines.
+  PrimFunc ragged = T::prim_func("ragged", [&](Handle a) {
+    auto A = T::match_buffer(a, {200}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto S1 = T::alloc_buffer({200}, f32, scope::shared);
+    Tx::cta::copy_async(S1.all(), A.all());
+    T::cuda::commit_group();
+    T::cuda::wait_group(0);
+    T::cuda::cta_sync();
+    Tx::cta::copy(A.all(), S1.all());
+  });
+  CHECK(variant_of(lowering::lower(ragged, sm80), "copy_async") == "copy_async/sync");
+  // An extent known at launch: the copy is masked (whole tiles and a partial one), never past n.
+  PrimFunc generic = T::prim_func("generic", [&](Handle a) {
+    Var n = T::dim("n");
+    auto A = T::match_buffer(a, {n}, f16);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({64});
+    auto S1 = T::alloc_buffer({512}, f16, scope::shared);
+    Tx::cta::copy_async(S1.all(), A[region(span(0, 512))]);
+    T::cuda::commit_group();
+    T::cuda::wait_group(0);
+  });
+  auto g = lowering::lower(generic, sm80);
+  bool masked = false;
+  for (const auto& r : g.dispatched) masked = masked || r.variant.find("partial") != std::string::npos;
+  CHECK(masked);
+  // gemm/fallback in a loop with staged operands ends each trip with a barrier.
+  PrimFunc looped = T::prim_func("looped", [&](Handle a, Handle b, Handle d) {
+    auto A = T::match_buffer(a, {16, 16}, f16);
+    auto B = T::match_buffer(b, {16, 8}, f16);
+    auto D = T::match_buffer(d, {16, 8}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({32});
+    auto Af = T::alloc_buffer({16, 16}, f16, scope::local, frag::mma_a(16, 16, f16));
+    auto Bf = T::alloc_buffer({16, 8}, f16, scope::local, frag::mma_b(16, 8, f16));
+    auto Dl = T::alloc_buffer({16, 8}, f32, scope::local);  // every lane's own D
+    Tx::warp::copy(Af, A.all());
+    Tx::warp::copy(Bf, B.all());
+    for (Var i : T::serial(3)) {
+      (void)i;
+      Tx::warp::gemm(Dl, Af, Bf, {.accum = true});
+    }
+    Tx::copy(D.all(), Dl);
+  });
+  std::string ir = to_string(lowering::lower(looped, lowering::LowerOptions{.host = true}).lowered);
+  auto body = ir.substr(ir.find("for i in"));
+  auto last_barrier = body.rfind("T.cuda.warp_sync()");
+  CHECK(last_barrier != std::string::npos);
+  CHECK(body.find("gemm_acc", last_barrier) == std::string::npos);  // nothing computed after it
+}

@@ -555,7 +555,7 @@ TEST_CASE("one sentence per distinct dispatch reason, and a hint where the fix i
     std::size_t first = m.find(reason);
     REQUIRE(first != std::string::npos);
     CHECK(m.find(reason, first + 1) == std::string::npos);  // said once
-    CHECK(m.find("tried: copy/gmem_smem [10], copy/reg [10], copy/fallback [0]") !=
+    CHECK(m.find("tried: copy/ldstmatrix [20], copy/gmem_smem [10], copy/reg [10], copy/fallback [0]") !=
           std::string::npos);
     CHECK(e.loc().line == static_cast<unsigned>(line));
   }

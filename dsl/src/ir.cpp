@@ -797,20 +797,21 @@ Stmt make_mma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, Buf
     if ((*x)->scope != MemScope::local) fail(op, (*x)->name, loc, "operands live in registers");
   for (const Buffer* x : {&a, &b}) {
     DType t = (*x)->dtype;
-    bool ok = per_word == 2 ? (t == f16 || t == bf16)
-                            : (t == f8e4m3 || t == f8e5m2);
+    bool ok = per_word == 2 ? (t == f16 || t == bf16) : (t == f8e4m3 || t == f8e5m2);
     if (!ok) fail(op, (*x)->name, loc, shape + " does not take " + t.name());
   }
   if (per_word == 2 && a->dtype != b->dtype)
-    fail(op, b->name, loc, "A and B differ in dtype (" + a->dtype.name() + ", " + b->dtype.name() + ")");
+    fail(op, b->name, loc,
+         "A and B differ in dtype (" + a->dtype.name() + ", " + b->dtype.name() + ")");
   auto check = [&](const Buffer& buf, const std::vector<std::int64_t>& regs, std::size_t count,
                    int align) {
     if (regs.size() != count)
       fail(op, buf->name, loc, "takes " + std::to_string(count) + " registers of " + buf->name);
     for (std::int64_t r : regs)
       if (r < 0 || r % align != 0 || r + align > buf->storage_elems())
-        fail(op, buf->name, loc, "register at element " + std::to_string(r) + " of " + buf->name +
-                                     " is not aligned or not inside it");
+        fail(op, buf->name, loc,
+             "register at element " + std::to_string(r) + " of " + buf->name +
+                 " is not aligned or not inside it");
   };
   check(d, d_regs, 4, 1);
   check(a, a_words, 4, per_word);

@@ -804,11 +804,10 @@ class CudaEmitter : public IRVisitor {
   }
   void visit_node(const MatrixMoveNode* n) override {
     const int num = static_cast<int>(n->words.size());
-    std::string instr = std::string(n->store ? "stmatrix" : "ldmatrix") +
-                        ".sync.aligned.m8n8.x" + std::to_string(num) +
-                        (n->trans ? ".trans" : "") + ".shared.b16";
-    std::string addr = "\"r\"(tx_smem_addr(&" + name_of(n->smem->data.get(), n->smem->name) +
-                       "[" + e(n->row) + "]))";
+    std::string instr = std::string(n->store ? "stmatrix" : "ldmatrix") + ".sync.aligned.m8n8.x" +
+                        std::to_string(num) + (n->trans ? ".trans" : "") + ".shared.b16";
+    std::string addr = "\"r\"(tx_smem_addr(&" + name_of(n->smem->data.get(), n->smem->name) + "[" +
+                       e(n->row) + "]))";
     std::string regs;
     for (int j = 0; j < num; ++j) regs += (j ? ", " : "") + word(n->regs, n->words[j], !n->store);
     if (n->store)
@@ -822,12 +821,13 @@ class CudaEmitter : public IRVisitor {
     auto kind = [](DType t) {
       return t == f16 ? "f16" : t == bf16 ? "bf16" : t == f8e4m3 ? "e4m3" : "e5m2";
     };
-    std::string instr = "mma.sync.aligned." + n->shape + ".row.col.f32." + kind(n->a->dtype) +
-                        "." + kind(n->b->dtype) + ".f32";
+    std::string instr = "mma.sync.aligned." + n->shape + ".row.col.f32." + kind(n->a->dtype) + "." +
+                        kind(n->b->dtype) + ".f32";
     std::string d = name_of(n->d->data.get(), n->d->name);
     std::string outs, ins;
     for (int i = 0; i < 4; ++i)
-      outs += (i ? ", " : "") + std::string("\"+f\"(") + d + "[" + std::to_string(n->d_regs[i]) + "])";
+      outs +=
+          (i ? ", " : "") + std::string("\"+f\"(") + d + "[" + std::to_string(n->d_regs[i]) + "])";
     for (int i = 0; i < 4; ++i) ins += (i ? ", " : "") + word(n->a, n->a_words[i], false);
     for (int i = 0; i < 2; ++i) ins += ", " + word(n->b, n->b_words[i], false);
     line("asm volatile(\"" + instr + " {" + operands(0, 4) + "}, {" + operands(4, 4) + "}, {" +
@@ -840,8 +840,8 @@ class CudaEmitter : public IRVisitor {
                         ".shared.global [%0], [%1], " + std::to_string(n->bytes);
     std::string dst = "\"r\"(tx_smem_addr(&" + name_of(n->dst->data.get(), n->dst->name) + "[" +
                       e(n->dst_offset) + "]))";
-    std::string src = "\"l\"(&" + name_of(n->src->data.get(), n->src->name) + "[" +
-                      e(n->src_offset) + "])";
+    std::string src =
+        "\"l\"(&" + name_of(n->src->data.get(), n->src->name) + "[" + e(n->src_offset) + "])";
     if (n->src_bytes)
       line("asm volatile(\"" + instr + ", %2;\" :: " + dst + ", " + src + ", \"r\"((int)(" +
            e(n->src_bytes) + ")) : \"memory\");");

@@ -67,7 +67,8 @@ std::string strip_operand(const std::string& reason) {
 
 // A fix the user can apply, where the call shows one.
 std::string dispatch_hint(const TileCallNode* call, std::string* operand) {
-  bool copy = call->op == "copy" || call->op == "copy_async";
+  // copy moves between any memories; gemm/fallback takes global operands.
+  bool copy = call->op == "copy" || call->op == "copy_async" || call->op == "gemm";
   for (const TileArg& a : call->args) {
     auto* r = std::get_if<BufferRegion>(&a);
     if (!r || !r->buffer || r->buffer->scope != MemScope::global || copy) continue;

@@ -107,7 +107,8 @@ inline PrimFunc fragment_roundtrip(std::int64_t rows, std::int64_t cols, const T
 
 using namespace gemmcase;
 
-TEST_CASE("frag:: layouts: a tile through Tx::warp::copy holds each element where the layout says") {
+TEST_CASE(
+    "frag:: layouts: a tile through Tx::warp::copy holds each element where the layout says") {
   struct Case {
     const char* what;
     std::int64_t rows, cols;
@@ -136,7 +137,8 @@ TEST_CASE("frag:: layouts: a tile through Tx::warp::copy holds each element wher
     for (std::int64_t x = 0; x < c.rows * c.cols; ++x) {
       auto locs = c.layout.apply_linear(x);
       REQUIRE(locs.size() == 1);
-      std::int64_t lane = locs[0][static_cast<int>(Axis::laneid)], r = locs[0][static_cast<int>(Axis::m)];
+      std::int64_t lane = locs[0][static_cast<int>(Axis::laneid)],
+                   r = locs[0][static_cast<int>(Axis::m)];
       if (got[static_cast<std::size_t>(lane * regs + r)] != a[static_cast<std::size_t>(x)]) ++wrong;
     }
     CHECK(wrong == 0);

@@ -385,12 +385,13 @@ class SelectNode : public ExprNode {
   X(rsqrt, 1)                                                                                      \
   X(exp, 1)                                                                                        \
   X(exp2, 1)                                                                                       \
-  X(log, 1) X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1)  \
-      X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1)           \
-          X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3)     \
-              X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5) \
-                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4)    \
-                      X(cp_async_commit, 0) X(cp_async_wait, 1)
+  X(log, 1)                                                                                        \
+  X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) \
+      X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1)          \
+          X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2)  \
+              X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)                \
+                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0)  \
+                      X(cp_async_wait, 1)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.

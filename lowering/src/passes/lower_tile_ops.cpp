@@ -39,7 +39,16 @@ class TileLowerer : public ScopedMutator {
     ctx.guards = guards_;
     ctx.in_loop = loops_ > 0;
     ctx.sm = sm_;
-    if (Expr whole = whole_tile(n); whole.defined()) return masked(ctx, whole);
+    if (Expr whole = whole_tile(n); whole.defined()) {
+      // An asynchronous copy that may reach past an extent known at launch
+      // is copied synchronously, masked like a copy (cp.async zero-fill is
+      // not built): correct, and every later wait is satisfied.
+      if (n->op == "copy_async") {
+        synthesized_.push_back(make_tile_call("copy", n->scope, n->args, n->attrs, n->loc));
+        ctx.call = synthesized_.back().as<TileCallNode>();
+      }
+      return masked(ctx, whole);
+    }
     DispatchResult r = dispatch(ctx);
     if (log_) log_->push_back({tile_call_str(n), r.variant->qualified(), n->loc});
     return r.lowered;
@@ -50,7 +59,7 @@ class TileLowerer : public ScopedMutator {
   // reach past its end: the tile is whole when start + extent <= n. Returns
   // that condition (over every such region), or nothing.
   Expr whole_tile(const TileCallNode* n) {
-    if (n->op != "copy") return Expr();
+    if (n->op != "copy" && n->op != "copy_async") return Expr();
     Expr cond;
     for (const TileArg& a : n->args) {
       auto* r = std::get_if<BufferRegion>(&a);
@@ -135,6 +144,7 @@ class TileLowerer : public ScopedMutator {
  private:
   std::vector<TileCallRecord>* log_;
   int sm_;
+  std::vector<Stmt> synthesized_;  // calls made here live as long as the pass
 };
 
 }  // namespace

@@ -284,7 +284,8 @@ std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, c
                                    " has a replica (an element held in several places)");
   const std::int64_t n = r.numel();
   if (n > (1 << 16))
-    return operand_reason(r, "region of " + std::to_string(n) + " elements (a fragment table is for tiles up to 65536)");
+    return operand_reason(r, "region of " + std::to_string(n) +
+                                 " elements (a fragment table is for tiles up to 65536)");
   ElementPlaces p;
   p.base = l->mem_offset;
   p.at.resize(static_cast<std::size_t>(n));
@@ -325,8 +326,9 @@ Check gemm_operands(const DispatchContext& ctx) {
   }
   for (const BufferRegion* x : r)
     if (!matrix_extents(*x))
-      return operand_reason(*x, "not a matrix: a gemm operand is a 2-D region (leading "
-                                "extents 1)");
+      return operand_reason(*x,
+                            "not a matrix: a gemm operand is a 2-D region (leading "
+                            "extents 1)");
   auto d = *matrix_extents(*r[0]), a = *matrix_extents(*r[1]), b = *matrix_extents(*r[2]);
   if (a.first != d.first || b.second != d.second || a.second != b.first)
     return operand_reason(*r[1], "shapes do not chain: D " + std::to_string(d.first) + "x" +

@@ -30,8 +30,9 @@ Check global_to_shared(const DispatchContext& ctx) {
   if (ctx.sm == 0) return "the host runs no PTX (copy_async/sync copies synchronously)";
   if (ctx.sm < 80) return "cp.async needs sm_80; the target is sm_" + std::to_string(ctx.sm);
   if (src.buffer->symbolic())
-    return operand_reason(src, "extent known at launch: a partial tile would need zero-filled "
-                               "chunks (not implemented; copy_async/sync copies it)");
+    return operand_reason(src,
+                          "extent known at launch: a partial tile would need zero-filled "
+                          "chunks (not implemented; copy_async/sync copies it)");
   return ok();
 }
 
@@ -51,7 +52,7 @@ Plan plan(const DispatchContext& ctx) {
   const int esize = dst.buffer->dtype.bytes();
   int vec = widest_vector(iters, {0, 1}, {ld->mem_offset, ls->mem_offset}, esize, *ctx.env,
                           [&](int v) { return n % (threads * v) == 0; });
-  if (vec * esize < 4)
+  if (vec * esize < 4 || n % (threads * vec) != 0)
     return "contiguous, aligned runs of " + std::to_string(vec * esize) +
            " bytes that divide over the " + std::to_string(threads) + " threads of the " +
            exec_scope_name(ctx.scope) + "; cp.async moves 4, 8 or 16 bytes";

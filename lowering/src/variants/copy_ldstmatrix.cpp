@@ -45,22 +45,23 @@ Check local_and_shared(const DispatchContext& ctx) {
   bool load = dst.buffer->scope == MemScope::local && src.buffer->scope == MemScope::shared;
   bool store = src.buffer->scope == MemScope::local && dst.buffer->scope == MemScope::shared;
   if (!load && !store)
-    return operand_reason(dst, "ldmatrix / stmatrix copy between a shared tile and a register "
-                               "fragment (one operand local, the other shared)");
+    return operand_reason(dst,
+                          "ldmatrix / stmatrix copy between a shared tile and a register "
+                          "fragment (one operand local, the other shared)");
   if (ctx.sm == 0) return "the host runs no PTX (copy/reg copies the fragment element by element)";
   if (load && ctx.sm < 75)
     return "ldmatrix needs sm_75; the target is sm_" + std::to_string(ctx.sm);
   if (store && ctx.sm < 90)
     return "stmatrix needs sm_90; the target is sm_" + std::to_string(ctx.sm);
   if (dst.buffer->dtype.bytes() != 2)
-    return operand_reason(dst, "dtype " + dst.buffer->dtype.name() +
-                                   ": ldmatrix / stmatrix move 16-bit elements");
+    return operand_reason(
+        dst, "dtype " + dst.buffer->dtype.name() + ": ldmatrix / stmatrix move 16-bit elements");
   return ok();
 }
 
 struct Matrix {
   bool trans = false;
-  std::int64_t word = 0;              // register offset of the lane's word
+  std::int64_t word = 0;               // register offset of the lane's word
   std::array<std::int64_t, 8> rows{};  // shared offset of each row (relative to the base)
 };
 
@@ -76,8 +77,8 @@ std::variant<Matrix, std::string> match_word(std::int64_t w, bool trans,
   for (int k = 0; k < 8; ++k) m.rows[k] = trans ? off(k / 2, k % 2) : off(4 * k, 0);
   for (int lane = 0; lane < 32; ++lane)
     for (int h = 0; h < 2; ++h) {
-      std::int64_t want = trans ? m.rows[2 * (lane % 4) + h] + lane / 4
-                                : m.rows[lane / 4] + 2 * (lane % 4) + h;
+      std::int64_t want =
+          trans ? m.rows[2 * (lane % 4) + h] + lane / 4 : m.rows[lane / 4] + 2 * (lane % 4) + h;
       if (off(lane, h) != want)
         return "register " + std::to_string(w + h) + " of lane " + std::to_string(lane) +
                " holds the element at shared offset " + std::to_string(off(lane, h)) + ", not " +
@@ -85,8 +86,7 @@ std::variant<Matrix, std::string> match_word(std::int64_t w, bool trans,
     }
   for (int k = 0; k < 8; ++k)
     if (m.rows[k] % 8 != 0)
-      return "matrix row at shared offset " + std::to_string(m.rows[k]) +
-             " is not 16-byte aligned";
+      return "matrix row at shared offset " + std::to_string(m.rows[k]) + " is not 16-byte aligned";
   return m;
 }
 
@@ -119,14 +119,15 @@ Plan plan(const DispatchContext& ctx) {
     for (int a = 0; a < kNumAxes; ++a)
       if (a != L && a != Mx && at[a] != 0)
         return operand_reason(R, std::string("register layout uses axis ") +
-                                     axis_name(static_cast<Axis>(a)) + " (a warp fragment is over laneid)");
+                                     axis_name(static_cast<Axis>(a)) +
+                                     " (a warp fragment is over laneid)");
     if (at[L] < 0 || at[L] >= 32) return operand_reason(R, "lane coordinate outside the warp");
     auto [it, fresh] = by_reg.try_emplace(at[Mx]);
     if (fresh) it->second.fill(-1);
     std::int64_t& slot = it->second[static_cast<std::size_t>(at[L])];
     if (slot >= 0)
-      return operand_reason(R, "two elements in register " + std::to_string(at[Mx]) +
-                                   " of lane " + std::to_string(at[L]));
+      return operand_reason(R, "two elements in register " + std::to_string(at[Mx]) + " of lane " +
+                                   std::to_string(at[L]));
     slot = x;
   }
   std::vector<std::array<std::int64_t, 64>> words;  // per word: elem[lane][h] flattened
@@ -140,8 +141,9 @@ Plan plan(const DispatchContext& ctx) {
   for (auto it = by_reg.begin(); it != by_reg.end(); ++it) {
     auto next = std::next(it);
     if (it->first % 2 != 0 || next == by_reg.end() || next->first != it->first + 1)
-      return operand_reason(R, "register " + std::to_string(it->first) +
-                                   " does not start a 32-bit pair (ldmatrix fills registers in pairs)");
+      return operand_reason(
+          R, "register " + std::to_string(it->first) +
+                 " does not start a 32-bit pair (ldmatrix fills registers in pairs)");
     std::array<std::int64_t, 64> w{};
     for (int lane = 0; lane < 32; ++lane) {
       w[2 * lane] = it->second[static_cast<std::size_t>(lane)];
@@ -170,8 +172,8 @@ Plan plan(const DispatchContext& ctx) {
       continue;
     }
     return operand_reason(R, "not an ldmatrix fragment of " + S.buffer->name + ": " +
-                                 std::get<std::string>(a) + "; transposed: " +
-                                 std::get<std::string>(b));
+                                 std::get<std::string>(a) +
+                                 "; transposed: " + std::get<std::string>(b));
   }
 
   Buffer fs = flat_view(S.buffer), fr = flat_view(R.buffer);
@@ -188,8 +190,8 @@ Plan plan(const DispatchContext& ctx) {
       for (int j = 0; j < num; ++j)
         for (int k = 0; k < 8; ++k)
           if ((*group)[i + j].rows[k] != (*group)[i + j].rows[0] + k * step)
-            return operand_reason(S, "the rows of an 8x8 matrix are not equally spaced in " +
-                                         S.buffer->name);
+            return operand_reason(
+                S, "the rows of an 8x8 matrix are not equally spaced in " + S.buffer->name);
       Expr r = mod(lane, c32(8));
       Expr j = num == 1 ? c32(0) : mod(div(lane, c32(8)), c32(num));
       Expr start = c32((*group)[i + num - 1].rows[0]);

@@ -150,8 +150,7 @@ Plan plan(const DispatchContext& ctx) {
     Var f("f", i32);
     // Unrolled up to 64 transfers: indexed by a loop variable, the register
     // array would live in local memory (a GEMM's accumulator, say).
-    s = make_for(f, c32(0), c32(total), total <= 64 ? ForKind::unrolled : ForKind::serial,
-                 body(f));
+    s = make_for(f, c32(0), c32(total), total <= 64 ? ForKind::unrolled : ForKind::serial, body(f));
   }
   if (!r_is_dst && !replicas.empty()) {
     Expr first = make_bool(true);

@@ -14,8 +14,9 @@
 // is a thread's own registers): acc = (accum ? D[i, j] : 0) + sum over k in
 // increasing order of A[i, k] B[k, j], in f32 for 16-bit and fp8 inputs (f64
 // if any operand is f64), rounded once to D's dtype. A staged D is copied
-// back after a barrier; inside a loop the op ends with a barrier, so the
-// next trip's staging cannot overwrite scratch another thread still reads.
+// back after a barrier; inside a loop, whenever anything was staged, the op
+// ends with a barrier, so the next trip's staging cannot overwrite scratch
+// another thread still reads.
 #include <mutex>
 #include <set>
 
@@ -131,12 +132,12 @@ Plan plan(const DispatchContext& ctx) {
   Expr d_off = simplify(matrix_offset(*ld, i, j), ctx.env);
   Expr old = make_cast(acc_t, make_load(fd, {d_off}));
   Expr prod = make_binary(
-      BinOp::Mul,
-      make_cast(acc_t, make_load(fa, {simplify(matrix_offset(*la, i, k), ctx.env)})),
+      BinOp::Mul, make_cast(acc_t, make_load(fa, {simplify(matrix_offset(*la, i, k), ctx.env)})),
       make_cast(acc_t, make_load(fb, {simplify(matrix_offset(*lb, k, j), ctx.env)})));
   Expr cur = make_load(acc, {c32(0)});
   Stmt elem = make_seq({
-      make_store(acc, accum ? old : (acc_t.is_float() ? make_float(0.0, acc_t) : make_int(0, acc_t)),
+      make_store(acc,
+                 accum ? old : (acc_t.is_float() ? make_float(0.0, acc_t) : make_int(0, acc_t)),
                  {c32(0)}),
       make_for(k, c32(0), c32(K), ForKind::serial,
                make_store(acc, make_binary(BinOp::Add, cur, prod), {c32(0)})),
@@ -154,7 +155,7 @@ Plan plan(const DispatchContext& ctx) {
   if (staged_d || (shared_d && ctx.scope != ExecScope::thread))
     body.push_back(scope_barrier(ctx.scope, ctx.call->loc));
   for (const Stmt& s : post) body.push_back(s);
-  if (ctx.in_loop && !allocs.empty() && !post.empty())
+  if (ctx.in_loop && !allocs.empty())
     body.push_back(scope_barrier(ctx.scope, ctx.call->loc));
   Stmt s = make_seq(body);
   for (const Buffer& b : allocs) s = make_allocate(b, s);

@@ -51,7 +51,8 @@ Check registers_and_dtypes(const DispatchContext& ctx) {
                                     ": stage with ldmatrix first (Tx::warp::copy into a "
                                     "register fragment, frag::mma_a / mma_b)");
   if (ctx.sm == 0) return "the host runs no PTX (gemm/fallback computes the same product)";
-  if (ctx.sm < 80) return "mma.sync m16n8k16 needs sm_80; the target is sm_" + std::to_string(ctx.sm);
+  if (ctx.sm < 80)
+    return "mma.sync m16n8k16 needs sm_80; the target is sm_" + std::to_string(ctx.sm);
   if (d.buffer->dtype != f32)
     return operand_reason(d, "dtype " + d.buffer->dtype.name() +
                                  ": the accumulator must be f32 (Tx::warp::cast afterwards)");
@@ -84,7 +85,8 @@ std::variant<Fragment, std::string> fragment(const BufferRegion& r, const Env& e
   for (const Location& at : pl.at) {
     for (int a = 0; a < kNumAxes; ++a)
       if (a != L && a != Mx && at[a] != 0)
-        return operand_reason(r, std::string("layout uses axis ") + axis_name(static_cast<Axis>(a)) +
+        return operand_reason(r, std::string("layout uses axis ") +
+                                     axis_name(static_cast<Axis>(a)) +
                                      " (an mma fragment is over laneid)");
     f.lane.push_back(at[L]);
     f.reg.push_back(*base + at[Mx]);
@@ -105,12 +107,12 @@ std::variant<std::int64_t, std::string> word_of(const BufferRegion& r, const Fra
       auto k = static_cast<std::size_t>(x);
       if (reg0 < 0) reg0 = f.reg[k];
       if (f.lane[k] != lane || f.reg[k] != reg0 + e)
-        return operand_reason(
-            r, "element (" + std::to_string(row(lane)) + ", " + std::to_string(col(lane) + e) +
-                   ") is in lane " + std::to_string(f.lane[k]) + " register " +
-                   std::to_string(f.reg[k]) + "; the " + what + " fragment needs lane " +
-                   std::to_string(lane) + " register " + std::to_string(reg0 + e) +
-                   " (use frag:: layouts)");
+        return operand_reason(r, "element (" + std::to_string(row(lane)) + ", " +
+                                     std::to_string(col(lane) + e) + ") is in lane " +
+                                     std::to_string(f.lane[k]) + " register " +
+                                     std::to_string(f.reg[k]) + "; the " + what +
+                                     " fragment needs lane " + std::to_string(lane) + " register " +
+                                     std::to_string(reg0 + e) + " (use frag:: layouts)");
     }
   if (reg0 % width != 0)
     return operand_reason(r, "register " + std::to_string(reg0) + " of the " + what +
@@ -127,7 +129,8 @@ Plan plan(const DispatchContext& ctx) {
   const std::string shape = fp8 ? "m16n8k32" : "m16n8k16";
   auto [M, N] = *matrix_extents(D);
   const std::int64_t K = matrix_extents(A)->second;
-  if (M % 16 != 0) return operand_reason(D, "M = " + std::to_string(M) + " is not a multiple of 16");
+  if (M % 16 != 0)
+    return operand_reason(D, "M = " + std::to_string(M) + " is not a multiple of 16");
   if (N % 8 != 0) return operand_reason(D, "N = " + std::to_string(N) + " is not a multiple of 8");
   if (K % KI != 0)
     return operand_reason(A, "K = " + std::to_string(K) + " is not a multiple of " +
@@ -204,9 +207,9 @@ Plan plan(const DispatchContext& ctx) {
       }
   }
   std::int64_t count = (M / 16) * (N / 8) * (K / KI);
-  return make_origin(origin_text(ctx, "gemm/mma_sync (" + std::to_string(count) + " x mma." +
-                                          shape + ")"),
-                     make_seq(body), ctx.call->loc);
+  return make_origin(
+      origin_text(ctx, "gemm/mma_sync (" + std::to_string(count) + " x mma." + shape + ")"),
+      make_seq(body), ctx.call->loc);
 }
 
 }  // namespace
