@@ -185,7 +185,9 @@ inline void copy_case(CopyScope cs, DType t, std::int64_t regs, bool via_shared)
   CAPTURE(via_shared);
   Kernel k = build(copy_roundtrip(cs, t, regs, via_shared));
   bool reg_variant = false;
-  for (auto& d : k.info().dispatched) reg_variant |= d.variant == "copy/reg";
+  // copy/reg, or ldmatrix / stmatrix where the register words form 8x8 matrices.
+  for (auto& d : k.info().dispatched)
+    reg_variant |= d.variant == "copy/reg" || d.variant == "copy/ldstmatrix";
   CHECK(reg_variant);
   std::vector<double> a = test::random_values(static_cast<std::size_t>(256 * regs), t, -100, 100);
   Tensor A = input(a, {256, regs}, t), B = output({256, regs}, t);
