@@ -5,12 +5,15 @@
 // runs both).
 //
 //   bench_gemm --out tx.json
+//   TX_GEMM_QUICK=1 bench_gemm   (bf16 4096^3 only: for tuning runs)
+//   TX_GEMM_ONLY="128x256x32 w64x64 s3" bench_gemm   (one tiling: for profiling)
 //
 // TFLOP/s = 2 M N K / time. Timing: CUDA events around each call, 10
 // warm-ups, median of 50. Each case also checks 64 entries of C against
 // float64 dot products of the same (rounded) inputs.
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -31,8 +34,12 @@ struct GemmShape {
 const std::vector<std::pair<std::string, GemmConfig>>& configs() {
   static const std::vector<std::pair<std::string, GemmConfig>> c = {
       {"128x128x32 w64x64 s3", {128, 128, 32, 64, 64, 3}},
+      {"128x128x32 w64x64 s3 g1", {128, 128, 32, 64, 64, 3, 1}},
       {"128x128x32 w64x64 s4", {128, 128, 32, 64, 64, 4}},
       {"128x256x32 w64x64 s3", {128, 256, 32, 64, 64, 3}},
+      {"128x256x32 w64x64 s4", {128, 256, 32, 64, 64, 4}},
+      {"256x128x32 w64x64 s4", {256, 128, 32, 64, 64, 4}},
+      {"128x256x64 w64x64 s4", {128, 256, 64, 64, 64, 4}},
       {"256x128x32 w64x64 s3", {256, 128, 32, 64, 64, 3}},
       {"128x128x64 w64x64 s3", {128, 128, 64, 64, 64, 3}},
       {"128x256x64 w64x64 s3", {128, 256, 64, 64, 64, 3}},
@@ -53,8 +60,10 @@ int main(int argc, char** argv) {
   js << "[\n";
   bool first = true;
   int bad = 0;
+  const bool quick = std::getenv("TX_GEMM_QUICK") != nullptr;
   for (DType t : {bf16, f16})
     for (const GemmShape& s : shapes) {
+      if (quick && (t != bf16 || s.m != 4096 || s.n != 4096)) continue;
       char label[96];
       std::snprintf(label, sizeof label, "(%lld, %lld, %lld)", static_cast<long long>(s.m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k));
@@ -63,7 +72,9 @@ int main(int argc, char** argv) {
       Tensor A = bench::random_tensor({s.m, s.k}, t), B = bench::random_tensor({s.k, s.n}, t);
       Tensor C = Tensor::empty({s.m, s.n}, t, Device::cuda());
       Tensor Cbest = Tensor::empty({s.m, s.n}, t, Device::cuda());
+      const char* only = std::getenv("TX_GEMM_ONLY");
       for (const auto& [name, cfg] : configs()) {
+        if (only && name != only) continue;
         if (s.m % cfg.bm || s.n % cfg.bn || s.k % cfg.bk) continue;
         Kernel k = compile(gemm(s.m, s.n, s.k, t, cfg), {.device = Device::cuda()});
         double one = bench::time_ms([&] { k(A, B, C); }, 10, 50);

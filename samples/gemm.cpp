@@ -1,15 +1,19 @@
 // A bf16 GEMM on tensor cores, C = A B (A: M x K, B: K x N, both row-major),
 // f32 accumulation, bf16 out -- written with tile primitives only.
 //
-// Each CTA computes a 128 x 128 tile of C with 4 warps in a 2 x 2 grid (64 x
-// 64 each; GemmConfig changes the tiling). K is walked 32 at a time through a ring of STAGES
-// shared-memory buffers: cp.async copies run STAGES - 1 tiles ahead of the tensor cores
-// (Tx::cta::copy_async, commit_group / wait_group), and each warp moves its
+// Each CTA computes a 128 x 128 tile of C with 4 warps in a 2 x 2 grid (64 x 64
+// each; GemmConfig changes the tiling). K is walked 32 at a time through a ring
+// of STAGES shared buffers: cp.async copies run STAGES - 1 tiles ahead of the
+// tensor cores (Tx::cta::copy_async, commit_group / wait_group). Each warp moves
 // 16-wide slices into register fragments with ldmatrix (Tx::warp::copy into
-// frag:: layouts) and multiplies them with mma.sync (Tx::warp::gemm). Rows
-// of the shared tiles are padded by 16 bytes so the 8 rows an ldmatrix reads
-// fall in 8 different bank groups. On the host the same program runs through
-// the portable variants (synchronous copies, gemm/fallback).
+// frag:: layouts) one slice ahead of the mma.sync that consumes them
+// (Tx::warp::gemm), so shared-memory latency hides behind the tensor cores.
+// Rows of the shared tiles are padded by 16 bytes so the 8 rows an ldmatrix
+// reads fall in 8 different bank groups. CTAs walk C in groups of `group` tile
+// rows so that neighbours share A and B panels in L2. On the host the same
+// program runs through the portable variants (synchronous copies, gemm/fallback).
+#include <numeric>
+
 #include "sample_main.hpp"
 
 using namespace tx;
@@ -17,21 +21,23 @@ using namespace tx;
 // The tiling: a CTA tile of bm x bn, walked bk at a time through `stages`
 // shared buffers, by warps of wm x wn each ((bm / wm) x (bn / wn) warps).
 struct GemmConfig {
-  std::int64_t bm = 128, bn = 128, bk = 32, wm = 64, wn = 64, stages = 3;
+  std::int64_t bm = 128, bn = 128, bk = 32, wm = 64, wn = 64, stages = 3, group = 8;
 };
 constexpr std::int64_t PAD = 8;  // row padding of the shared tiles, in elements
 
 // t: bf16 or f16. M % bm, N % bn, K % bk == 0.
 PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, GemmConfig c = {}) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
-  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n;
+  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / 16;
+  const std::int64_t tiles_n = N / BN, G = std::gcd(c.group, M / BM);  // G | tile rows
   return T::prim_func("gemm_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
     auto A = T::match_buffer(A_ptr, {M, K}, t);
     auto B = T::match_buffer(B_ptr, {K, N}, t);
     auto C = T::match_buffer(C_ptr, {M, N}, t);
     T::device_entry();
-    auto bm = T::cta_id({M / BM, N / BN});
-    auto bn = bm[1];
+    // Tile `tile` of C: groups of G tile rows, walked column by column.
+    auto tile = T::cta_id({(M / BM) * tiles_n});
+    auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
     auto warp = T::warp_id({warps});
     auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
 
@@ -40,9 +46,13 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, Ge
                               TileLayout(S({STAGES, BM, BK}, {BM * (BK + PAD), BK + PAD, 1})));
     auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared,
                               TileLayout(S({STAGES, BK, BN}, {BK * (BN + PAD), BN + PAD, 1})));
-    // A warp's fragments: a WM x 16 slice of A, 16 x WN of B, the WM x WN accumulator.
-    auto Af = T::alloc_buffer({WM, 16}, t, scope::local, frag::mma_a(WM, 16, t));
-    auto Bf = T::alloc_buffer({16, WN}, t, scope::local, frag::mma_b(16, WN, t));
+    // A warp's fragments, two sets (slice kk computes while kk + 1 loads): a
+    // WM x 16 slice of A, 16 x WN of B; and the WM x WN accumulator.
+    std::vector<TileBuffer> Af, Bf;
+    for (int i = 0; i < 2; ++i) {
+      Af.push_back(T::alloc_buffer({WM, 16}, t, scope::local, frag::mma_a(WM, 16, t)));
+      Bf.push_back(T::alloc_buffer({16, WN}, t, scope::local, frag::mma_b(16, WN, t)));
+    }
     auto acc = T::alloc_buffer({WM, WN}, f32, scope::local, frag::mma_c(WM, WN));
     auto out = T::alloc_buffer({WM, WN}, t, scope::local, frag::mma_c(WM, WN));
 
@@ -54,27 +64,39 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, Ge
       Tx::cta::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
                           B[region(span(kt * BK, BK), span(bn * BN, BN))]);
     };
+    auto load_fragments = [&](int i, const auto& stage, std::int64_t kk) {
+      Tx::warp::copy(Af[i], As[region(span(stage, 1), span(wm * WM, WM), {kk * 16, kk * 16 + 16})]);
+      Tx::warp::copy(Bf[i], Bs[region(span(stage, 1), {kk * 16, kk * 16 + 16}, span(wn * WN, WN))]);
+    };
 
     // Prologue: the first STAGES - 1 tiles in flight, one commit group each
-    // (empty past K: the waits below count groups).
+    // (empty past K: the waits below count groups); tile 0's first slice.
     for (Var s : T::unroll(STAGES - 1, "s")) {
       T::if_(s < KT, [&] { load_stage(s); });
       T::cuda::commit_group();
     }
+    T::cuda::wait_group(STAGES - 2);
+    T::cuda::cta_sync();
+    load_fragments(0, 0, 0);
     Tx::warp::fill(acc, 0.0f);
     for (Var kt : T::serial(KT, "kt")) {
-      T::cuda::wait_group(STAGES - 2);  // tile kt has landed (for this thread)
-      T::cuda::cta_sync();              // ... for every thread; stage kt - 1 is free
-      T::if_(kt + (STAGES - 1) < KT, [&] { load_stage(kt + (STAGES - 1)); });
-      T::cuda::commit_group();  // always: keeps one group per iteration
-      auto stage = T::let(kt % STAGES);
-      for (Var kk : T::unroll(BK / 16, "kk")) {
-        Tx::warp::copy(Af, As[region(span(stage, 1), span(wm * WM, WM), span(kk * 16, 16))]);
-        Tx::warp::copy(Bf, Bs[region(span(stage, 1), span(kk * 16, 16), span(wn * WN, WN))]);
-        Tx::warp::gemm(acc, Af, Bf, {.accum = true});
+      auto stage = T::let(kt % STAGES), next = T::let((kt + 1) % STAGES);
+      for (std::int64_t kk = 0; kk < KK; ++kk) {  // unrolled as the kernel is built
+        if (kk == 0) {  // every thread is past reading stage kt - 1: refill it
+          T::if_(kt + (STAGES - 1) < KT, [&] { load_stage(kt + (STAGES - 1)); });
+          T::cuda::commit_group();  // always: one group per iteration
+        }
+        if (kk + 1 < KK) {
+          load_fragments((kk + 1) % 2, stage, kk + 1);
+        } else {                            // the next slice is in tile kt + 1:
+          T::cuda::wait_group(STAGES - 2);  // it has landed (for this thread)
+          T::cuda::cta_sync();              // ... for every thread
+          T::if_(kt + 1 < KT, [&] { load_fragments((kk + 1) % 2, next, 0); });
+        }
+        Tx::warp::gemm(acc, Af[kk % 2], Bf[kk % 2], {.accum = true});
       }
     }
-    // Epilogue: round to t in registers, store the warp's 64 x 64 tile.
+    // Epilogue: round to t in registers, store the warp's WM x WN tile.
     Tx::warp::cast(out, acc);
     Tx::warp::copy(C[region(span(bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))], out);
   });

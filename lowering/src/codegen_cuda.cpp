@@ -791,6 +791,16 @@ class CudaEmitter : public IRVisitor {
     line(std::string("*(") + vt + "*)(&" + d + "[" + e(n->dst_offset) + "]) = *(const " + vt +
          "*)(&" + s + "[" + e(n->src_offset) + "]);");
   }
+  // The 32-bit shared-window address of element `index` of shared buffer b,
+  // as ldmatrix / stmatrix / cp.async take it: the window address of tx_smem
+  // (one pure asm that the compiler hoists and shares) plus a byte offset in
+  // 32-bit arithmetic, so that constant parts fold into the instructions'
+  // immediate offsets instead of costing 64-bit pointer math per instruction.
+  std::string shared_address(const Buffer& b, const Expr& index) {
+    return "tx_smem_addr(tx_smem) + (unsigned)(" +
+           std::to_string(shared_offset_.at(b->data.get())) + " + (" + e(index) + ") * " +
+           std::to_string(b->dtype.bytes()) + ")";
+  }
   // "%a, %b, ..." for n operands from `first`.
   static std::string operands(int first, int n) {
     std::string s;
@@ -806,8 +816,7 @@ class CudaEmitter : public IRVisitor {
     const int num = static_cast<int>(n->words.size());
     std::string instr = std::string(n->store ? "stmatrix" : "ldmatrix") + ".sync.aligned.m8n8.x" +
                         std::to_string(num) + (n->trans ? ".trans" : "") + ".shared.b16";
-    std::string addr = "\"r\"(tx_smem_addr(&" + name_of(n->smem->data.get(), n->smem->name) + "[" +
-                       e(n->row) + "]))";
+    std::string addr = "\"r\"(" + shared_address(n->smem, n->row) + ")";
     std::string regs;
     for (int j = 0; j < num; ++j) regs += (j ? ", " : "") + word(n->regs, n->words[j], !n->store);
     if (n->store)
@@ -838,8 +847,7 @@ class CudaEmitter : public IRVisitor {
     // 16-byte copies; smaller ones go through L1 (.ca).
     std::string instr = std::string("cp.async.") + (n->bytes == 16 ? "cg" : "ca") +
                         ".shared.global [%0], [%1], " + std::to_string(n->bytes);
-    std::string dst = "\"r\"(tx_smem_addr(&" + name_of(n->dst->data.get(), n->dst->name) + "[" +
-                      e(n->dst_offset) + "]))";
+    std::string dst = "\"r\"(" + shared_address(n->dst, n->dst_offset) + ")";
     std::string src =
         "\"l\"(&" + name_of(n->src->data.get(), n->src->name) + "[" + e(n->src_offset) + "])";
     if (n->src_bytes)
