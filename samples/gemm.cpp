@@ -8,8 +8,8 @@
 // 16-wide slices into register fragments with ldmatrix (Tx::warp::copy into
 // frag:: layouts) one slice ahead of the mma.sync that consumes them
 // (Tx::warp::gemm), so shared-memory latency hides behind the tensor cores.
-// Rows of the shared tiles are padded by 16 bytes so the 8 rows an ldmatrix
-// reads fall in 8 different bank groups. CTAs walk C in groups of `group` tile
+// Rows of the shared tiles are padded by 16 bytes (or swizzled) so the 8 rows
+// an ldmatrix reads fall in 8 different bank groups. CTAs walk C in groups of `group` tile
 // rows so that neighbours share A and B panels in L2. On the host the same
 // program runs through the portable variants (synchronous copies, gemm/fallback).
 #include <numeric>
@@ -22,6 +22,7 @@ using namespace tx;
 // shared buffers, by warps of wm x wn each ((bm / wm) x (bn / wn) warps).
 struct GemmConfig {
   std::int64_t bm = 128, bn = 128, bk = 32, wm = 64, wn = 64, stages = 3, group = 8;
+  bool swizzle = false;  // XOR-swizzled shared tiles instead of padded rows
 };
 constexpr std::int64_t PAD = 8;  // row padding of the shared tiles, in elements
 
@@ -41,11 +42,14 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, Ge
     auto warp = T::warp_id({warps});
     auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
 
-    // The ring of shared tiles: STAGES x (BM x BK) of A, STAGES x (BK x BN) of B.
-    auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared,
-                              TileLayout(S({STAGES, BM, BK}, {BM * (BK + PAD), BK + PAD, 1})));
-    auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared,
-                              TileLayout(S({STAGES, BK, BN}, {BK * (BN + PAD), BN + PAD, 1})));
+    // The ring of shared tiles: STAGES x (BM x BK) of A, STAGES x (BK x BN) of
+    // B; rows padded by 16 bytes, or XOR-swizzled in 16-byte chunks.
+    auto ring = [&](std::int64_t rows, std::int64_t cols) {
+      return c.swizzle ? layouts::swizzled_tiles({STAGES, rows, cols}, t)
+                       : TileLayout(S({STAGES, rows, cols}, {rows * (cols + PAD), cols + PAD, 1}));
+    };
+    auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared, ring(BM, BK));
+    auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared, ring(BK, BN));
     // A warp's fragments, two sets (slice kk computes while kk + 1 loads): a
     // WM x 16 slice of A, 16 x WN of B; and the WM x WN accumulator.
     std::vector<TileBuffer> Af, Bf;

@@ -133,6 +133,10 @@ Buffer make_buffer_checked(std::string name, DType dtype, std::vector<std::int64
          std::string("a ") + mem_scope_name(scope) +
              " buffer cannot use thread axes in its layout (" + l.str() +
              "); only register (local) tiles are distributed over threads");
+  if (l.swizzle() && scope != MemScope::shared)
+    fail(op, name, loc,
+         "a swizzled layout (" + l.str() + ") is for shared memory; a " + mem_scope_name(scope) +
+             " buffer cannot carry one");
   for (const Iter& it : l.replica())
     if (it.axis == Axis::m && scope != MemScope::local)
       fail(op, name, loc, "memory replicas are not supported in " + l.str());

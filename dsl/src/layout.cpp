@@ -113,6 +113,26 @@ std::string iters_str(const std::vector<Iter>& iters) {
 }
 }  // namespace
 
+std::string Swizzle::str() const {
+  return "Sw<" + std::to_string(bits) + "," + std::to_string(base) + "," + std::to_string(shift) +
+         ">";
+}
+
+Swizzle make_swizzle(int bits, int base, int shift) {
+  const std::string what = "Sw<" + std::to_string(bits) + "," + std::to_string(base) + "," +
+                           std::to_string(shift) + ">";
+  if (bits < 0 || base < 0 || shift < 0)
+    fail("tx.Swizzle", what, {}, "bits, base and shift must not be negative");
+  if (shift < bits)
+    fail("tx.Swizzle", what, {},
+         "shift " + std::to_string(shift) + " is below bits " + std::to_string(bits) +
+             ": the XOR would read the bits it writes, and sw would not be its own inverse");
+  if (base + shift + bits > 30)
+    fail("tx.Swizzle", what, {},
+         "the period 2^(base + shift + bits) passes 2^30 elements");
+  return Swizzle{bits, base, shift};
+}
+
 ShardSpec S(std::vector<std::int64_t> extents, std::vector<AxisStride> strides) {
   return {make_iters("S", extents, std::move(strides))};
 }
@@ -142,6 +162,19 @@ TileLayout TileLayout::with_offset(Axis a, std::int64_t off) const {
   return l;
 }
 
+TileLayout TileLayout::swizzled(Swizzle sw) const {
+  sw = make_swizzle(sw.bits, sw.base, sw.shift);
+  TileLayout l = *this;
+  l.swizzle_ = sw.bits == 0 ? std::nullopt : std::optional<Swizzle>(sw);
+  return l;
+}
+
+TileLayout TileLayout::unswizzled() const {
+  TileLayout l = *this;
+  l.swizzle_.reset();
+  return l;
+}
+
 std::int64_t TileLayout::size() const {
   std::int64_t n = 1;
   for (const Iter& it : shard_) n *= it.extent;
@@ -163,7 +196,9 @@ bool TileLayout::has_thread_axes() const {
 }
 
 TileLayout TileLayout::canonical() const {
-  return TileLayout(canonical_iters(shard_), canonical_iters(replica_), offset_);
+  TileLayout l(canonical_iters(shard_), canonical_iters(replica_), offset_);
+  l.swizzle_ = swizzle_;
+  return l;
 }
 
 std::vector<Location> TileLayout::apply_linear(std::int64_t index) const {
@@ -186,6 +221,8 @@ std::vector<Location> TileLayout::apply_linear(std::int64_t index) const {
       }
     out = std::move(next);
   }
+  if (swizzle_)
+    for (Location& l : out) l[0] = swizzle_->apply(l[0]);
   return out;
 }
 
@@ -206,7 +243,9 @@ TileLayout TileLayout::storage() const {
   std::vector<Iter> mem;
   for (const Iter& it : shard_)
     if (it.axis == Axis::m) mem.push_back(it);
-  return TileLayout(std::move(mem));
+  TileLayout l(std::move(mem));
+  l.swizzle_ = swizzle_;
+  return l;
 }
 
 std::int64_t TileLayout::cosize() const {
@@ -215,6 +254,10 @@ std::int64_t TileLayout::cosize() const {
     if (it.axis == Axis::m) hi += (it.extent - 1) * it.stride;
   for (const Iter& it : replica_)
     if (it.axis == Axis::m) hi += (it.extent - 1) * it.stride;
+  if (swizzle_) {
+    const std::int64_t span = swizzle_->span();
+    return (hi / span + 1) * span;
+  }
   return hi + 1;
 }
 
@@ -245,6 +288,7 @@ std::string TileLayout::str() const {
       any = true;
     }
   if (any) s += " + O[" + o + "]";
+  if (swizzle_) s = swizzle_->str() + "(" + s + ")";
   return s;
 }
 

@@ -75,8 +75,30 @@ std::int64_t RegionLayout::numel() const {
   return n;
 }
 
-std::optional<RegionLayout> region_layout(const BufferRegion& r, const Env& env, std::string* why) {
+Expr swizzle_expr(const Swizzle& sw, Expr x) {
+  const std::int64_t mask = ((std::int64_t{1} << sw.bits) - 1) << sw.base;
+  return make_binary(BinOp::BitXor, x,
+                     make_binary(BinOp::BitAnd, make_binary(BinOp::Shr, x, c32(sw.shift)),
+                                 c32(mask)));
+}
+
+Expr address(const RegionLayout& l, Expr inner) {
+  Expr a = add(l.mem_offset, std::move(inner));
+  return l.swizzle ? swizzle_expr(*l.swizzle, a) : a;
+}
+
+int swizzle_vector_cap(const RegionLayout& l) {
+  return l.swizzle ? 1 << std::min(l.swizzle->base, 20) : 1 << 20;
+}
+
+std::optional<RegionLayout> region_layout(const BufferRegion& r, const Env& env, std::string* why,
+                                          RegionOptions opt) {
   const BufferNode* b = r.buffer.get();
+  if (b->layout.swizzle() && !opt.allow_swizzle) {
+    set_why(why, "swizzled layout " + b->layout.swizzle()->str() + " of " + b->name +
+                     " (this variant does not form swizzled addresses)");
+    return std::nullopt;
+  }
   auto grouped = group_by_dims(b->layout.shard(), b->shape, why);
   if (!grouped) return std::nullopt;
   RegionLayout out;
@@ -136,6 +158,7 @@ std::optional<RegionLayout> region_layout(const BufferRegion& r, const Env& env,
     out.dims.push_back(sliced);
   }
   out.mem_offset = mem;
+  out.swizzle = b->layout.swizzle();
   return out;
 }
 

@@ -199,30 +199,34 @@ TEST_CASE("samples/gemm: the pipelined tensor-core GEMM against float64") {
     shapes.push_back({256, 384, 192});
     shapes.push_back({1024, 1024, 1024});
   }
-  for (DType t : {bf16, f16})
-    for (Shape s : shapes) {
-      CAPTURE(t.name());
-      CAPTURE(s.m);
-      CAPTURE(s.n);
-      CAPTURE(s.k);
-      Kernel k = compile(gemm(s.m, s.n, s.k, t), {.device = device()});
-      if (on_gpu()) {
-        CHECK(used(k, "gemm/mma_sync"));
-        CHECK(used(k, "copy/ldstmatrix"));
-        CHECK(used(k, "copy_async/ldgsts"));
-      } else {
-        CHECK(used(k, "gemm/fallback"));
-        CHECK(used(k, "copy_async/sync"));
+  // Padded and XOR-swizzled shared tiles (layouts::swizzled_tiles: 64-byte
+  // rows of A in Sw<2,3,3>, B's 256-byte rows as 128-byte panels in Sw<3,3,3>).
+  for (bool swizzle : {false, true})
+    for (DType t : {bf16, f16})
+      for (Shape s : shapes) {
+        CAPTURE(swizzle);
+        CAPTURE(t.name());
+        CAPTURE(s.m);
+        CAPTURE(s.n);
+        CAPTURE(s.k);
+        Kernel k = compile(gemm(s.m, s.n, s.k, t, {.swizzle = swizzle}), {.device = device()});
+        if (on_gpu()) {
+          CHECK(used(k, "gemm/mma_sync"));
+          CHECK(used(k, "copy/ldstmatrix"));
+          CHECK(used(k, "copy_async/ldgsts"));
+        } else {
+          CHECK(used(k, "gemm/fallback"));
+          CHECK(used(k, "copy_async/sync"));
+        }
+        auto a = random_values(static_cast<std::size_t>(s.m * s.k), t, -1, 1);
+        auto b = random_values(static_cast<std::size_t>(s.k * s.n), t, -1, 1);
+        Tensor A = Tensor::from_doubles(a, {s.m, s.k}, t, device());
+        Tensor B = Tensor::from_doubles(b, {s.k, s.n}, t, device());
+        Tensor C = Tensor::empty({s.m, s.n}, t, device());
+        C.fill_bits(tx::test::poison_bits(t));
+        k(A, B, C);
+        CHECK(gemm_error(a, b, C.to_doubles(), s.m, s.n, s.k, ulp_of(t)) <= 1.0);
       }
-      auto a = random_values(static_cast<std::size_t>(s.m * s.k), t, -1, 1);
-      auto b = random_values(static_cast<std::size_t>(s.k * s.n), t, -1, 1);
-      Tensor A = Tensor::from_doubles(a, {s.m, s.k}, t, device());
-      Tensor B = Tensor::from_doubles(b, {s.k, s.n}, t, device());
-      Tensor C = Tensor::empty({s.m, s.n}, t, device());
-      C.fill_bits(tx::test::poison_bits(t));
-      k(A, B, C);
-      CHECK(gemm_error(a, b, C.to_doubles(), s.m, s.n, s.k, ulp_of(t)) <= 1.0);
-    }
 }
 
 TEST_CASE("gemm/fallback: thread scope, odd shapes, operands in global memory") {

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tx/dtype.hpp"
 #include "tx/error.hpp"
@@ -70,3 +71,59 @@ inline TileLayout mma_b(std::int64_t k, std::int64_t n, DType t) {
 }
 
 }  // namespace tx::frag
+
+namespace tx::layouts {
+
+// A swizzled shared layout for a stack of (rows x cols) tiles of `t`:
+// shape {..., rows, cols}, the leading dimensions stacked one tile after
+// another. Rows are cut into 128-byte panels (a (32, 128) bf16 tile is two
+// (32, 64) panels side by side) and each panel is swizzled in 16-byte chunks
+// by its 128-byte line index: Sw<bits, log2(16 / size), 3> with 2^bits
+// chunks per row (at most 8). Then the 8 rows an ldmatrix reads and the
+// chunks a quarter-warp's cp.async writes land in 8 different 16-byte bank
+// groups, with no padding. Needs cols * size a power of two >= 32 bytes (or a
+// multiple of 128), and rows a multiple of 8 when rows are cut into panels.
+inline TileLayout swizzled_tiles(const std::vector<std::int64_t>& shape, DType t) {
+  const char* what = "tx::layouts::swizzled_tiles";
+  if (shape.size() < 2) fail(what, "", {}, "needs at least (rows, cols)");
+  const std::int64_t rows = shape[shape.size() - 2], cols = shape.back();
+  const int size = t.bytes();
+  if (size > 16 || 16 % size != 0)
+    fail(what, "", {}, "dtype " + t.name() + " does not divide a 16-byte chunk");
+  const std::int64_t row_bytes = cols * size;
+  auto log2 = [](std::int64_t v) {
+    int b = 0;
+    while ((std::int64_t{1} << b) < v) ++b;
+    return (std::int64_t{1} << b) == v ? b : -1;
+  };
+  const int base = log2(16 / size);
+  const std::int64_t panel = 128 / size;  // elements in a 128-byte line
+  std::vector<std::int64_t> ext;
+  std::vector<AxisStride> str;
+  std::int64_t tile = rows * cols;
+  int bits = 0;
+  if (row_bytes <= 128) {
+    if (row_bytes < 32 || log2(row_bytes) < 0)
+      fail(what, "", {},
+           "rows of " + std::to_string(row_bytes) + " bytes: a swizzle needs 32, 64 or 128");
+    bits = log2(row_bytes / 16);
+    ext = {rows, cols};
+    str = {cols, 1};
+  } else {
+    if (row_bytes % 128 != 0 || rows % 8 != 0)
+      fail(what, "", {},
+           "rows of " + std::to_string(row_bytes) + " bytes over " + std::to_string(rows) +
+               " rows: 128-byte panels need a multiple of 128 bytes and of 8 rows");
+    bits = 3;
+    ext = {rows, cols / panel, panel};
+    str = {panel, rows * panel, 1};
+  }
+  for (std::size_t d = shape.size() - 2; d-- > 0;) {
+    ext.insert(ext.begin(), shape[d]);
+    str.insert(str.begin(), AxisStride(tile));
+    tile *= shape[d];
+  }
+  return TileLayout(S(ext, str)).swizzled(make_swizzle(bits, base, 3));
+}
+
+}  // namespace tx::layouts

@@ -67,7 +67,9 @@ class Flattener : public IRMutator {
     std::string why;
     auto dims = group_by_dims(b->layout.shard(), b->shape, &why);
     if (!dims) fail(what, b->name, loc, why);
-    return simplify(add(c32(b->memory_offset()), offset_of_coords(*dims, idx)));
+    Expr off = add(c32(b->memory_offset()), offset_of_coords(*dims, idx));
+    if (b->layout.swizzle()) off = swizzle_expr(*b->layout.swizzle(), off);
+    return simplify(off);
   }
 };
 

@@ -274,9 +274,10 @@ Expr joint_offset(const std::vector<JointIter>& iters, std::size_t operand, cons
   return off;
 }
 
-std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, const Env& env) {
+std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, const Env& env,
+                                                        RegionOptions opt) {
   std::string why;
-  auto l = region_layout(r, env, &why);
+  auto l = region_layout(r, env, &why, opt);
   if (!l) return operand_reason(r, why);
   for (const Iter& it : l->replica)
     if (it.extent > 1)
@@ -288,6 +289,7 @@ std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, c
                                  " elements (a fragment table is for tiles up to 65536)");
   ElementPlaces p;
   p.base = l->mem_offset;
+  p.swizzle = l->swizzle;
   p.at.resize(static_cast<std::size_t>(n));
   for (std::int64_t x = 0; x < n; ++x) {
     Location loc = l->thread_offset;

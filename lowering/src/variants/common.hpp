@@ -77,11 +77,15 @@ Check copy_operands_match(const DispatchContext& ctx);
 // The tensor-core variants read fragment layouts off this table. Fails on a
 // layout with replicas (an element in several places) and on regions of more
 // than 2^16 elements (tables are for register and shared tiles).
+// `at` holds pre-swizzle places relative to `base`; a swizzled buffer's
+// element x lives at sw(base + at[x]) (only with allow_swizzle).
 struct ElementPlaces {
   Expr base;
   std::vector<Location> at;
+  std::optional<Swizzle> swizzle;
 };
-std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, const Env& env);
+std::variant<ElementPlaces, std::string> element_places(const BufferRegion& r, const Env& env,
+                                                        RegionOptions opt = {});
 
 // The last two extents of a matrix operand (rows, cols), when every other
 // extent is 1: gemm operands are 2-D regions of buffers of any rank.

@@ -40,9 +40,9 @@ Plan plan(const DispatchContext& ctx) {
   const BufferRegion& dst = *region_arg(ctx.call, 0);
   const BufferRegion& src = *region_arg(ctx.call, 1);
   std::string why;
-  auto ld = region_layout(dst, *ctx.env, &why);
+  auto ld = region_layout(dst, *ctx.env, &why, {.allow_swizzle = true});
   if (!ld) return operand_reason(dst, why);
-  auto ls = region_layout(src, *ctx.env, &why);
+  auto ls = region_layout(src, *ctx.env, &why, {.allow_swizzle = true});
   if (!ls) return operand_reason(src, why);
   const std::int64_t n = dst.numel();
   auto joint = joint_refine({ld->flat(), ls->flat()}, n, &why);
@@ -51,7 +51,10 @@ Plan plan(const DispatchContext& ctx) {
   const std::int64_t threads = ctx.scope_threads;
   const int esize = dst.buffer->dtype.bytes();
   int vec = widest_vector(iters, {0, 1}, {ld->mem_offset, ls->mem_offset}, esize, *ctx.env,
-                          [&](int v) { return n % (threads * v) == 0; });
+                          [&](int v) {
+                            return v <= std::min(swizzle_vector_cap(*ld), swizzle_vector_cap(*ls)) &&
+                                   n % (threads * v) == 0;
+                          });
   if (vec * esize < 4 || n % (threads * vec) != 0)
     return "contiguous, aligned runs of " + std::to_string(vec * esize) +
            " bytes that divide over the " + std::to_string(threads) + " threads of the " +
@@ -61,8 +64,8 @@ Plan plan(const DispatchContext& ctx) {
   Expr rel = scope_thread_index(ctx.scope);
   auto body = [&](Expr f) {
     Expr idx = mul(add(mul(f, c32(threads)), rel), c32(vec));
-    Expr od = simplify(add(ld->mem_offset, joint_offset(iters, 0, idx)), ctx.env);
-    Expr os = simplify(add(ls->mem_offset, joint_offset(iters, 1, idx)), ctx.env);
+    Expr od = simplify(address(*ld, joint_offset(iters, 0, idx)), ctx.env);
+    Expr os = simplify(address(*ls, joint_offset(iters, 1, idx)), ctx.env);
     return make_cp_async(fd, od, fs, os, vec * esize, Expr(), ctx.call->loc);
   };
   Stmt s;

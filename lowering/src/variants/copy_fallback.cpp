@@ -32,9 +32,9 @@ Plan plan(const DispatchContext& ctx) {
   const BufferRegion& dst = *region_arg(ctx.call, 0);
   const BufferRegion& src = *region_arg(ctx.call, 1);
   std::string why;
-  auto ld = region_layout(dst, *ctx.env, &why);
+  auto ld = region_layout(dst, *ctx.env, &why, {.allow_swizzle = true});
   if (!ld) return operand_reason(dst, why);
-  auto ls = region_layout(src, *ctx.env, &why);
+  auto ls = region_layout(src, *ctx.env, &why, {.allow_swizzle = true});
   if (!ls) return operand_reason(src, why);
   std::int64_t n = dst.numel();
 
@@ -49,7 +49,7 @@ Plan plan(const DispatchContext& ctx) {
       inner *= l.extents[d];
     }
     coords.assign(rev.rbegin(), rev.rend());
-    return add(l.mem_offset, offset_of_coords(l.dims, coords));
+    return address(l, offset_of_coords(l.dims, coords));
   };
 
   Buffer fd = flat_view(dst.buffer), fs = flat_view(src.buffer);

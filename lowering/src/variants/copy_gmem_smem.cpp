@@ -26,9 +26,9 @@ Plan plan(const DispatchContext& ctx) {
   const BufferRegion& dst = *region_arg(ctx.call, 0);
   const BufferRegion& src = *region_arg(ctx.call, 1);
   std::string why;
-  auto ld = region_layout(dst, *ctx.env, &why);
+  auto ld = region_layout(dst, *ctx.env, &why, {.allow_swizzle = true});
   if (!ld) return operand_reason(dst, why);
-  auto ls = region_layout(src, *ctx.env, &why);
+  auto ls = region_layout(src, *ctx.env, &why, {.allow_swizzle = true});
   if (!ls) return operand_reason(src, why);
   std::int64_t n = dst.numel();
   auto joint = joint_refine({ld->flat(), ls->flat()}, n, &why);
@@ -37,7 +37,10 @@ Plan plan(const DispatchContext& ctx) {
   std::int64_t threads = ctx.scope_threads;
   int esize = dst.buffer->dtype.bytes();
   int vec = widest_vector(iters, {0, 1}, {ld->mem_offset, ls->mem_offset}, esize, *ctx.env,
-                          [&](int v) { return n % (threads * v) == 0; });
+                          [&](int v) {
+                            return v <= std::min(swizzle_vector_cap(*ld), swizzle_vector_cap(*ls)) &&
+                                   n % (threads * v) == 0;
+                          });
   if (n % (threads * vec) != 0)
     return std::to_string(n) + " elements do not divide over the " + std::to_string(threads) +
            " threads of the " + exec_scope_name(ctx.scope);
@@ -47,8 +50,8 @@ Plan plan(const DispatchContext& ctx) {
   Expr rel = scope_thread_index(ctx.scope);
   auto body = [&](Expr f) {
     Expr idx = mul(add(mul(f, c32(threads)), rel), c32(vec));
-    Expr od = simplify(add(ld->mem_offset, joint_offset(iters, 0, idx)), ctx.env);
-    Expr os = simplify(add(ls->mem_offset, joint_offset(iters, 1, idx)), ctx.env);
+    Expr od = simplify(address(*ld, joint_offset(iters, 0, idx)), ctx.env);
+    Expr os = simplify(address(*ls, joint_offset(iters, 1, idx)), ctx.env);
     return make_copy_bytes(fd, od, fs, os, vec * esize, ctx.call->loc);
   };
   Stmt s;

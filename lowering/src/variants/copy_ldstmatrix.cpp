@@ -98,10 +98,17 @@ Plan plan(const DispatchContext& ctx) {
   const BufferRegion& S = store ? dst : src;
   auto rp = element_places(R, *ctx.env);
   if (auto* e = std::get_if<std::string>(&rp)) return *e;
-  auto sp = element_places(S, *ctx.env);
+  auto sp = element_places(S, *ctx.env, {.allow_swizzle = true});
   if (auto* e = std::get_if<std::string>(&sp)) return *e;
   const ElementPlaces& regs = std::get<ElementPlaces>(rp);
   const ElementPlaces& mem = std::get<ElementPlaces>(sp);
+  // A swizzle moves whole 2^base-element chunks: a matrix row (8 elements,
+  // 16 bytes) must be one chunk, then the row tables below hold before the
+  // swizzle and each lane's row address is swizzled as a whole.
+  if (mem.swizzle && mem.swizzle->base < 3)
+    return operand_reason(S, "swizzle " + mem.swizzle->str() + " moves " +
+                                 std::to_string(1 << mem.swizzle->base) +
+                                 "-element chunks; an ldmatrix row is 8 elements (base >= 3)");
   auto reg_base = as_const_int(simplify(regs.base, ctx.env));
   if (!reg_base) return operand_reason(R, "register region starts at a dynamic offset");
   const std::int64_t base_div = ctx.env->known_divisor(simplify(mem.base, ctx.env));
@@ -207,7 +214,9 @@ Plan plan(const DispatchContext& ctx) {
         grid = grid && (*group)[i + q].rows[0] == s0 + (q % 2) * p + (q / 2) * q2;
       if (grid)
         start = add(c32(s0), add(mul(mod(j, c32(2)), c32(p)), mul(div(j, c32(2)), c32(q2))));
-      Expr row = simplify(add(mem.base, add(start, mul(r, c32(step)))), ctx.env);
+      Expr row = add(mem.base, add(start, mul(r, c32(step))));
+      if (mem.swizzle) row = swizzle_expr(*mem.swizzle, row);
+      row = simplify(row, ctx.env);
       std::vector<std::int64_t> w;
       for (int q = 0; q < num; ++q) w.push_back(*reg_base + (*group)[i + q].word);
       body.push_back(make_matrix_move(store, (*group)[i].trans, fs, row, fr, w, ctx.call->loc));

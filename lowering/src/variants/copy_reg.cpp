@@ -49,7 +49,7 @@ Plan plan(const DispatchContext& ctx) {
   std::string why;
   auto lr = region_layout(R, *ctx.env, &why);
   if (!lr) return operand_reason(R, why);
-  auto lm = region_layout(M, *ctx.env, &why);
+  auto lm = region_layout(M, *ctx.env, &why, {.allow_swizzle = true});
   if (!lm) return operand_reason(M, why);
   for (int a = 1; a < kNumAxes; ++a)
     if (lr->thread_offset[a] != 0)
@@ -113,6 +113,7 @@ Plan plan(const DispatchContext& ctx) {
   std::vector<JointIter> atoms = coalesce(bundle);
   int esize = R.buffer->dtype.bytes();
   int vec = widest_vector(atoms, {0, 1}, {r_base, lm->mem_offset}, esize, *ctx.env, [&](int v) {
+    if (v > swizzle_vector_cap(*lm)) return false;
     for (const ThreadPart& t : threads)
       if (t.mem_stride % v != 0) return false;
     return true;
@@ -139,7 +140,10 @@ Plan plan(const DispatchContext& ctx) {
   Buffer fr = flat_view(R.buffer), fm = flat_view(M.buffer);
   auto body = [&](Expr f) {
     Expr ro = simplify(add(r_base, mixed_radix_offset(f, ext, rs)), ctx.env);
-    Expr mo = simplify(add(m_base, mixed_radix_offset(f, ext, ms)), ctx.env);
+    // The swizzle (if any) applies to the whole pre-swizzle offset.
+    Expr mo = add(m_base, mixed_radix_offset(f, ext, ms));
+    if (lm->swizzle) mo = swizzle_expr(*lm->swizzle, mo);
+    mo = simplify(mo, ctx.env);
     return r_is_dst ? make_copy_bytes(fr, ro, fm, mo, vec * esize, ctx.call->loc)
                     : make_copy_bytes(fm, mo, fr, ro, vec * esize, ctx.call->loc);
   };

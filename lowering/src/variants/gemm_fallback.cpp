@@ -46,7 +46,7 @@ Expr matrix_offset(const RegionLayout& l, const Expr& row, const Expr& col) {
   std::vector<Expr> coords(l.extents.size(), c32(0));
   coords[coords.size() - 2] = row;
   coords[coords.size() - 1] = col;
-  return add(l.mem_offset, offset_of_coords(l.dims, coords));
+  return address(l, offset_of_coords(l.dims, coords));
 }
 
 Plan plan(const DispatchContext& ctx) {
@@ -111,11 +111,11 @@ Plan plan(const DispatchContext& ctx) {
   }
 
   std::string why;
-  auto ld = region_layout(D, *ctx.env, &why);
+  auto ld = region_layout(D, *ctx.env, &why, {.allow_swizzle = true});
   if (!ld) return operand_reason(D, why);
-  auto la = region_layout(A, *ctx.env, &why);
+  auto la = region_layout(A, *ctx.env, &why, {.allow_swizzle = true});
   if (!la) return operand_reason(A, why);
-  auto lb = region_layout(B, *ctx.env, &why);
+  auto lb = region_layout(B, *ctx.env, &why, {.allow_swizzle = true});
   if (!lb) return operand_reason(B, why);
 
   DType acc_t = accumulate_in({&D0, &A0, &B0});

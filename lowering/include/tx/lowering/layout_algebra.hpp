@@ -34,7 +34,8 @@ struct RegionLayout {
   Extents extents;                     // the region's extents, one per buffer dimension
   std::vector<std::vector<Iter>> dims;  // per dimension, iters outer -> inner (no extent-1 iters)
   std::vector<Iter> replica;           // the buffer layout's replicas
-  Expr mem_offset;                     // memory-axis offset of the region start (i32, may be dynamic)
+  Expr mem_offset;  // memory-axis offset of the region start (i32, may be dynamic), before the swizzle
+  std::optional<Swizzle> swizzle;      // the buffer's swizzle, applied to the whole memory offset
   std::array<std::int64_t, kNumAxes> thread_offset{};  // region start on thread axes
 
   std::vector<Iter> flat() const;  // all iters, outer -> inner
@@ -42,9 +43,26 @@ struct RegionLayout {
 };
 
 // Post: for every coordinate c of the region, the buffer layout's locations
-// of (start + c) equal region_layout's locations of c (memory offset added).
+// of (start + c) equal region_layout's locations of c: the memory offset
+// added, then the swizzle applied (address(l, inner(c))).
+// A swizzled buffer is refused (with a reason in *why) unless the caller says
+// it forms every address through address(): a variant that adds offsets by
+// hand would otherwise miss the XOR and move the wrong elements.
+struct RegionOptions {
+  bool allow_swizzle = false;
+};
 std::optional<RegionLayout> region_layout(const BufferRegion& r, const Env& env,
-                                          std::string* why = nullptr);
+                                          std::string* why = nullptr, RegionOptions opt = {});
+
+// sw(x) as an expression (BitXor / Shr / BitAnd; constants fold).
+Expr swizzle_expr(const Swizzle& sw, Expr x);
+// The element offset in the buffer's flat storage of the region element whose
+// pre-swizzle offset relative to the region start is `inner`:
+// sw(mem_offset + inner), or mem_offset + inner without a swizzle.
+Expr address(const RegionLayout& l, Expr inner);
+// The widest run of elements (a power of two) that stays contiguous and
+// aligned through the region's swizzle: 2^base, or no limit without one.
+int swizzle_vector_cap(const RegionLayout& l);
 
 // Region extents with extent-1 dimensions dropped (copy operands must agree on these).
 Extents squeeze(const Extents& e);
