@@ -21,6 +21,7 @@
 #define TX_SAMPLE_NO_MAIN
 #include "../samples/gemm.cpp"
 #include "bench_util.hpp"
+#include "tx/ops/ops.hpp"
 
 namespace {
 
@@ -48,6 +49,7 @@ const std::vector<std::pair<std::string, GemmConfig>>& configs() {
       {"128x256x64 w64x64 s3", {128, 256, 64, 64, 64, 3}},
       {"128x128x32 w32x64 s4", {128, 128, 32, 32, 64, 4}},
       {"64x128x64 w32x64 s4", {64, 128, 64, 32, 64, 4}},
+      {"16x64x32 w16x16 s4", {16, 64, 32, 16, 16, 4}},
   };
   return c;
 }
@@ -117,10 +119,17 @@ int main(int argc, char** argv) {
       double tflops = ms > 0 ? 2.0 * s.m * s.n * s.k / (ms * 1e-3) / 1e12 : 0;
       std::printf("gemm %-20s %-5s tx %8.3f ms %7.1f TFLOP/s  [%s]  check %.3f %s\n", label,
                   t.short_name().c_str(), ms, tflops, best.c_str(), err, note.c_str());
+      // tx::ops::matmul with its default tiling choice (C allocated per call).
+      const std::string plan = ops::matmul_plan(A, B);
+      const double ops_ms = bench::time_ms([&] { ops::matmul(A, B); }, 10, 50);
+      std::printf("     %-20s %-5s tx::ops::matmul %8.3f ms %7.1f TFLOP/s  [%s]\n", label,
+                  t.short_name().c_str(), ops_ms, 2.0 * s.m * s.n * s.k / (ops_ms * 1e-3) / 1e12,
+                  plan.c_str());
       js << (first ? "" : ",\n") << "  {\"shape\": [" << s.m << ", " << s.n << ", " << s.k
          << "], \"dtype\": \"" << t.name() << "\", \"tx_ms\": " << ms
          << ", \"tx_tflops\": " << tflops << ", \"tiling\": \"" << best << "\", \"check\": " << err
-         << ", \"note\": \"" << note << "\"}";
+         << ", \"note\": \"" << note << "\", \"ops_matmul_ms\": " << ops_ms
+         << ", \"ops_matmul_plan\": \"" << plan << "\"}";
       first = false;
     }
   js << "\n]\n";

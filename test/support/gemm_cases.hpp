@@ -8,10 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "test_support.hpp"
 #include "tx/runtime/cuda_driver.hpp"
+#include "tx/ops/ops.hpp"
 #include "tx/tx.hpp"
 
 #define TX_SAMPLE_NO_MAIN
@@ -253,4 +255,85 @@ TEST_CASE("gemm/fallback: thread scope, odd shapes, operands in global memory") 
   k(A, B, D);
   // f32 inputs: products round too (2^-24 each), within the K 2^-23 bound.
   CHECK(gemm_error(a, b, D.to_doubles(), M, N, K, 0x1p-24) <= 1.0);
+}
+
+TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, and its errors") {
+  struct Case {
+    std::int64_t m, n, k;
+    const char* plan;  // the start of matmul_plan on the GPU
+  };
+  std::vector<Case> cases = {{17, 9, 24, "SIMT ("}, {48, 64, 96, "tensor cores 16x64x32"}};
+  if (on_gpu()) {
+    cases.push_back({256, 256, 128, "tensor cores 128x256x64 w64x64 s3"});
+    cases.push_back({512, 384, 96, "tensor cores 256x128x32"});
+    cases.push_back({128, 384, 160, "tensor cores 128x128x32 w64x64 s3 sw"});
+    cases.push_back({64, 128, 64, "tensor cores 64x128x64"});
+    cases.push_back({192, 192, 32, "tensor cores 64x64x32 w32x32 s4 sw"});
+    cases.push_back({100, 64, 64, "SIMT ("});
+  }
+  for (DType t : {bf16, f16})
+    for (const Case& c : cases) {
+      CAPTURE(t.name());
+      CAPTURE(c.m);
+      CAPTURE(c.n);
+      CAPTURE(c.k);
+      auto a = random_values(static_cast<std::size_t>(c.m * c.k), t, -1, 1);
+      auto b = random_values(static_cast<std::size_t>(c.k * c.n), t, -1, 1);
+      Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, device());
+      Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, device());
+      const std::string plan = ops::matmul_plan(A, B);
+      CAPTURE(plan);
+      CHECK(plan.rfind(on_gpu() ? c.plan : "SIMT (the host", 0) == 0);
+      Tensor C = ops::matmul(A, B);
+      CHECK(C.dtype() == t);
+      CHECK(gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k, ulp_of(t)) <= 1.0);
+    }
+  // fp8 in, f32 out (the SIMT kernel: B would need ldmatrix .trans of 8-bit units).
+  for (DType t : {f8e4m3, f8e5m2}) {
+    const std::int64_t M = 32, N = 16, K = 64;
+    auto a = random_values(static_cast<std::size_t>(M * K), t, -2, 2);
+    auto b = random_values(static_cast<std::size_t>(K * N), t, -2, 2);
+    Tensor C = ops::matmul(Tensor::from_doubles(a, {M, K}, t, device()),
+                           Tensor::from_doubles(b, {K, N}, t, device()));
+    CHECK(C.dtype() == f32);
+    CHECK(gemm_error(a, b, C.to_doubles(), M, N, K, 0x1p-24) <= 1.0);
+  }
+  // An empty sum is zero.
+  Tensor Z =
+      ops::matmul(Tensor::empty({3, 0}, bf16, device()), Tensor::empty({0, 5}, bf16, device()));
+  for (double v : Z.to_doubles()) CHECK(v == 0.0);
+  if (on_gpu()) {
+    // Tuning times the tilings that divide the shape and keeps a correct one.
+    const std::int64_t M = 256, N = 256, K = 128;
+    auto a = random_values(static_cast<std::size_t>(M * K), bf16, -1, 1);
+    auto b = random_values(static_cast<std::size_t>(K * N), bf16, -1, 1);
+    Tensor A = Tensor::from_doubles(a, {M, K}, bf16, device());
+    Tensor B = Tensor::from_doubles(b, {K, N}, bf16, device());
+    Tensor C = ops::matmul(A, B, {.tune = true});
+    CHECK(ops::matmul_plan(A, B).rfind("tensor cores", 0) == 0);
+    CHECK(gemm_error(a, b, C.to_doubles(), M, N, K, ulp_of(bf16)) <= 1.0);
+  }
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Tensor x = Tensor::empty({4, 8}, bf16, device()), y = Tensor::empty({6, 2}, bf16, device());
+  std::string e = error_of([&] { ops::matmul(x, y); });
+  CHECK(e.find("tx.ops.matmul") != std::string::npos);
+  CHECK(e.find("inner extents differ: a is (4, 8) and b is (6, 2)") != std::string::npos);
+  CHECK(e.find("gemm_cases.hpp") != std::string::npos);  // the caller's line
+  CHECK(error_of([&] {
+          ops::matmul(Tensor::empty({2, 2, 2}, bf16, device()), x);
+        }).find("rank 3") != std::string::npos);
+  CHECK(error_of([&] {
+          ops::matmul(Tensor::empty({4, 8}, f32, device()), Tensor::empty({8, 4}, f32, device()));
+        }).find("dtype float32") != std::string::npos);
+  CHECK(error_of([&] {
+          ops::matmul(x, Tensor::empty({8, 4}, f16, device()));
+        }).find("differs from a's") != std::string::npos);
+  CHECK(error_of([&] { ops::matmul(x.transpose(0, 1), x); }).find("strided") != std::string::npos);
 }

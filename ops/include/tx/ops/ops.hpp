@@ -232,7 +232,9 @@ std::vector<double> alibi_slopes(std::int64_t num_heads);
 }  // namespace tx::ops
 
 // rope (five variants) and dropout: their own kernels (rope.hpp, dropout.hpp);
-// the row kernels: softmax, log_softmax, rms_norm, layer_norm, add_rms_norm (rows.hpp).
+// the row kernels: softmax, log_softmax, rms_norm, layer_norm, add_rms_norm (rows.hpp);
+// matmul (matmul.hpp).
 #include "tx/ops/dropout.hpp"
+#include "tx/ops/matmul.hpp"
 #include "tx/ops/rope.hpp"
 #include "tx/ops/rows.hpp"

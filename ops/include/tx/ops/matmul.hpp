@@ -1,0 +1,59 @@
+// Matrix multiply: C = A B with A (M, K) and B (K, N) contiguous row-major
+// tensors on one device, f32 accumulation.
+//
+//   Tensor c = tx::ops::matmul(a, b);                          // f16 / bf16 -> same dtype
+//   Tensor c = tx::ops::matmul(a, b, {.tune = true});          // time the tilings, remember
+//
+// Kernels (ops/src/matmul.cpp), by what the shape allows:
+//   tensor cores  cp.async ring + ldmatrix + mma.sync (the kernel of
+//                 samples/gemm.cpp) on the GPU for f16 / bf16 when a tiling
+//                 divides (M, N, K): the smallest asks M % 16, N % 64, K % 32.
+//                 The tiling for a shape is the first of matmul_tilings() that
+//                 divides it (ordered by what measured fastest on an H100 at
+//                 4096^3), or with .tune the fastest of those that divide it,
+//                 remembered per (dtype, shape class, GPU) in the cache folder's
+//                 autotune.txt like the elementwise ops.
+//   SIMT          one thread per output element, a K loop of f32 FMAs: every
+//                 other shape, fp8 (e4m3 / e5m2: the tensor-core kernel reads
+//                 B with ldmatrix .trans, which moves 16-bit units only), and
+//                 the host (through the host JIT). A tx warning names why the
+//                 tensor cores were not used.
+// Output: A's dtype for f16 / bf16 (one rounding of the f32 sum), f32 for fp8.
+// Errors (tx.ops.matmul, at the caller's line): ranks other than 2, inner
+// extents that differ, mixed dtypes, dtypes outside f16 / bf16 / fp8,
+// strided tensors (pass .contiguous()), tensors on different devices.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "tx/runtime/tensor.hpp"
+
+namespace tx::ops {
+
+struct MatmulOptions {
+  bool tune = false;  // time every tiling that divides the shape; remember the fastest
+};
+
+// A tensor-core tiling: a CTA tile of bm x bn walked bk at a time through
+// `stages` shared buffers by warps of wm x wn; `swizzle` picks XOR-swizzled
+// shared tiles over padded rows.
+struct MatmulTiling {
+  std::int64_t bm, bn, bk, wm, wn, stages;
+  bool swizzle;
+  std::string str() const;  // "128x256x64 w64x64 s3" (+ " sw")
+};
+
+// The tilings in the order the default choice tries them.
+const std::vector<MatmulTiling>& matmul_tilings();
+
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt = {},
+              std::source_location loc = std::source_location::current());
+
+// Which kernel matmul(a, b) runs for these operands, in words ("tensor cores
+// 128x256x64 w64x64 s3", or "SIMT (<reason>)"), without running it.
+std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt = {});
+
+}  // namespace tx::ops

@@ -1,0 +1,302 @@
+// tx::ops::matmul: the tensor-core GEMM of samples/gemm.cpp as a library
+// kernel (any tiling of matmul_tilings()), a SIMT kernel for the rest, the
+// choice between them, and tuning remembered in autotune.txt.
+#include "tx/ops/matmul.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <numeric>
+
+#include "autotune_file.hpp"
+#include "special_ops.hpp"
+#include "tx/builder.hpp"
+#include "tx/fragments.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/runtime/kernel.hpp"
+
+namespace tx::ops {
+
+namespace {
+
+using SourceLoc = std::source_location;
+
+// The tensor-core kernel: C (M x N) = A (M x K) B (K x N), the tiling's CTA
+// tiles in groups of 8 tile rows; a ring of `stages` shared tiles filled by
+// cp.async STAGES - 1 tiles ahead; ldmatrix fragments one 16-wide k-slice
+// ahead of mma.sync. samples/gemm.cpp explains it line by line.
+PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                            const MatmulTiling& c) {
+  const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
+  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / 16, KT = K / BK;
+  const std::int64_t tiles_n = N / BN, G = std::gcd(std::int64_t{8}, M / BM);
+  constexpr std::int64_t pad = 8;
+  return T::prim_func("matmul_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
+    auto A = T::match_buffer(a, {M, K}, t);
+    auto B = T::match_buffer(b, {K, N}, t);
+    auto C = T::match_buffer(cp, {M, N}, t);
+    T::device_entry();
+    auto tile = T::cta_id({(M / BM) * tiles_n});
+    auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
+    auto warp = T::warp_id({warps});
+    auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
+    auto ring = [&](std::int64_t rows, std::int64_t cols) {
+      return c.swizzle ? layouts::swizzled_tiles({STAGES, rows, cols}, t)
+                       : TileLayout(S({STAGES, rows, cols}, {rows * (cols + pad), cols + pad, 1}));
+    };
+    auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared, ring(BM, BK));
+    auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared, ring(BK, BN));
+    std::vector<TileBuffer> Af, Bf;
+    for (int i = 0; i < 2; ++i) {
+      Af.push_back(T::alloc_buffer({WM, 16}, t, scope::local, frag::mma_a(WM, 16, t)));
+      Bf.push_back(T::alloc_buffer({16, WN}, t, scope::local, frag::mma_b(16, WN, t)));
+    }
+    auto acc = T::alloc_buffer({WM, WN}, f32, scope::local, frag::mma_c(WM, WN));
+    auto out = T::alloc_buffer({WM, WN}, t, scope::local, frag::mma_c(WM, WN));
+    auto load_stage = [&](const auto& kt) {
+      auto s = T::let(kt % STAGES);
+      Tx::cta::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
+                          A[region(span(bm * BM, BM), span(kt * BK, BK))]);
+      Tx::cta::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
+                          B[region(span(kt * BK, BK), span(bn * BN, BN))]);
+    };
+    auto load_fragments = [&](int i, const auto& stage, std::int64_t kk) {
+      Tx::warp::copy(Af[i], As[region(span(stage, 1), span(wm * WM, WM), {kk * 16, kk * 16 + 16})]);
+      Tx::warp::copy(Bf[i], Bs[region(span(stage, 1), {kk * 16, kk * 16 + 16}, span(wn * WN, WN))]);
+    };
+    for (Var s : T::unroll(STAGES - 1, "s")) {
+      T::if_(s < KT, [&] { load_stage(s); });
+      T::cuda::commit_group();
+    }
+    T::cuda::wait_group(STAGES - 2);
+    T::cuda::cta_sync();
+    load_fragments(0, 0, 0);
+    Tx::warp::fill(acc, 0.0f);
+    for (Var kt : T::serial(KT, "kt")) {
+      auto stage = T::let(kt % STAGES), next = T::let((kt + 1) % STAGES);
+      for (std::int64_t kk = 0; kk < KK; ++kk) {
+        if (kk == 0) {
+          T::if_(kt + (STAGES - 1) < KT, [&] { load_stage(kt + (STAGES - 1)); });
+          T::cuda::commit_group();
+        }
+        if (kk + 1 < KK) {
+          load_fragments((kk + 1) % 2, stage, kk + 1);
+        } else {
+          T::cuda::wait_group(STAGES - 2);
+          T::cuda::cta_sync();
+          T::if_(kt + 1 < KT, [&] { load_fragments((kk + 1) % 2, next, 0); });
+        }
+        Tx::warp::gemm(acc, Af[kk % 2], Bf[kk % 2], {.accum = true});
+      }
+    }
+    Tx::warp::cast(out, acc);
+    Tx::warp::copy(C[region(span(bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))], out);
+  });
+}
+
+// One thread per element of C: an f32 sum over K in increasing k, one
+// rounding to C's dtype. Any shape and dtype; 256 threads per CTA.
+PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DType out_t) {
+  return T::prim_func("matmul_simt_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
+    auto A = T::match_buffer(a, {M, K}, t);
+    auto B = T::match_buffer(b, {K, N}, t);
+    auto C = T::match_buffer(cp, {M, N}, out_t);
+    T::device_entry();
+    auto cta = T::cta_id({(M * N + 255) / 256});
+    auto tid = T::thread_id({256});
+    auto i = T::let((cta * 256 + tid) / N), j = T::let((cta * 256 + tid) % N);
+    auto sum = T::alloc_buffer({1}, f32, scope::local);
+    T::if_(i < M, [&] {
+      sum(0) = 0.0f;
+      for (Var k : T::serial(K, "k")) sum(0) = sum(0) + cast(A(i, k), f32) * cast(B(k, j), f32);
+      C(i, j) = cast(sum(0), out_t);
+    });
+  });
+}
+
+bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K) {
+  return M % c.bm == 0 && N % c.bn == 0 && K % c.bk == 0;
+}
+
+// Why the tensor-core kernel cannot run these operands, or "" when it can.
+std::string tensor_core_refusal(DType t, std::int64_t M, std::int64_t N, std::int64_t K,
+                                const Device& d) {
+  if (!d.is_cuda()) return "the host has no tensor cores";
+  if (t != f16 && t != bf16)
+    return t.name() + ": the tensor-core kernel reads B with ldmatrix .trans (16-bit units)";
+  const runtime::DeviceInfo& dev = runtime::current_device();
+  if (dev.cc_major < 8) return dev.arch() + ": cp.async and mma.sync bf16 need sm_80";
+  for (const MatmulTiling& c : matmul_tilings())
+    if (divides(c, M, N, K)) return "";
+  return "(" + std::to_string(M) + ", " + std::to_string(N) + ", " + std::to_string(K) +
+         ") is not a multiple of any tiling (the smallest needs M % 16, N % 64, K % 32)";
+}
+
+std::string shape_key(DType t, std::int64_t M, std::int64_t N, std::int64_t K) {
+  auto lg = [](std::int64_t v) {
+    int l = 0;
+    while ((std::int64_t{1} << (l + 1)) <= v) ++l;
+    return l;
+  };
+  // A shape class: log2 buckets of M, N, K and which tilings divide the shape.
+  std::string k = "matmul|" + t.name() + "|m2^" + std::to_string(lg(M)) + "_n2^" +
+                  std::to_string(lg(N)) + "_k2^" + std::to_string(lg(K)) + "_d";
+  for (const MatmulTiling& c : matmul_tilings()) k += divides(c, M, N, K) ? "1" : "0";
+  return k + "|" + runtime::current_device().name;
+}
+
+Kernel tensor_core_for(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                       const MatmulTiling& c, const Device& d) {
+  char key[160];
+  std::snprintf(key, sizeof key, "matmul|%s|%lldx%lldx%lld|%s|%s", t.name().c_str(),
+                static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
+                c.str().c_str(), d.str().c_str());
+  return detail::special_cached(
+      key, [&] { return compile(tensor_core_kernel(M, N, K, t, c), {.device = d}); });
+}
+
+// The tiling for a shape: remembered, tuned now, or the first that divides.
+const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType t, const Device& d,
+                           bool tune) {
+  const auto& all = matmul_tilings();
+  std::size_t first = 0;
+  while (!divides(all[first], M, N, K)) ++first;
+  static std::mutex mu;
+  static auto* known = new std::map<std::string, std::size_t>();
+  const std::string key = shape_key(t, M, N, K);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = known->find(key); it != known->end()) return all[it->second];
+  // autotune.txt stores a tiling as "direct <32 * (index + 1)> 1" (its
+  // index in matmul_tilings(), in the elementwise ops' line format).
+  const runtime::DiskCache& cache = runtime::DiskCache::instance();
+  if (auto c = detail::remembered_config(cache, key)) {
+    const std::size_t i = static_cast<std::size_t>(c->threads / 32 - 1);
+    if (i < all.size() && divides(all[i], M, N, K)) {
+      (*known)[key] = i;
+      return all[i];
+    }
+  }
+  if (!tune) return all[first];
+  Tensor A = Tensor::empty({M, K}, t, d), B = Tensor::empty({K, N}, t, d);
+  Tensor C = Tensor::empty({M, N}, t, d);
+  A.fill_bits(t == bf16 ? 0x3c00 : 0x2c00);  // small finite values: no overflow while timing
+  B.fill_bits(t == bf16 ? 0x3c00 : 0x2c00);
+  std::size_t best = first;
+  float best_ms = 1e30f;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (!divides(all[i], M, N, K)) continue;
+    Kernel k = tensor_core_for(M, N, K, t, all[i], d);
+    for (int w = 0; w < 3; ++w) k(A, B, C);
+    std::vector<float> times;
+    runtime::EventTimer timer;
+    for (int r = 0; r < 9; ++r) {
+      timer.start();
+      k(A, B, C);
+      timer.stop();
+      times.push_back(timer.elapsed_ms());
+    }
+    std::nth_element(times.begin(), times.begin() + 4, times.end());
+    std::fprintf(stderr, "[tx tune] matmul %s %lldx%lldx%lld %s: %.4f ms\n", t.name().c_str(),
+                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
+                 all[i].str().c_str(), times[4]);
+    if (times[4] < best_ms) {
+      best_ms = times[4];
+      best = i;
+    }
+  }
+  (*known)[key] = best;
+  Config c;
+  c.strategy = Strategy::direct;
+  c.threads = static_cast<int>(32 * (best + 1));
+  c.num_per_thread = 1;
+  detail::remember_config(cache, key, c);
+  return all[best];
+}
+
+struct Operands {
+  std::int64_t M, N, K;
+  DType t, out_t;
+};
+
+Operands check(const Tensor& a, const Tensor& b, SourceLoc loc) {
+  const std::string op = "tx.ops.matmul";
+  for (auto [x, name] : {std::pair{&a, "a"}, std::pair{&b, "b"}}) {
+    if (!x->defined()) fail(op, name, loc, "an undefined tensor");
+    if (x->shape().size() != 2)
+      fail(op, name, loc, "rank " + std::to_string(x->shape().size()) + ": matmul takes matrices");
+    if (!x->is_contiguous())
+      fail(op, name, loc, "a strided view: pass .contiguous() (matmul reads row-major tensors)");
+  }
+  if (a.shape()[1] != b.shape()[0])
+    fail(op, "b", loc,
+         "inner extents differ: a is (" + std::to_string(a.shape()[0]) + ", " +
+             std::to_string(a.shape()[1]) + ") and b is (" + std::to_string(b.shape()[0]) + ", " +
+             std::to_string(b.shape()[1]) + ")");
+  if (a.dtype() != b.dtype())
+    fail(op, "b", loc, "dtype " + b.dtype().name() + " differs from a's " + a.dtype().name());
+  const DType t = a.dtype();
+  if (t != f16 && t != bf16 && t != f8e4m3 && t != f8e5m2)
+    fail(op, "a", loc,
+         "dtype " + t.name() + ": matmul takes f16, bf16, float8_e4m3fn or float8_e5m2");
+  if (!(a.device() == b.device()))
+    fail(op, "b", loc, "on " + b.device().str() + ", a on " + a.device().str());
+  return {a.shape()[0], b.shape()[1], a.shape()[1], t, t.bytes() == 1 ? f32 : t};
+}
+
+}  // namespace
+
+std::string MatmulTiling::str() const {
+  return std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) + " w" +
+         std::to_string(wm) + "x" + std::to_string(wn) + " s" + std::to_string(stages) +
+         (swizzle ? " sw" : "");
+}
+
+const std::vector<MatmulTiling>& matmul_tilings() {
+  // Ordered by bf16 4096^3 time on an H100 (bench/gemm, 2026-11-24):
+  // 128x256x64 s3 0.345 ms, 128x256x32 s4 0.352, 128x128x32 sw 0.368, ...;
+  // then smaller tiles for shapes the large ones do not divide.
+  static const std::vector<MatmulTiling> t = {
+      {128, 256, 64, 64, 64, 3, false}, {128, 256, 32, 64, 64, 4, false},
+      {256, 128, 32, 64, 64, 4, false}, {128, 128, 32, 64, 64, 3, true},
+      {64, 128, 64, 32, 64, 4, false},  {64, 64, 32, 32, 32, 4, true},
+      {16, 64, 32, 16, 16, 4, false},
+  };
+  return t;
+}
+
+std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt) {
+  Operands o = check(a, b, SourceLoc::current());
+  std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, a.device());
+  if (!no.empty()) return "SIMT (" + no + ")";
+  return "tensor cores " + choose(o.M, o.N, o.K, o.t, a.device(), opt.tune).str();
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, SourceLoc loc) {
+  Operands o = check(a, b, loc);
+  const Device d = a.device();
+  Tensor c = Tensor::empty({o.M, o.N}, o.out_t, d);
+  if (o.M == 0 || o.N == 0) return c;
+  if (o.K == 0) {  // an empty sum
+    c.fill_bits(0);
+    return c;
+  }
+  std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, d);
+  Kernel k;
+  if (no.empty()) {
+    k = tensor_core_for(o.M, o.N, o.K, o.t, choose(o.M, o.N, o.K, o.t, d, opt.tune), d);
+  } else {
+    if (d.is_cuda())
+      warn("tx.ops.matmul at " + std::string(loc.file_name()) + ":" + std::to_string(loc.line()) +
+           ": no tensor-core kernel (" + no + "); using the SIMT kernel");
+    char key[160];
+    std::snprintf(key, sizeof key, "matmul_simt|%s|%lldx%lldx%lld|%s", o.t.name().c_str(),
+                  static_cast<long long>(o.M), static_cast<long long>(o.N),
+                  static_cast<long long>(o.K), d.str().c_str());
+    k = detail::special_cached(
+        key, [&] { return compile(simt_kernel(o.M, o.N, o.K, o.t, o.out_t), {.device = d}); });
+  }
+  k(a, b, c);
+  return c;
+}
+
+}  // namespace tx::ops
