@@ -161,6 +161,21 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
   const auto& all = matmul_tilings();
   std::size_t first = 0;
   while (!divides(all[first], M, N, K)) ++first;
+  // Skinny M (< 256 rows): large tiles leave most SMs idle (128 x 4096 in
+  // 128 x 256 tiles is 16 CTAs). Take the first tiling that gives at least
+  // 45% as many CTAs as there are SMs, else the one with the most CTAs.
+  if (M < 256) {
+    const std::int64_t want = runtime::current_device().sm_count * 9 / 20;
+    std::size_t most = first;
+    auto ctas = [&](std::size_t i) { return (M / all[i].bm) * (N / all[i].bn); };
+    std::size_t pick = all.size();
+    for (std::size_t i = first; i < all.size(); ++i) {
+      if (!divides(all[i], M, N, K)) continue;
+      if (ctas(i) > ctas(most)) most = i;
+      if (pick == all.size() && ctas(i) >= want) pick = i;
+    }
+    first = pick < all.size() ? pick : most;
+  }
   static std::mutex mu;
   static auto* known = new std::map<std::string, std::size_t>();
   const std::string key = shape_key(t, M, N, K);

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "test_support.hpp"
-#include "tx/runtime/cuda_driver.hpp"
 #include "tx/ops/ops.hpp"
+#include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
 #define TX_SAMPLE_NO_MAIN
@@ -266,10 +266,13 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
   if (on_gpu()) {
     cases.push_back({256, 256, 128, "tensor cores 128x256x64 w64x64 s3"});
     cases.push_back({512, 384, 96, "tensor cores 256x128x32"});
-    cases.push_back({128, 384, 160, "tensor cores 128x128x32 w64x64 s3 sw"});
-    cases.push_back({64, 128, 64, "tensor cores 64x128x64"});
-    cases.push_back({192, 192, 32, "tensor cores 64x64x32 w32x32 s4 sw"});
+    cases.push_back({384, 384, 160, "tensor cores 128x128x32 w64x64 s3 sw"});
+    cases.push_back({320, 128, 64, "tensor cores 64x128x64"});
+    cases.push_back({320, 192, 32, "tensor cores 64x64x32 w32x32 s4 sw"});
     cases.push_back({100, 64, 64, "SIMT ("});
+    // Skinny M: the first tiling with at least 0.45 x SMs CTAs (132 SMs on an H100).
+    if (runtime::current_device().sm_count >= 120)
+      cases.push_back({128, 4096, 64, "tensor cores 64x128x64"});
   }
   for (DType t : {bf16, f16})
     for (const Case& c : cases) {

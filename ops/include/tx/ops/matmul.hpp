@@ -10,7 +10,10 @@
 //                 divides (M, N, K): the smallest asks M % 16, N % 64, K % 32.
 //                 The tiling for a shape is the first of matmul_tilings() that
 //                 divides it (ordered by what measured fastest on an H100 at
-//                 4096^3), or with .tune the fastest of those that divide it,
+//                 4096^3); below 256 rows, the first of those that gives at
+//                 least 0.45 x SMs CTAs (else the one with the most CTAs): on an
+//                 H100, (128, 4096, 4096) takes 64x128x64 at 103 TFLOP/s where
+//                 128x256x64 gives 48. With .tune, the fastest that divides,
 //                 remembered per (dtype, shape class, GPU) in the cache folder's
 //                 autotune.txt like the elementwise ops.
 //   SIMT          one thread per output element, a K loop of f32 FMAs: every
