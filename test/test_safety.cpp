@@ -144,6 +144,44 @@ TEST_CASE("a guarded access, or one the analysis cannot decide, is not an error"
   CHECK_NOTHROW(compile(f, {.device = Device::host()}));
 }
 
+TEST_CASE(
+    "symbolic extents: guards prove accesses in bounds, and an off-by-one still has a witness") {
+  // The predicated tail of a shape-generic kernel: base + j < n proves
+  // x[base + j] without a search, min(i, n1 - 1) proves itself.
+  auto ok = T::prim_func("tail", [&](Handle X_ptr, Handle B_ptr, Handle Y_ptr) {
+    auto n = T::dim("n");
+    auto n1 = T::dim("n1");
+    auto X = T::match_buffer(X_ptr, {n}, f32);
+    auto B = T::match_buffer(B_ptr, {n1}, f32);
+    auto Y = T::match_buffer(Y_ptr, {n}, f32);
+    auto bx = T::cta_id({ceildiv(n, 1024)});
+    auto tid = T::thread_id({128});
+    auto base = T::let((bx * 128 + tid) * 8);
+    for (Var j : T::serial(8))
+      T::if_(base + j < n, [&] { Y(base + j) = X(base + j) + B(min((base + j) % n1, n1 - 1)); });
+  });
+  CHECK_NOTHROW(compile(ok, {.device = Device::host()}));
+  // The guard allows base + j = n - 1, where base + j + 1 is n.
+  int line = 0;
+  expect_error(
+      [&] {
+        compile(T::prim_func("tail", [&](Handle X_ptr, Handle Y_ptr) {
+          auto n = T::dim("n");
+          auto X = T::match_buffer(X_ptr, {n}, f32);
+          auto Y = T::match_buffer(Y_ptr, {n}, f32);
+          auto bx = T::cta_id({ceildiv(n, 1024)});
+          auto tid = T::thread_id({128});
+          auto base = T::let((bx * 128 + tid) * 8);
+          for (Var j : T::serial(8))
+            T::if_(base + j < n, [&] {
+              line = __LINE__ + 1;
+              Y(base + j) = X(base + j + 1);
+            });
+        }));
+      },
+      {"T.store", "X", "outside [0, n)", line});
+}
+
 // ------------------------------------------------------- 2. 64-bit indices
 
 TEST_CASE("offsets into buffers of 2^31 elements or more are 64-bit, and only those") {
@@ -555,8 +593,10 @@ TEST_CASE("one sentence per distinct dispatch reason, and a hint where the fix i
     std::size_t first = m.find(reason);
     REQUIRE(first != std::string::npos);
     CHECK(m.find(reason, first + 1) == std::string::npos);  // said once
-    CHECK(m.find("tried: copy/ldstmatrix [20], copy/gmem_smem [10], copy/reg [10], copy/fallback [0]") !=
-          std::string::npos);
+    CHECK(
+        m.find(
+            "tried: copy/ldstmatrix [20], copy/gmem_smem [10], copy/reg [10], copy/fallback [0]") !=
+        std::string::npos);
     CHECK(e.loc().line == static_cast<unsigned>(line));
   }
   try {

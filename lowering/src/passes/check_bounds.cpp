@@ -76,6 +76,7 @@ class BoundsCheck : public IRVisitor {
   void visit_node(const LetStmtNode* n) override {
     visit(n->value);
     env_.bind(n->var, {env_.bound(n->value), Uniformity::thread, env_.known_divisor(n->value)});
+    env_.define(n->var, n->value);  // provably_le looks through it
     lets_[n->var.get()] = n->value;
     visit(n->body);
   }
@@ -120,6 +121,7 @@ class BoundsCheck : public IRVisitor {
       const Expr& extent_expr = b->dims[d];
       Interval ext = env_.bound(extent_expr);
       if (iv.lo >= 0 && iv.hi < ext.lo) continue;
+      if (iv.lo >= 0 && below(idx[d], extent_expr)) continue;
       Assignment at;
       std::int64_t extent = 0;
       auto value = witness(idx[d], extent_expr, &at, &extent);
@@ -145,6 +147,51 @@ class BoundsCheck : public IRVisitor {
         range = "[0, " + to_string(extent_expr) + ") = [0, " + std::to_string(extent) + ")";
       fail(op_, b->name, loc, what + " outside " + range + " of " + b->name + shape_text(b));
     }
+  }
+
+  // Whether index < extent holds wherever this access runs, proved without
+  // a search: symbolically (index + 1 <= extent as linear forms, the common
+  // terms cancelling), through min(a, b) (either side), or from an enclosing
+  // guard `L < R` / `L <= R` that holds here with index <= L and R <= extent
+  // (the predicated tiles of shape-generic kernels: `if base + j < n:
+  // x[base + j]`). Only a filter in front of the witness search: what it
+  // cannot prove still gets searched.
+  bool below(const Expr& index, const Expr& extent) const {
+    if (provably_le(add(index, c32(1)), extent, env_)) return true;
+    if (auto* m = index.as<BinaryNode>(); m && m->op == BinOp::Min)
+      return below(m->a, extent) || below(m->b, extent);
+    for (const auto& [cond, holds] : guards_)
+      if (guard_bounds(cond, holds, index, extent)) return true;
+    return false;
+  }
+  // `cond` has the value `holds` here: a comparison lhs < rhs (or <=) that
+  // follows from it bounds the index when index <= lhs and rhs <= extent.
+  bool guard_bounds(const Expr& cond, bool holds, const Expr& index, const Expr& extent) const {
+    auto* b = cond.as<BinaryNode>();
+    if (!b) return false;
+    if (b->op == (holds ? BinOp::And : BinOp::Or))  // both sides have that value
+      return guard_bounds(b->a, holds, index, extent) || guard_bounds(b->b, holds, index, extent);
+    Expr lhs, rhs;
+    bool strict = false;
+    switch (b->op) {
+      case BinOp::LT:
+        lhs = holds ? b->a : b->b, rhs = holds ? b->b : b->a, strict = holds;
+        break;
+      case BinOp::LE:
+        lhs = holds ? b->a : b->b, rhs = holds ? b->b : b->a, strict = !holds;
+        break;
+      case BinOp::GT:
+        lhs = holds ? b->b : b->a, rhs = holds ? b->a : b->b, strict = holds;
+        break;
+      case BinOp::GE:
+        lhs = holds ? b->b : b->a, rhs = holds ? b->a : b->b, strict = !holds;
+        break;
+      default:
+        return false;
+    }
+    // strict: index <= lhs < rhs <= extent; else index < lhs <= rhs <= extent.
+    return provably_le(strict ? index : add(index, c32(1)), lhs, env_) &&
+           provably_le(rhs, extent, env_);
   }
 
   static std::string shape_text(const Buffer& b) {
@@ -208,6 +255,7 @@ class BoundsCheck : public IRVisitor {
 
     std::int64_t point_extent = 0;
     auto try_point = [&](const Assignment& a) -> std::optional<std::int64_t> {
+      let_values_.clear();
       for (const auto& [v, lp] : loops_) {
         if (!a.count(v)) continue;
         auto lo = eval(lp.min, a), ex = eval(lp.extent, a);
@@ -269,15 +317,19 @@ class BoundsCheck : public IRVisitor {
   }
 
   // Integer value of an expression at an assignment (T::let values computed
-  // from their definitions).
+  // from their definitions, once per assignment: try_point clears them).
   std::optional<std::int64_t> eval(const Expr& e, const Assignment& a, int depth = 0) const {
     if (depth > 64) return std::nullopt;
     return evaluate_int(e, [&](const VarNode* v) -> std::optional<std::int64_t> {
       auto it = a.find(v);
       if (it != a.end()) return it->second;
+      auto known = let_values_.find(v);
+      if (known != let_values_.end()) return known->second;
       auto l = lets_.find(v);
-      if (l != lets_.end()) return eval(l->second, a, depth + 1);
-      return std::nullopt;
+      if (l == lets_.end()) return std::nullopt;
+      std::optional<std::int64_t> x = eval(l->second, a, depth + 1);
+      let_values_.emplace(v, x);
+      return x;
     });
   }
 
@@ -286,6 +338,7 @@ class BoundsCheck : public IRVisitor {
   std::vector<std::pair<Expr, bool>> guards_;  // condition, the value it has here
   std::unordered_map<const VarNode*, Expr> lets_;
   std::unordered_map<const VarNode*, LoopBounds> loops_;
+  mutable std::unordered_map<const VarNode*, std::optional<std::int64_t>> let_values_;
   SourceLoc loc_;
   std::string op_ = "T.prim_func";
 };
