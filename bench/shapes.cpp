@@ -72,12 +72,13 @@ int run(const std::string& mode, const std::string& op, DType t) {
   auto t3 = std::chrono::steady_clock::now();
   std::printf(
       "{\"impl\": \"tx %s\", \"op\": \"%s\", \"dtype\": \"%s\", \"cold_ms\": %.3f, "
-      "\"warm_ms\": %.3f, \"compiles\": %llu, \"nvrtc\": %llu}\n",
+      "\"warm_ms\": %.3f, \"compiles\": %llu, \"nvrtc\": %llu, \"nvrtc_loaded\": %s}\n",
       mode.c_str(), op.c_str(), t.name().c_str(),
       std::chrono::duration<double, std::milli>(t1 - t0).count(),
       std::chrono::duration<double, std::milli>(t3 - t2).count(),
       static_cast<unsigned long long>(s1.compiles - s0.compiles),
-      static_cast<unsigned long long>(runtime::nvrtc_compile_count() - nvrtc0));
+      static_cast<unsigned long long>(runtime::nvrtc_compile_count() - nvrtc0),
+      runtime::nvrtc_loaded() ? "true" : "false");
   return 0;
 }
 

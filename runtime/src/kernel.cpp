@@ -140,8 +140,11 @@ std::string Kernel::prepare_gpu() const {
   if (s.function) return "memory";
   const runtime::DeviceInfo& dev = runtime::device_info(s.device.index);
   std::string arch = s.arch.empty() ? dev.arch() : s.arch;
-  std::string key = runtime::kernel_cache_key(s.cuda, runtime::nvrtc_default_options(arch), arch,
-                                              runtime::nvrtc_version_string());
+  // The modules of this process, by source, options and GPU. Not by NVRTC
+  // version (one per process): asking NVRTC for it loads libnvrtc (10-15 ms),
+  // which a kernel built ahead of time never needs.
+  std::string key =
+      runtime::kernel_cache_key(s.cuda, runtime::nvrtc_default_options(arch), arch, "module");
   std::string origin = "memory";
   {
     ModuleCache& mc = module_cache();

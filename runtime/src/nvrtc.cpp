@@ -105,8 +105,14 @@ NvrtcApi* open_nvrtc() {
 
 // Opened once, thread-safely (a function-local static), and never closed:
 // kernels compiled earlier may still be referenced while the process exits.
+std::atomic<bool> g_nvrtc_opened{false};
+
 const NvrtcApi& api() {
-  static const NvrtcApi* a = open_nvrtc();
+  static const NvrtcApi* a = [] {
+    const NvrtcApi* opened = open_nvrtc();
+    g_nvrtc_opened = true;
+    return opened;
+  }();
   return *a;
 }
 
@@ -228,6 +234,7 @@ namespace {
 std::atomic<std::uint64_t> g_nvrtc_compiles{0};
 }  // namespace
 std::uint64_t nvrtc_compile_count() { return g_nvrtc_compiles.load(); }
+bool nvrtc_loaded() { return g_nvrtc_opened.load(); }
 
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_name,
                           const std::string& arch, NvrtcTarget target,

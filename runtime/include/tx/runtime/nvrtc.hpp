@@ -34,6 +34,9 @@ std::vector<std::string> nvrtc_default_options(const std::string& arch);
 // numbered).
 // NVRTC compiles run by this process so far (benchmarks report it).
 std::uint64_t nvrtc_compile_count();
+// Whether this process has loaded libnvrtc (10-15 ms, on first need): a
+// program whose kernels all come from the caches never does.
+bool nvrtc_loaded();
 NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_name,
                           const std::string& arch, NvrtcTarget target,
                           const std::vector<std::string>& extra_options = {});
