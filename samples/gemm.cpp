@@ -1,17 +1,14 @@
 // A bf16 GEMM on tensor cores, C = A B (A: M x K, B: K x N, both row-major),
 // f32 accumulation, bf16 out -- written with tile primitives only.
 //
-// Each CTA computes a 128 x 128 tile of C with 4 warps in a 2 x 2 grid (64 x 64
-// each; GemmConfig changes the tiling). K is walked 32 at a time through a ring
-// of STAGES shared buffers: cp.async copies run STAGES - 1 tiles ahead of the
-// tensor cores (Tx::cta::copy_async, commit_group / wait_group). Each warp moves
-// 16-wide slices into register fragments with ldmatrix (Tx::warp::copy into
-// frag:: layouts) one slice ahead of the mma.sync that consumes them
-// (Tx::warp::gemm), so shared-memory latency hides behind the tensor cores.
-// Rows of the shared tiles are padded by 16 bytes (or swizzled) so the 8 rows
-// an ldmatrix reads fall in 8 different bank groups. CTAs walk C in groups of `group` tile
-// rows so that neighbours share A and B panels in L2. On the host the same
-// program runs through the portable variants (synchronous copies, gemm/fallback).
+// Each CTA computes a bm x bn tile of C with warps of wm x wn. K is walked bk at
+// a time through a ring of STAGES shared buffers: cp.async copies run STAGES - 1
+// tiles ahead of the tensor cores (Tx::cta::copy_async, commit / wait groups).
+// Each warp moves 16-wide slices into register fragments with ldmatrix one slice
+// ahead of the mma.sync that consumes them (Tx::warp::copy, Tx::warp::gemm).
+// Shared rows are padded by 16 bytes (or swizzled) against bank conflicts; CTAs
+// walk C in groups of tile rows that share A and B panels in L2. On the host the
+// same program runs through the portable variants.
 #include <numeric>
 
 #include "sample_main.hpp"
@@ -42,16 +39,14 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, Ge
     auto warp = T::warp_id({warps});
     auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
 
-    // The ring of shared tiles: STAGES x (BM x BK) of A, STAGES x (BK x BN) of
-    // B; rows padded by 16 bytes, or XOR-swizzled in 16-byte chunks.
+    // The ring of shared tiles: rows padded by 16 bytes, or XOR-swizzled.
     auto ring = [&](std::int64_t rows, std::int64_t cols) {
       return c.swizzle ? layouts::swizzled_tiles({STAGES, rows, cols}, t)
                        : TileLayout(S({STAGES, rows, cols}, {rows * (cols + PAD), cols + PAD, 1}));
     };
     auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared, ring(BM, BK));
     auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared, ring(BK, BN));
-    // A warp's fragments, two sets (slice kk computes while kk + 1 loads): a
-    // WM x 16 slice of A, 16 x WN of B; and the WM x WN accumulator.
+    // A warp's fragments, two sets (slice kk computes while kk + 1 loads).
     std::vector<TileBuffer> Af, Bf;
     for (int i = 0; i < 2; ++i) {
       Af.push_back(T::alloc_buffer({WM, 16}, t, scope::local, frag::mma_a(WM, 16, t)));
@@ -73,8 +68,7 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, Ge
       Tx::warp::copy(Bf[i], Bs[region(span(stage, 1), {kk * 16, kk * 16 + 16}, span(wn * WN, WN))]);
     };
 
-    // Prologue: the first STAGES - 1 tiles in flight, one commit group each
-    // (empty past K: the waits below count groups); tile 0's first slice.
+    // Prologue: STAGES - 1 tiles in flight, one commit group each (empty past K).
     for (Var s : T::unroll(STAGES - 1, "s")) {
       T::if_(s < KT, [&] { load_stage(s); });
       T::cuda::commit_group();
