@@ -103,6 +103,18 @@ TEST_CASE("an element index out of bounds is an error when the kernel is built")
         }));
       },
       {"T.store", "A", "index 100 in dimension 0 is outside [0, 32) of A (32, 8)", line});
+  // The largest i32 index: proving it below the extent must not compute
+  // index + 1 in 32 bits (it wraps to -2^31).
+  expect_error(
+      [&] {
+        compile(T::prim_func("k", [&](Handle A_ptr) {
+          auto A = T::match_buffer(A_ptr, {2, 32}, f32);
+          auto t = T::thread_id({32});
+          line = __LINE__ + 1;
+          A(2147483647, t) = 1.0f;
+        }));
+      },
+      {"T.store", "A", "index 2147483647 in dimension 0 is outside [0, 2) of A (2, 32)", line});
   // t * 4 reaches 124 at t = 31: the witness is named.
   expect_error(
       [&] {

@@ -296,13 +296,17 @@ std::optional<LinearForm> linear_form(const Expr& e, const Env& env) {
   return f;
 }
 
-bool provably_le(const Expr& a, const Expr& b, const Env& env) {
+namespace {
+// a + offset <= b, the offset added in the linear form's 64-bit arithmetic
+// (never folded into an expression of a's type, where it could wrap).
+bool provably_le_offset(const Expr& a, const Expr& b, const Env& env, std::int64_t offset) {
   if (!a.defined() || !b.defined() || !a.dtype().is_integer() || !b.dtype().is_integer())
     return false;
   // Twice: looking through lets (terms of a and b cancel), then not (a let
   // whose range a guard narrowed keeps that range).
   for (int depth : {16, 0}) {
     LinearForm f;
+    f.constant = offset;
     if (!accumulate(a, 1, env, depth, f) || !accumulate(b, -1, env, depth, f)) continue;
     std::int64_t hi = f.constant;
     bool bounded = true;
@@ -322,6 +326,14 @@ bool provably_le(const Expr& a, const Expr& b, const Env& env) {
     if (bounded && hi <= 0) return true;
   }
   return false;
+}
+}  // namespace
+
+bool provably_le(const Expr& a, const Expr& b, const Env& env) {
+  return provably_le_offset(a, b, env, 0);
+}
+bool provably_lt(const Expr& a, const Expr& b, const Env& env) {
+  return provably_le_offset(a, b, env, 1);
 }
 
 std::optional<std::int64_t> evaluate_int(

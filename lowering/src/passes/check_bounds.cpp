@@ -157,7 +157,7 @@ class BoundsCheck : public IRVisitor {
   // x[base + j]`). Only a filter in front of the witness search: what it
   // cannot prove still gets searched.
   bool below(const Expr& index, const Expr& extent) const {
-    if (provably_le(add(index, c32(1)), extent, env_)) return true;
+    if (provably_lt(index, extent, env_)) return true;
     if (auto* m = index.as<BinaryNode>(); m && m->op == BinOp::Min)
       return below(m->a, extent) || below(m->b, extent);
     for (const auto& [cond, holds] : guards_)
@@ -190,7 +190,7 @@ class BoundsCheck : public IRVisitor {
         return false;
     }
     // strict: index <= lhs < rhs <= extent; else index < lhs <= rhs <= extent.
-    return provably_le(strict ? index : add(index, c32(1)), lhs, env_) &&
+    return (strict ? provably_le(index, lhs, env_) : provably_lt(index, lhs, env_)) &&
            provably_le(rhs, extent, env_);
   }
 

@@ -78,6 +78,9 @@ std::optional<LinearForm> linear_form(const Expr& e, const Env& env);
 // integers): the common atoms of a - b cancel and the ranges of the others
 // bound the rest. False when it cannot tell.
 bool provably_le(const Expr& a, const Expr& b, const Env& env);
+// Whether a < b, in the same sense (a + 1 <= b with the 1 added in 64 bits:
+// `a + 1` built as an expression of a's type could wrap).
+bool provably_lt(const Expr& a, const Expr& b, const Env& env);
 
 // The value of an integer (or bool) expression, given the values of its
 // variables (`var` returns nullopt for an unknown one); nullopt when it
