@@ -87,7 +87,7 @@ ReplicaSpec R(std::vector<std::int64_t> extents, std::vector<AxisStride> strides
 // 2^bits, so a column of chunks falls in distinct bank groups. The shared
 // tiles of tensor-core kernels use it instead of padding: for 16-bit data
 // (16-byte chunks, base = 3) Sw<1,3,3> for 32-byte rows, Sw<2,3,3> for 64-byte
-// rows and Sw<3,3,3> for 128-byte rows (layouts::swizzle_atom picks one).
+// rows and Sw<3,3,3> for 128-byte rows (layouts::swizzled_tiles picks one).
 // Laws (test/test_layout.cpp): sw is an involution, a bijection on each
 // aligned block of period() elements, keeps bits below base and above base +
 // bits, and commutes with adding a multiple of period().
