@@ -321,8 +321,9 @@ TEST_CASE("rows: the norms into fp8 (e4m3 saturating, e5m2) and other dtypes, sc
           // |y| up to ~2.6 (x uniform in [-4, 4], weight up to 1.5): a scale of
           // 1 / 256 puts the largest past e4m3's 448 (saturated), most below.
           for (double scale : {1.0, 1.0 / 256}) {
-            INFO(std::string(name(op)) << " " << t.name() << " -> " << out.name() << " rows "
-                                       << rows << " cols " << cols << " scale " << scale);
+            INFO(std::string(name(op))
+                 << " " << t.name() << " -> " << out.name() << " rows " << rows << " cols " << cols
+                 << " scale " << scale << " (TX_TEST_SEED=" << test::rng_seed() << ")");
             Inputs in = random_inputs(op, rows, cols, t, t);
             Tensor x = make(in.x, {rows, cols}, t);
             Tensor w = make(in.weight, {cols}, t);
@@ -352,7 +353,11 @@ TEST_CASE("rows: the norms into fp8 (e4m3 saturating, e5m2) and other dtypes, sc
             }
             if (scale != 1.0 && out == f8e4m3) CHECK(saturated > 0);  // the case is exercised
             // f32 math then one rounding (the absolute part, near the mean, grows by 1 / scale).
-            CHECK(test::max_rel_error(y.to_doubles(), want.y, atol(op, out, cols) / scale,
-                                      test::default_rtol(out)) <= 1.0);
+            // The f32 value can land on the other side of a rounding boundary than the
+            // exact one: one unit of out apart. For e5m2 (2 mantissa bits) that is up to
+            // 25% of the value, twice the usual fp8 tolerance (seen in CI: 1.54x it).
+            const double rtol = out == f8e5m2 ? 0.2501 : test::default_rtol(out);
+            CHECK(test::max_rel_error(y.to_doubles(), want.y, atol(op, out, cols) / scale, rtol) <=
+                  1.0);
           }
 }
