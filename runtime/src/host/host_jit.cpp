@@ -58,6 +58,11 @@
 #include "tx/runtime/disk_cache.hpp"
 #include "tx/runtime/kernel.hpp"
 
+// tx's helpers that JIT-compiled kernels call (defined at the end of this file).
+extern "C" float tx_host_erfcf(float x);
+extern "C" float tx_host_normcdff(float x);
+extern "C" double tx_host_normcdf(double x);
+
 namespace tx::runtime {
 
 namespace {
@@ -115,6 +120,28 @@ Jit& jit() {
       return s;
     }
     (*j)->getMainJITDylib().addGenerator(std::move(*gen));
+    // tx's own helpers (erfc, the checked mode's hooks) by address: a search
+    // of the process finds only globally visible symbols, and a program that
+    // loads libtx with dlopen(RTLD_LOCAL) -- Python, loading the PyTorch
+    // extension -- has none of them there.
+    llvm::orc::SymbolMap helpers;
+    auto helper = [&](const char* name, auto* fn) {
+      helpers[(*j)->mangleAndIntern(name)] = llvm::orc::ExecutorSymbolDef(
+          llvm::orc::ExecutorAddr::fromPtr(fn),
+          llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+    };
+    helper("tx_host_erfcf", &tx_host_erfcf);
+    helper("tx_host_normcdff", &tx_host_normcdff);
+    helper("tx_host_normcdf", &tx_host_normcdf);
+    helper("tx_host_check_access", &tx_host_check_access);
+    helper("tx_host_check_barrier", &tx_host_check_barrier);
+    helper("tx_host_check_cta", &tx_host_check_cta);
+    helper("tx_host_check_divzero", &tx_host_check_divzero);
+    helper("tx_host_check_index", &tx_host_check_index);
+    if (llvm::Error e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(helpers))) {
+      s->error = "LLVM ORC tx helpers: " + llvm_message(std::move(e));
+      return s;
+    }
     // Off by default: libmvec's exp/log differ from the GPU's by up to 4 ulp,
     // glibc's scalar ones by at most 2. TX_HOST_LIBMVEC=1 trades that for speed.
     s->libmvec = std::getenv("TX_HOST_LIBMVEC") && s->tm->getTargetTriple().isX86() &&

@@ -1,0 +1,52 @@
+"""tx's op library as PyTorch operators: torch.ops.tx.*
+
+    import tx_torch                      # finds and loads libtx_torch.so
+    y = torch.ops.tx.gelu(x)             # CPU (tx's host JIT) or CUDA tensors
+    torch.ops.tx.add.out(a, b, out=c)    # out= and in-place (add_) forms
+
+Loading the library is all there is to it: ``torch.ops.load_library(path)``
+does the same. This module only finds the library: $TX_TORCH_LIBRARY, else
+next to this package (an installed tx), else the build folders of a
+checkout (build/, build-*/).
+"""
+import glob
+import os
+
+import torch
+
+__all__ = ["library_path", "load"]
+
+_loaded = None
+
+
+def library_path():
+    """The path of libtx_torch.so that `load` uses (FileNotFoundError if none)."""
+    env = os.environ.get("TX_TORCH_LIBRARY")
+    if env:
+        if not os.path.exists(env):
+            raise FileNotFoundError(f"TX_TORCH_LIBRARY={env} does not exist")
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.path.join(here, "libtx_torch.so")]
+    root = os.path.abspath(os.path.join(here, "..", "..", ".."))
+    for build in ["build"] + sorted(os.path.basename(p) for p in glob.glob(os.path.join(root, "build-*"))):
+        candidates.append(os.path.join(root, build, "tx_torch", "libtx_torch.so"))
+    for c in candidates:
+        if os.path.exists(c):
+            return c
+    raise FileNotFoundError(
+        "libtx_torch.so not found (looked at: " + ", ".join(candidates) +
+        "); build it (make test builds it where torch is installed) or set TX_TORCH_LIBRARY")
+
+
+def load(path=None):
+    """Loads libtx_torch.so once; returns its path."""
+    global _loaded
+    if _loaded is None:
+        p = path or library_path()
+        torch.ops.load_library(p)
+        _loaded = p
+    return _loaded
+
+
+load()
