@@ -5,13 +5,21 @@
 #   make sanitize   the CPU suite built and run with ASan + UBSan (preset asan-ubsan)
 #   make fuzz       the three fuzzers (clang + libFuzzer): tile programs for FUZZ_SECONDS,
 #                   invalid programs and builder call sequences for 60 s each
-# Switches: TX_HOST_JIT=OFF (no LLVM), TX_NOTEBOOKS=0 (no clang-repl / Jupyter).
+# Switches: TX_HOST_JIT=OFF (no LLVM), TX_NOTEBOOKS=0 (no clang-repl / Jupyter),
+# TX_TORCH=1 (install PyTorch and build the tx_torch extension; 0: never).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 240
 CMAKE_FLAGS ?=
 ifdef TX_HOST_JIT
 CMAKE_FLAGS += -DTX_HOST_JIT=$(TX_HOST_JIT)
+endif
+# TX_TORCH=1: set-up installs PyTorch (a virtual environment) and tx_torch
+# must build; TX_TORCH=0: no extension; unset: built where torch is found.
+ifeq ($(TX_TORCH),1)
+CMAKE_FLAGS += -DTX_TORCH=ON
+else ifeq ($(TX_TORCH),0)
+CMAKE_FLAGS += -DTX_TORCH=OFF
 endif
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 

@@ -5,7 +5,8 @@
 # host JIT (skipped with TX_HOST_JIT=OFF); clang-repl and python3-venv for
 # the notebooks (skipped with TX_NOTEBOOKS=0; the Jupyter packages come from
 # pip, in notebooks/install_kernel.sh); with TX_FUZZ=1, clang and its
-# libFuzzer runtime for the fuzzer.
+# libFuzzer runtime for the fuzzer; with TX_TORCH=1, PyTorch (from PyPI, in
+# a virtual environment) for the tx_torch extension and its tests.
 #
 # On a machine where everything required is present this script installs
 # nothing and needs no network (the GPU machines have none).
@@ -34,6 +35,10 @@ if [ "${TX_NOTEBOOKS:-1}" != "0" ]; then
   if command -v python3 >/dev/null && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     optional+=(python3-venv)
   fi
+fi
+if [ "${TX_TORCH:-}" = "1" ] && command -v python3 >/dev/null &&
+  ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  optional+=(python3-venv)
 fi
 if [ "${TX_FUZZ:-0}" = "1" ]; then
   [ -x /usr/lib/llvm-19/bin/clang++ ] || optional+=(clang-19)
@@ -68,5 +73,23 @@ fi
 if ! command -v nvcc >/dev/null && [ ! -e /usr/local/cuda/include/nvrtc.h ] && [ -z "${CUDA_HOME:-}" ]; then
   echo "setup: the CUDA toolkit (headers and NVRTC) is required; install it from NVIDIA" >&2
   exit 1
+fi
+# PyTorch for tx_torch (TX_TORCH=1): a Python that imports torch already
+# (TX_TORCH_PYTHON, python3) is used as it is; else a virtual environment at
+# $TX_TORCH_VENV gets the torch of the GPU machines (2.11.0) and pytest from
+# PyPI: about 4.7 GB (PyPI's Linux wheel brings CUDA's libraries, unused on
+# a machine without a GPU), about a minute on CI's network.
+if [ "${TX_TORCH:-}" = "1" ]; then
+  venv=${TX_TORCH_VENV:-$HOME/.local/share/tx/torch-venv}
+  has_torch() { [ -n "$1" ] && "$1" -c 'import torch, pytest' >/dev/null 2>&1; }
+  if has_torch "${TX_TORCH_PYTHON:-}" || has_torch "$venv/bin/python" || has_torch python3; then
+    :
+  else
+    echo "setup: installing PyTorch 2.11.0 and pytest into $venv (TX_TORCH=1)"
+    python3 -m venv "$venv" && "$venv/bin/pip" install -q "torch==2.11.0" pytest || {
+      echo "setup: could not install PyTorch into $venv; tx_torch cannot be built" >&2
+      exit 1
+    }
+  fi
 fi
 echo "setup: ok"

@@ -3,8 +3,12 @@
 // functional form, an out= form and (where PyTorch has one) an in-place form:
 //
 //   tx::exp(Tensor self) -> Tensor
-//   tx::exp.out(Tensor self, *, Tensor(a!) out) -> Tensor(a!)
-//   tx::exp_(Tensor(a!) self) -> Tensor(a!)
+//   tx::exp.out(Tensor self, *, Tensor(a!) out) -> ()
+//   tx::exp_(Tensor(a!) self) -> ()
+//
+// The out= and in-place forms return nothing, unlike PyTorch's own (which
+// return the out tensor): torch.compile functionalizes a custom op that
+// mutates its arguments only when it returns no alias of them.
 //
 // One boxed kernel serves all of them on CPU, CUDA and Meta: it reads the op
 // from the schema's name, the tensors and numbers from the stack, plans the
@@ -223,15 +227,18 @@ void elementwise_boxed(const c10::OperatorHandle& handle, torch::jit::Stack* sta
                 " cannot be stored in self's ", out.scalar_type());
     TORCH_CHECK(out.sym_sizes() == c10::SymIntArrayRef(p.shape), op,
                 "_: the result's shape differs from self's (in-place ops cannot broadcast self)");
-    at::assert_no_internal_overlap(out);
   } else if (out_form) {
     prepare_out(op, out, p.shape, p.out_dtype);
-    at::assert_no_internal_overlap(out);
-    for (const at::Tensor& x : ins) at::assert_no_partial_overlap(out, x);
   } else {
     out = at::empty_symint(p.shape, p.inputs[0].options().dtype(p.out_dtype).device(p.device));
   }
   if (p.device.type() != c10::DeviceType::Meta) {
+    // Memory checks (not on Meta: they need concrete sizes). An out that
+    // overlaps an input other than exactly (in place) would be read after
+    // it is written.
+    if (inplace || out_form) at::assert_no_internal_overlap(out);
+    if (out_form)
+      for (const at::Tensor& x : ins) at::assert_no_partial_overlap(out, x);
     call(op, [&] {
       OnDevice on(p.device);
       std::vector<tx::Tensor> tins;
@@ -244,7 +251,7 @@ void elementwise_boxed(const c10::OperatorHandle& handle, torch::jit::Stack* sta
     });
   }
   torch::jit::drop(*stack, nargs);
-  torch::jit::push(*stack, out);
+  if (!out_form && !inplace) torch::jit::push(*stack, out);
 }
 
 }  // namespace
@@ -256,11 +263,11 @@ TORCH_LIBRARY_FRAGMENT(tx, m) {
     if (!tx_torch::registered_here(o)) continue;
     const std::string args = tx_torch::arguments(o);
     m.def((o.name + "(" + args + ") -> Tensor").c_str());
-    m.def((o.name + ".out(" + args + ", *, Tensor(a!) out) -> Tensor(a!)").c_str());
+    m.def((o.name + ".out(" + args + ", *, Tensor(a!) out) -> ()").c_str());
     if (tx_torch::has_inplace(o)) {
       std::string a = args;
       a.replace(0, 11, "Tensor(a!) self");  // "Tensor self" -> mutable self
-      m.def((o.name + "_(" + a + ") -> Tensor(a!)").c_str());
+      m.def((o.name + "_(" + a + ") -> ()").c_str());
     }
   }
 }

@@ -1,0 +1,467 @@
+"""torch.ops.tx against PyTorch: every registered op on fresh random inputs
+against a float64 reference (PyTorch's op or the formula), its out= and
+in-place forms, torch.library.opcheck on each, and torch.compile(fullgraph)
+of a model block built from tx ops.
+
+    TX_TORCH_LIBRARY=build/tx_torch/libtx_torch.so PYTHONPATH=tx_torch/python \
+        python -m pytest test/torch -q
+
+Devices: "cpu" (tx's host JIT) and, where PyTorch sees a GPU, "cuda". A tx
+built without its host JIT (the GPU machines) runs the CPU cases as a check
+that the error says so. The seed of each case is in its failure message
+(TX_TEST_SEED=n repeats it).
+"""
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tx_torch  # noqa: F401  (loads libtx_torch.so)
+
+tx = torch.ops.tx
+
+
+def _host_jit_available():
+    try:
+        tx.neg(torch.ones(2))
+        return True, ""
+    except RuntimeError as e:
+        return False, str(e)
+
+
+HOST_JIT, HOST_JIT_WHY = _host_jit_available()
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    if request.param == "cpu" and not HOST_JIT:
+        # Not a quiet skip: the CPU kernels must say why they cannot run.
+        assert "host JIT" in HOST_JIT_WHY, HOST_JIT_WHY
+        pytest.skip("tx was built without its host JIT: " + HOST_JIT_WHY.splitlines()[0])
+    return request.param
+
+
+@pytest.fixture
+def seed():
+    s = int(os.environ.get("TX_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+    torch.manual_seed(s)
+    return s
+
+
+# Tolerances against a float64 reference rounded to the dtype: a few units in
+# the last place of each dtype (tx's math is within 2-4 ulp of libm / CUDA's).
+TOL = {torch.float32: (2e-5, 1e-6), torch.float16: (2e-3, 2e-3), torch.bfloat16: (1.6e-2, 1e-2)}
+
+
+def close(got, want, dtype, msg):
+    rtol, atol = TOL.get(dtype, (0, 0))
+    assert got.dtype == want.dtype, f"{msg}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{msg}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=rtol, atol=atol, equal_nan=True,
+                               msg=lambda m: f"{msg}: {m}")
+
+
+# ------------------------------------------------------------- elementwise
+
+def positive(shape, dtype, device):
+    return (torch.rand(shape, dtype=torch.float64) * 4 + 0.1).to(dtype).to(device)
+
+
+def signed(shape, dtype, device):
+    return (torch.randn(shape, dtype=torch.float64) * 2).to(dtype).to(device)
+
+
+# op -> (reference on float64 tensors, input maker)
+UNARY = {
+    "exp": (torch.exp, signed), "log": (torch.log, positive), "sqrt": (torch.sqrt, positive),
+    "rsqrt": (torch.rsqrt, positive), "abs": (torch.abs, signed), "neg": (torch.neg, signed),
+    "reciprocal": (torch.reciprocal, positive), "sign": (torch.sign, signed),
+    "sin": (torch.sin, signed), "cos": (torch.cos, signed), "floor": (torch.floor, signed),
+    "ceil": (torch.ceil, signed), "round": (torch.round, signed), "trunc": (torch.trunc, signed),
+    "erf": (torch.erf, signed), "log1p": (torch.log1p, positive), "expm1": (torch.expm1, signed),
+    "relu": (torch.relu, signed), "gelu": (F.gelu, signed), "silu": (F.silu, signed),
+    "sigmoid": (torch.sigmoid, signed), "tanh": (torch.tanh, signed),
+    "hardswish": (F.hardswish, signed), "hardsigmoid": (F.hardsigmoid, signed),
+    "mish": (F.mish, signed), "selu": (F.selu, signed),
+}
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "remainder": torch.remainder, "pow": None, "floor_divide": torch.floor_divide,
+    "lerp": lambda a, b: torch.lerp(a, b, 0.5), "maximum": torch.maximum,
+    "minimum": torch.minimum, "eq": torch.eq, "ne": torch.ne, "gt": torch.gt, "lt": torch.lt,
+    "ge": torch.ge, "le": torch.le, "logical_and": torch.logical_and,
+    "logical_or": torch.logical_or,
+}
+GATED = {
+    "silu_and_mul": lambda x, n: F.silu(x[..., :n]) * x[..., n:],
+    "gelu_and_mul": lambda x, n: F.gelu(x[..., :n]) * x[..., n:],
+    "gelu_tanh_and_mul": lambda x, n: F.gelu(x[..., :n], approximate="tanh") * x[..., n:],
+}
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def expect(ref, dtype, *xs):
+    """The float64 reference of ref on xs, rounded to dtype (or kept bool)."""
+    r = ref(*[x.double() for x in xs])
+    return r if r.dtype == torch.bool else r.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary(op, dtype, device, seed):
+    ref, make = UNARY[op]
+    x = make((37, 129), dtype, device)
+    close(getattr(tx, op)(x), expect(ref, dtype, x), dtype, f"{op} seed={seed}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", ["isnan", "isinf", "isfinite", "logical_not"])
+def test_predicates(op, dtype, device, seed):
+    x = signed((301,), dtype, device)
+    x[::7] = float("nan")
+    x[3::11] = float("inf")
+    x[5::13] = -float("inf")
+    got = getattr(tx, op)(x)
+    assert torch.equal(got.cpu(), getattr(torch, op)(x).cpu()), f"{op} seed={seed}"
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_broadcast(op, dtype, device, seed):
+    # (M, N) with a (N,) row: the serving shape of a bias.
+    a = signed((33, 96), dtype, device)
+    b = signed((96,), dtype, device)
+    if op in ("div", "remainder", "floor_divide"):
+        b = torch.where(b.abs() < 0.25, torch.full_like(b, 0.5), b)
+    if op == "pow":
+        a = positive((33, 96), dtype, device)
+        ref = torch.pow
+    else:
+        ref = BINARY[op]
+    got = getattr(tx, op)(a, b)
+    want = expect(ref, dtype, a, b)
+    if op == "floor_divide":
+        # A quotient within rounding of an integer may floor either way in a
+        # narrow dtype; compare where the float64 quotient is clear of one.
+        q = a.double() / b.double()
+        clear = (q - q.round()).abs() > 1e-2
+        got, want = got[clear.to(got.device)], want[clear.to(want.device)]
+    close(got, want, dtype, f"{op} seed={seed}")
+
+
+@pytest.mark.parametrize("op", ["bitwise_and", "bitwise_or", "bitwise_xor", "add", "mul",
+                                "maximum", "eq", "lt"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_integer_binary(op, dtype, device, seed):
+    a = torch.randint(0, 100, (64, 33), dtype=dtype, device=device)
+    b = torch.randint(1, 100, (33,), dtype=dtype, device=device)
+    assert torch.equal(getattr(tx, op)(a, b).cpu(), getattr(torch, op)(a, b).cpu()), \
+        f"{op} {dtype} seed={seed}"
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("op", sorted(GATED))
+def test_gated(op, dtype, device, seed):
+    x = signed((17, 2 * 136), dtype, device)
+    close(getattr(tx, op)(x), expect(lambda t: GATED[op](t, 136), dtype, x), dtype,
+          f"{op} seed={seed}")
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_parameterized(dtype, device, seed):
+    x = signed((45, 77), dtype, device)
+    cases = [
+        ("leaky_relu", (0.2,), lambda t: F.leaky_relu(t, 0.2)),
+        ("elu", (0.7,), lambda t: F.elu(t, 0.7)),
+        ("hardtanh", (-0.5, 1.5), lambda t: F.hardtanh(t, -0.5, 1.5)),
+        ("softplus", (2.0, 3.0), lambda t: F.softplus(t, 2.0, 3.0)),
+        ("clamp", (-1.0, 0.5), lambda t: torch.clamp(t, -1.0, 0.5)),
+        ("clamp", (None, 0.5), lambda t: torch.clamp(t, None, 0.5)),
+    ]
+    for op, args, ref in cases:
+        close(getattr(tx, op)(x, *args), expect(ref, dtype, x), dtype, f"{op}{args} seed={seed}")
+    w = signed((77,), dtype, device)
+    close(tx.prelu(x.view(45, 77), w), expect(F.prelu, dtype, x, w), dtype, f"prelu seed={seed}")
+    mask = torch.rand(45, 77, device=device) < 0.3
+    close(tx.masked_fill(x, mask, -3.5), x.masked_fill(mask, -3.5), dtype, f"masked_fill {seed}")
+    y = signed((77,), dtype, device)
+    close(tx.where(mask, x, y), torch.where(mask, x, y), dtype, f"where seed={seed}")
+    z = x.clone()
+    z[::3, ::5] = float("nan")
+    z[1::4, ::7] = float("inf")
+    z[2::4, ::7] = -float("inf")
+    close(tx.nan_to_num(z), torch.nan_to_num(z), dtype, f"nan_to_num seed={seed}")
+    close(tx.nan_to_num(z, 1.0, 2.0, -2.0), torch.nan_to_num(z, 1.0, 2.0, -2.0), dtype,
+          f"nan_to_num(1, 2, -2) seed={seed}")
+
+
+def test_out_and_inplace_forms(device, seed):
+    """out= into a poisoned tensor (and a strided one), in place, all equal
+    to the functional form bit for bit."""
+    a = signed((64, 80), torch.float16, device)
+    b = signed((80,), torch.float16, device)
+    want = tx.add(a, b)
+    out = torch.full((64, 80), float("nan"), dtype=torch.float16, device=device)
+    assert tx.add.out(a, b, out=out) is None  # mutating forms return nothing
+    assert torch.equal(out, want), f"add.out seed={seed}"
+    wide = torch.full((64, 160), float("nan"), dtype=torch.float16, device=device)
+    tx.add.out(a, b, out=wide[:, ::2])
+    assert torch.equal(wide[:, ::2], want) and wide[:, 1::2].isnan().all(), f"strided out {seed}"
+    small = torch.empty(0, dtype=torch.float16, device=device)
+    tx.add.out(a, b, out=small)  # resized, as PyTorch's out= ops do
+    assert torch.equal(small, want), f"resized out seed={seed}"
+    c = a.clone()
+    tx.add_(c, b)
+    assert torch.equal(c, want), f"add_ seed={seed}"
+    d = a.clone()
+    tx.exp_(d)
+    assert torch.equal(d, tx.exp(a)), f"exp_ seed={seed}"
+    e = a.clone()
+    tx.clamp_(e, -0.5, 0.5)
+    assert torch.equal(e, tx.clamp(a, -0.5, 0.5)), f"clamp_ seed={seed}"
+
+
+def test_strided_and_promoted_inputs(device, seed):
+    a = signed((96, 64), torch.float32, device)
+    b = signed((64, 96), torch.float32, device)
+    close(tx.add(a, b.t()), a.double().add(b.t().double()).float(), torch.float32,
+          f"a + b.T seed={seed}")
+    h = a.half()
+    got = tx.mul(h, a)  # float16 * float32 -> float32, as PyTorch promotes
+    close(got, (h.double() * a.double()).float(), torch.float32, f"promotion seed={seed}")
+    s = torch.tensor(1.5, dtype=torch.float64)  # a 0-dim CPU tensor: a number
+    got = tx.mul(h, s)
+    assert got.dtype == torch.float16 and got.device == h.device
+    close(got, (h.double() * 1.5).half(), torch.float16, f"0-dim seed={seed}")
+
+
+def test_errors(device):
+    i = torch.arange(10, device=device)
+    with pytest.raises(RuntimeError, match=r"tx::exp.*takes floating tensors.*Long"):
+        tx.exp(i)
+    with pytest.raises(RuntimeError, match=r"tx::gelu.*approximate='tanh'"):
+        tx.gelu(torch.ones(3, device=device), approximate="tanh")
+    with pytest.raises(RuntimeError, match=r"tx::silu_and_mul.*must be even"):
+        tx.silu_and_mul(torch.ones(3, 5, device=device))
+    with pytest.raises(RuntimeError, match=r"tx::add.*out has dtype"):
+        tx.add.out(torch.ones(3, device=device), torch.ones(3, device=device),
+                   out=torch.empty(3, dtype=torch.float16, device=device))
+    with pytest.raises(RuntimeError, match=r"tx::softmax.*dim 2 is out of range"):
+        tx.softmax(torch.ones(3, 4, device=device), 2)
+    with pytest.raises(RuntimeError, match=r"tx::matmul.*2-D"):
+        tx.matmul(torch.ones(3, device=device), torch.ones(3, device=device))
+    if device == "cuda":
+        with pytest.raises(RuntimeError, match=r"tx::add.*one device"):
+            tx.add(torch.ones(3, device="cuda"), torch.ones(3))
+
+
+# --------------------------------------------------------------- row ops
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_rows(dtype, device, seed):
+    x = signed((13, 1000), dtype, device)
+    for op, ref in [("softmax", F.softmax), ("log_softmax", F.log_softmax)]:
+        close(getattr(tx, op)(x, -1), expect(lambda t: ref(t, -1), dtype, x), dtype,
+              f"{op} seed={seed}")
+        close(getattr(tx, op)(x, 0), expect(lambda t: ref(t, 0), dtype, x), dtype,
+              f"{op}(dim=0) seed={seed}")
+    w = signed((1000,), dtype, device)
+    bias = signed((1000,), dtype, device)
+    close(tx.rms_norm(x, [1000], w, 1e-6), expect(lambda t, v: F.rms_norm(t, [1000], v, 1e-6),
+                                                  dtype, x, w), dtype, f"rms_norm seed={seed}")
+    close(tx.layer_norm(x, [1000], w, bias, 1e-5),
+          expect(lambda t, v, c: F.layer_norm(t, [1000], v, c, 1e-5), dtype, x, w, bias), dtype,
+          f"layer_norm seed={seed}")
+    r = signed((13, 1000), dtype, device)
+    out, res = tx.add_rms_norm(x, r, w, 1e-6)
+    h = (x.double() + r.double()).to(dtype)
+    close(res, h, dtype, f"add_rms_norm residual seed={seed}")
+    close(out, expect(lambda t, v: F.rms_norm(t, [1000], v, 1e-6), dtype, h, w), dtype,
+          f"add_rms_norm seed={seed}")
+    xi, ri = x.clone(), r.clone()
+    tx.fused_add_rms_norm(xi, ri, w, 1e-6)
+    assert torch.equal(xi, out) and torch.equal(ri, res), f"fused_add_rms_norm seed={seed}"
+
+
+# ------------------------------------------- dropout, matmul, rope, factories
+
+def test_dropout(device, seed):
+    x = signed((256, 512), torch.float32, device)
+    torch.manual_seed(seed)
+    y = tx.dropout(x, 0.3, True)
+    kept = y != 0
+    frac = kept.float().mean().item()
+    assert abs(frac - 0.7) < 0.01, f"kept {frac} seed={seed}"
+    torch.testing.assert_close(y[kept], (x / 0.7)[kept], rtol=1e-6, atol=0)
+    y2 = tx.dropout(x, 0.3, True)
+    assert not torch.equal(y, y2), "two calls drew the same mask"
+    torch.manual_seed(seed)
+    assert torch.equal(tx.dropout(x, 0.3, True), y), "torch.manual_seed does not reproduce"
+    assert torch.equal(tx.dropout(x, 0.3, False), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matmul(dtype, device, seed):
+    m, k, n = (256, 128, 256) if device == "cuda" else (48, 40, 24)
+    a = signed((m, k), dtype, device)
+    b = signed((k, n), dtype, device)
+    want = (a.double() @ b.double())
+    got = tx.matmul(a, b)
+    assert got.dtype == dtype
+    # f32 accumulation in another order, one rounding: a few units of dtype.
+    torch.testing.assert_close(got.double().cpu(), want.cpu(), rtol=TOL[dtype][0] * 2,
+                               atol=TOL[dtype][1] * math.sqrt(k) * 4,
+                               msg=lambda s: f"matmul seed={seed}: {s}")
+
+
+def rope_reference(positions, q, cache, head_size, neox):
+    rot = cache.shape[1]
+    cos, sin = cache[positions.long()].double().chunk(2, dim=-1)
+    x = q.double().view(q.shape[0], -1, head_size)
+    r = x[..., :rot]
+    if neox:
+        x1, x2 = r.chunk(2, dim=-1)
+    else:
+        x1, x2 = r[..., ::2], r[..., 1::2]
+    c, s = cos[:, None, :], sin[:, None, :]
+    o1, o2 = x1 * c - x2 * s, x2 * c + x1 * s
+    out = torch.cat([o1, o2], -1) if neox else torch.stack([o1, o2], -1).flatten(-2)
+    return torch.cat([out, x[..., rot:]], -1).view(q.shape).to(q.dtype)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_rotary_embedding(neox, device, seed):
+    cache = tx.rope_cache(64, 512, device=device)
+    inv = 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64)
+    ang = torch.arange(512, dtype=torch.float64)[:, None] * inv[None, :]
+    torch.testing.assert_close(cache.double().cpu(), torch.cat([ang.cos(), ang.sin()], -1),
+                               rtol=1e-6, atol=1e-6)
+    pos = torch.randint(0, 512, (37,), device=device)
+    q = signed((37, 4 * 128), torch.bfloat16, device)
+    k = signed((37, 2 * 128), torch.bfloat16, device)
+    wq, wk = rope_reference(pos, q, cache, 128, neox), rope_reference(pos, k, cache, 128, neox)
+    tx.rotary_embedding(pos, q, k, 128, cache, neox)
+    close(q, wq, torch.bfloat16, f"rope q seed={seed}")
+    close(k, wk, torch.bfloat16, f"rope k seed={seed}")
+
+
+def test_factories_and_cast(device, seed):
+    a = tx.alibi(6, 9, device=device)
+    slopes = torch.tensor([2 ** (-2 * (h + 1)) for h in range(4)] + [2 ** -1, 2 ** -3],
+                          dtype=torch.float64)
+    i = torch.arange(9, dtype=torch.float64)
+    close(a, (slopes[:, None, None] * (i[None, None, :] - i[None, :, None])).float(),
+          torch.float32, "alibi")
+    pe = tx.sinusoidal(50, 16, device=device)
+    w = 10000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
+    ang = torch.arange(50, dtype=torch.float64)[:, None] * w[None, :]
+    want = torch.stack([ang.sin(), ang.cos()], -1).flatten(-2).float()
+    close(pe, want, torch.float32, "sinusoidal")
+    x = signed((33, 65), torch.float32, device)
+    for t in [torch.float16, torch.bfloat16, torch.float8_e4m3fn]:
+        got = tx.cast(x, t)
+        assert torch.equal(got.float().cpu(), x.to(t).float().cpu()), f"cast {t} seed={seed}"
+
+
+# ----------------------------------------------------------------- opcheck
+
+def opcheck_cases(device):
+    f = lambda *s: torch.randn(*s, device=device)  # noqa: E731
+    cases = []
+    for op in sorted(UNARY) + ["isnan", "isinf", "isfinite", "logical_not"]:
+        cases.append((getattr(tx, op).default, (f(8, 16).abs() + 0.1,), {}))
+    for op in sorted(BINARY) + ["pow"]:
+        cases.append((getattr(tx, op).default, (f(8, 16).abs() + 0.5, f(16).abs() + 0.5), {}))
+        cases.append((getattr(tx, op).out, (f(8, 16).abs() + 0.5, f(16).abs() + 0.5),
+                      {"out": torch.empty(8, 16, device=device,
+                                          dtype=torch.bool if op in ("eq", "ne", "gt", "lt", "ge",
+                                                                     "le", "logical_and",
+                                                                     "logical_or")
+                                          else torch.float32)}))
+    for op in ["bitwise_and", "bitwise_or", "bitwise_xor"]:
+        i = torch.randint(0, 50, (8, 16), device=device)
+        cases.append((getattr(tx, op).default, (i, i.flip(0)), {}))
+    cases.append((tx.bitwise_not.default, (torch.randint(0, 50, (8, 16), device=device),), {}))
+    for op in sorted(GATED):
+        cases.append((getattr(tx, op).default, (f(8, 32),), {}))
+    cases += [
+        (tx.exp_.default, (f(8, 16),), {}),
+        (tx.add_.default, (f(8, 16), f(16)), {}),
+        (tx.leaky_relu.default, (f(8, 16), 0.1), {}),
+        (tx.elu.default, (f(8, 16), 0.5), {}),
+        (tx.hardtanh.default, (f(8, 16), -0.5, 0.5), {}),
+        (tx.softplus.default, (f(8, 16), 1.5, 10.0), {}),
+        (tx.prelu.default, (f(8, 16), f(16)), {}),
+        (tx.where.default, (f(8, 16) > 0, f(8, 16), f(16)), {}),
+        (tx.clamp.default, (f(8, 16), -0.5, 0.5), {}),
+        (tx.masked_fill.default, (f(8, 16), f(8, 16) > 0, 2.0), {}),
+        (tx.nan_to_num.default, (f(8, 16),), {}),
+        (tx.softmax.default, (f(8, 16), -1), {}),
+        (tx.log_softmax.default, (f(8, 16), -1), {}),
+        (tx.rms_norm.default, (f(8, 16), [16], f(16), 1e-6), {}),
+        (tx.layer_norm.default, (f(8, 16), [16], f(16), f(16), 1e-5), {}),
+        (tx.add_rms_norm.default, (f(8, 16), f(8, 16), f(16), 1e-6), {}),
+        (tx.fused_add_rms_norm.default, (f(8, 16), f(8, 16), f(16), 1e-6), {}),
+        (tx.matmul.default, (f(32, 32).half(), f(32, 64).half()), {}),
+        (tx.cast.default, (f(8, 16), torch.bfloat16), {}),
+        (tx.rotary_embedding.default,
+         (torch.randint(0, 64, (8,), device=device), f(8, 2 * 32), f(8, 32), 32,
+          tx.rope_cache(32, 64, device=device), True), {}),
+    ]
+    return cases
+
+
+def test_opcheck(device):
+    # dropout draws from the generator: opcheck's repeated calls differ by
+    # design, so its schema test alone runs on it.
+    failures = []
+    for op, args, kwargs in opcheck_cases(device):
+        try:
+            torch.library.opcheck(op, args, kwargs)
+        except Exception as e:  # collect them all, then fail once
+            failures.append(f"{op}: {type(e).__name__}: {str(e).splitlines()[0]}")
+    torch.library.opcheck(tx.dropout.default, (torch.randn(8, 16, device=device), 0.2, True), {},
+                          test_utils=("test_schema",))
+    assert not failures, "\n".join(failures)
+
+
+# ---------------------------------------------------------- torch.compile
+
+class Block(torch.nn.Module):
+    """linear -> gelu -> dropout -> residual add -> rms_norm, in tx ops."""
+
+    def __init__(self, hidden, p=0.1):
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden, hidden)
+        self.weight = torch.nn.Parameter(torch.rand(hidden) + 0.5)
+        self.p = p
+
+    def forward(self, x):
+        h = tx.gelu(self.linear(x))
+        h = tx.dropout(h, self.p, self.training)
+        h = tx.add(h, x)
+        return tx.rms_norm(h, [h.shape[-1]], self.weight, 1e-6)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph(dynamic, device, seed):
+    torch._dynamo.reset()
+    block = Block(64).to(device)
+    x = torch.randn(24, 64, device=device)
+    with torch.no_grad():
+        compiled = torch.compile(block, fullgraph=True, dynamic=dynamic)
+        torch.manual_seed(seed)
+        want = block(x)
+        torch.manual_seed(seed)
+        got = compiled(x)  # fullgraph=True: a graph break is an error
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5,
+                                   msg=lambda s: f"compiled != eager seed={seed}: {s}")
+        if dynamic:  # another size: the same graph, no recompile needed
+            y = torch.randn(7, 64, device=device)
+            torch.manual_seed(seed)
+            w2 = block(y)
+            torch.manual_seed(seed)
+            torch.testing.assert_close(compiled(y), w2, rtol=1e-5, atol=1e-5)
