@@ -156,13 +156,16 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const a
   check_same_device(op, {&input, &residual, &weight});
   TORCH_CHECK(input.sizes() == residual.sizes(), op, ": input ", input.sizes(), " and residual ",
               residual.sizes(), " differ in shape");
-  at::Tensor out = at::empty(input.sizes(), input.options());
-  at::Tensor res = residual.contiguous().clone();
-  at::Tensor x = input.contiguous();
+  // tx's functional form writes both results in one pass (no copy of the
+  // residual first); they come back through DLPack.
+  at::Tensor out, res;
   call(op, [&] {
-    OnDevice on(x);
-    tx::Tensor o = view(out, op, "out"), r = view(res, op, "residual");
-    tx::ops::add_rms_norm_out(o, view(x, op, "input"), r, view(weight, op, "weight"), epsilon);
+    OnDevice on(input);
+    tx::ops::AddRmsNormResult r =
+        tx::ops::add_rms_norm(view(input, op, "input"), view(residual, op, "residual"),
+                              view(weight, op, "weight"), epsilon);
+    out = to_torch(r.out);
+    res = to_torch(r.residual);
   });
   return {out, res};
 }
