@@ -10,8 +10,9 @@ GPU: PyTorch eager; torch.compile of it (default mode); the same block with
 tx ops (tx.gelu, tx.dropout, tx.add_rms_norm: tx's fused residual add +
 norm) eager; and torch.compile(fullgraph=True) of the tx block (the tx ops
 stay opaque calls; the graph around them is compiled). Each: 20 warm-up
-calls, then the median over 7 runs of 50 back-to-back calls timed with CUDA
-events. Prints one JSON line per (implementation, tokens): ms per call.
+calls, then 15 rounds in which the four alternate, each timing 50
+back-to-back calls with CUDA events; the median round. Prints one JSON line
+per (implementation, tokens): ms per call.
 """
 import argparse
 import json
@@ -40,20 +41,25 @@ def tx_block(x, lin, w):
     return out
 
 
-def time_ms(fn, warmup=20, iters=50, runs=7):
-    for _ in range(warmup):
-        fn()
+def time_all(fns, warmup=20, iters=50, rounds=15):
+    """ms per call of each fn: rounds of 50 back-to-back calls, the
+    implementations alternating within each round (clock and thermal drift
+    falls on all of them alike), the median round of each."""
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
     torch.cuda.synchronize()
-    r = []
-    for _ in range(runs):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(iters):
-            fn()
-        e.record()
-        e.synchronize()
-        r.append(s.elapsed_time(e) / iters)
-    return statistics.median(r)
+    r = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, f in fns.items():
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            for _ in range(iters):
+                f()
+            e.record()
+            e.synchronize()
+            r[name].append(s.elapsed_time(e) / iters)
+    return {name: statistics.median(v) for name, v in r.items()}
 
 
 def main():
@@ -74,11 +80,11 @@ def main():
         }
         for t in [int(s) for s in a.tokens.split(",")]:
             x = torch.randn(t, hidden, device="cuda", dtype=torch.bfloat16)
-            for name, f in impls.items():
-                ms = time_ms(lambda: f(x))
+            ms = time_all({name: (lambda f=f: f(x)) for name, f in impls.items()})
+            for name in impls:
                 print(json.dumps({"bench": "torch_block", "impl": name, "tokens": t,
-                                  "hidden": hidden, "dtype": "bfloat16", "ms": round(ms, 4),
-                                  "gpu": gpu}), flush=True)
+                                  "hidden": hidden, "dtype": "bfloat16",
+                                  "ms": round(ms[name], 4), "gpu": gpu}), flush=True)
 
 
 if __name__ == "__main__":

@@ -548,6 +548,22 @@ AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Ten
   return {y, h};
 }
 
+void add_rms_norm_into(Tensor& out, Tensor& residual_out, const Tensor& x, const Tensor& residual,
+                       const Tensor& weight, double eps, std::source_location loc) {
+  Prepared p = prepare(RowOp::add_rms_norm, x, &residual, weight, Tensor(), loc);
+  const std::string name = op_error_name(RowOp::add_rms_norm);
+  for (const Tensor* t : {&out, &residual_out}) {
+    const char* what = t == &out ? "out" : "residual_out";
+    if (!t->defined()) fail(name, what, loc, "tensor is undefined");
+    if (t->shape() != x.shape() || t->dtype() != x.dtype() || !(t->device() == x.device()))
+      fail(name, what, loc,
+           "must have x's shape " + shape_str(x.shape()) + ", dtype " + x.dtype().name() +
+               " and device " + x.device().str());
+    if (!t->is_contiguous()) fail(name, what, loc, "is a strided view; it must be contiguous");
+  }
+  run(p, out, residual_out, eps, loc);
+}
+
 void add_rms_norm_(Tensor& x, Tensor& residual, const Tensor& weight, double eps,
                    std::source_location loc) {
   Prepared p = prepare(RowOp::add_rms_norm, x, &residual, weight, Tensor(), loc);

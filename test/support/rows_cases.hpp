@@ -144,6 +144,14 @@ inline void check(Op op, const Inputs& in, std::int64_t rows, std::int64_t cols,
       got = y.to_doubles();
       got_res = h.to_doubles();
       CHECK(res.to_doubles() == in.residual);  // the functional form leaves residual alone
+      // Into tensors the caller allocated (poisoned first): the same bits.
+      Tensor yo = Tensor::empty({rows, cols}, t, x.device());
+      Tensor ho = Tensor::empty({rows, cols}, t, x.device());
+      yo.fill_bits(~0ull);  // NaN in every float dtype
+      ho.fill_bits(~0ull);
+      ops::add_rms_norm_into(yo, ho, x, res, w, eps);
+      CHECK(yo.to_doubles() == got);
+      CHECK(ho.to_doubles() == got_res);
       // The in-place form: the same bits.
       ops::add_rms_norm_(x, res, w, eps);
       CHECK(x.to_doubles() == got);
@@ -284,6 +292,17 @@ TEST_CASE("rows: bad inputs are tx errors naming the op and the operand") {
       },
       "tx.ops.add_rms_norm", "residual", "but x is (8, 16)");
   expect([&] { ops::softmax(Tensor()); }, "tx.ops.softmax", "x", "undefined");
+  {
+    Tensor r = rowcase::make(std::vector<double>(8 * 16, 1.0), {8, 16}, f32);
+    Tensor w = rowcase::make(std::vector<double>(16, 1.0), {16}, f32);
+    Tensor good = Tensor::empty({8, 16}, f32, rowcase::device());
+    Tensor small = Tensor::empty({8, 8}, f32, rowcase::device());
+    expect([&] { ops::add_rms_norm_into(good, small, x, r, w); }, "tx.ops.add_rms_norm",
+           "residual_out", "must have x's shape (8, 16)");
+    Tensor half = Tensor::empty({8, 16}, f16, rowcase::device());
+    expect([&] { ops::add_rms_norm_into(half, good, x, r, w); }, "tx.ops.add_rms_norm", "out",
+           "dtype float32");
+  }
   Tensor out_i32 = Tensor::empty({8, 16}, i32, rowcase::device());
   expect([&] { ops::rms_norm_out(out_i32, x, Tensor()); }, "tx.ops.rms_norm", "out",
          "not an output dtype");

@@ -348,6 +348,23 @@ def test_rotary_embedding(neox, device, seed):
     close(k, wk, torch.bfloat16, f"rope k seed={seed}")
 
 
+def test_rope_longrope(device, seed):
+    l0, lmax, rot = 64, 256, 32
+    short = [1.0 + 0.1 * i for i in range(rot // 2)]
+    long = [2.0 + 0.3 * i for i in range(rot // 2)]
+    cache = tx.rope_cache_longrope(rot, lmax, 10000.0, short, long, l0, device=device)
+    assert cache.shape == (l0 + lmax, rot)
+    for hi, offset in [(l0, 0), (lmax, l0)]:  # all positions short: short rows; else long rows
+        pos = torch.randint(0, hi, (19,), device=device)
+        pos[0] = hi - 1
+        q = signed((19, 2 * 64), torch.float32, device)
+        k = signed((19, 64), torch.float32, device)
+        want_q, want_k = q.clone(), k.clone()
+        tx.rotary_embedding(pos + offset, want_q, want_k, 64, cache, True)
+        tx.rope_longrope(pos, q, k, 64, cache, l0)
+        assert torch.equal(q, want_q) and torch.equal(k, want_k), f"longrope {hi} seed={seed}"
+
+
 def test_factories_and_cast(device, seed):
     a = tx.alibi(6, 9, device=device)
     slopes = torch.tensor([2 ** (-2 * (h + 1)) for h in range(4)] + [2 ** -1, 2 ** -3],
@@ -410,6 +427,10 @@ def opcheck_cases(device):
         (tx.rotary_embedding.default,
          (torch.randint(0, 64, (8,), device=device), f(8, 2 * 32), f(8, 32), 32,
           tx.rope_cache(32, 64, device=device), True), {}),
+        (tx.rope_longrope.default,
+         (torch.randint(0, 96, (8,), device=device), f(8, 2 * 32), f(8, 32), 32,
+          tx.rope_cache_longrope(32, 96, 10000.0, [1.0] * 16, [2.0] * 16, 64, device=device), 64),
+         {}),
     ]
     return cases
 

@@ -16,6 +16,9 @@
 //   rope_cache / rope_cache_llama31 / rope_cache_yarn(...) -> Tensor (the caches of the
 //       rope variants: rope_neox / rope_non_neox / rope_llama31 / rope_yarn are
 //       rotary_embedding over them)
+//   rope_longrope(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size,
+//                 Tensor cos_sin_cache, int original_max_position) -> ()
+//       over rope_cache_longrope(...)
 //   alibi(int num_heads, int seq_len, *, ScalarType? dtype, Device? device) -> Tensor
 //   sinusoidal(int num_positions, int dim, *, ScalarType? dtype, Device? device) -> Tensor
 //   cast(Tensor self, ScalarType dtype) -> Tensor
@@ -156,16 +159,16 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& input, const a
   check_same_device(op, {&input, &residual, &weight});
   TORCH_CHECK(input.sizes() == residual.sizes(), op, ": input ", input.sizes(), " and residual ",
               residual.sizes(), " differ in shape");
-  // tx's functional form writes both results in one pass (no copy of the
-  // residual first); they come back through DLPack.
-  at::Tensor out, res;
+  // Both results in one pass, into tensors PyTorch allocates (its caching
+  // allocator, its memory statistics).
+  at::Tensor x = input.contiguous(), r = residual.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  at::Tensor res = at::empty(x.sizes(), x.options());
   call(op, [&] {
-    OnDevice on(input);
-    tx::ops::AddRmsNormResult r =
-        tx::ops::add_rms_norm(view(input, op, "input"), view(residual, op, "residual"),
-                              view(weight, op, "weight"), epsilon);
-    out = to_torch(r.out);
-    res = to_torch(r.residual);
+    OnDevice on(x);
+    tx::Tensor o = view(out, op, "out"), ro = view(res, op, "residual_out");
+    tx::ops::add_rms_norm_into(o, ro, view(x, op, "input"), view(r, op, "residual"),
+                               view(weight, op, "weight"), epsilon);
   });
   return {out, res};
 }
@@ -276,6 +279,27 @@ void rotary_embedding(const at::Tensor& positions, at::Tensor& query,
                   view(cos_sin_cache, op, "cos_sin_cache"), o);
   });
 }
+// LongRoPE (vLLM's Phi3LongRoPEScaledRotaryEmbedding): the short rows, or
+// the long ones when any position exceeds original_max_position (tx reads
+// the positions for that: a device-to-host copy on the GPU).
+void rope_longrope(const at::Tensor& positions, at::Tensor& query,
+                   const std::optional<at::Tensor>& key, int64_t head_size,
+                   const at::Tensor& cos_sin_cache, int64_t original_max_position) {
+  const char* op = "tx::rope_longrope";
+  at::Tensor k = key && key->defined() ? *key : at::Tensor();
+  check_same_device(op, {&positions, &query, &k, &cos_sin_cache});
+  TORCH_CHECK(cos_sin_cache.dim() == 2, op, ": cos_sin_cache must be (rows, rotary_dim)");
+  call(op, [&] {
+    OnDevice on(query);
+    tx::ops::rope_longrope(view(positions, op, "positions"), view(query, op, "query"),
+                           k.defined() ? view(k, op, "key") : tx::Tensor(),
+                           view(cos_sin_cache, op, "cos_sin_cache"), head_size,
+                           original_max_position, cos_sin_cache.size(1));
+  });
+}
+void rope_longrope_meta(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&, int64_t,
+                        const at::Tensor&, int64_t) {}
+
 void rotary_embedding_meta(const at::Tensor&, at::Tensor&, const std::optional<at::Tensor>&,
                            int64_t, const at::Tensor&, bool) {}
 
@@ -360,6 +384,24 @@ at::Tensor rope_cache_yarn(int64_t rotary_dim, double base, double factor,
       });
 }
 
+at::Tensor rope_cache_longrope(int64_t rotary_dim, int64_t max_position, double base,
+                               at::ArrayRef<double> short_factor, at::ArrayRef<double> long_factor,
+                               int64_t original_max_position, std::optional<double> short_mscale,
+                               std::optional<double> long_mscale,
+                               std::optional<at::ScalarType> dtype,
+                               std::optional<c10::Device> device) {
+  return cache("tx::rope_cache_longrope", {original_max_position + max_position, rotary_dim},
+               dtype, device, [&](tx::DType t, tx::Device d) {
+                 tx::ops::LongRopeScaling s{
+                     .short_factor = std::vector<double>(short_factor.begin(), short_factor.end()),
+                     .long_factor = std::vector<double>(long_factor.begin(), long_factor.end()),
+                     .original_max_position = original_max_position,
+                     .short_mscale = short_mscale,
+                     .long_mscale = long_mscale};
+                 return tx::ops::rope_cache_longrope(rotary_dim, max_position, base, s, t, d);
+               });
+}
+
 // ------------------------------------------------------------------ cast
 
 at::Tensor cast(const at::Tensor& self, at::ScalarType dtype) {
@@ -402,6 +444,13 @@ TORCH_LIBRARY_FRAGMENT(tx, m) {
   m.def(
       "rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
       "Tensor cos_sin_cache, bool is_neox=True) -> ()");
+  m.def(
+      "rope_longrope(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, Tensor "
+      "cos_sin_cache, int original_max_position) -> ()");
+  m.def(
+      "rope_cache_longrope(int rotary_dim, int max_position, float base, float[] short_factor, "
+      "float[] long_factor, int original_max_position=4096, float? short_mscale=None, float? "
+      "long_mscale=None, *, ScalarType? dtype=None, Device? device=None) -> Tensor");
   m.def("cast(Tensor self, ScalarType dtype) -> Tensor");
   m.def(
       "alibi(int num_heads, int seq_len, *, ScalarType? dtype=None, Device? device=None) -> "
@@ -435,6 +484,7 @@ void register_device_kernels(torch::Library& m) {
   m.impl("dropout", &dropout);
   m.impl("matmul", &matmul);
   m.impl("rotary_embedding", &rotary_embedding);
+  m.impl("rope_longrope", &rope_longrope);
   m.impl("cast", &cast);
 }
 }  // namespace
@@ -452,6 +502,7 @@ TORCH_LIBRARY_IMPL(tx, Meta, m) {
   m.impl("dropout", &dropout_meta);
   m.impl("matmul", &matmul_meta);
   m.impl("rotary_embedding", &rotary_embedding_meta);
+  m.impl("rope_longrope", &rope_longrope_meta);
   m.impl("cast", &cast_meta);
 }
 // Factories have no tensor to dispatch on: one kernel for every device,
@@ -463,4 +514,5 @@ TORCH_LIBRARY_IMPL(tx, CompositeExplicitAutograd, m) {
   m.impl("rope_cache", &rope_cache);
   m.impl("rope_cache_llama31", &rope_cache_llama31);
   m.impl("rope_cache_yarn", &rope_cache_yarn);
+  m.impl("rope_cache_longrope", &rope_cache_longrope);
 }

@@ -43,6 +43,11 @@ struct AddRmsNormResult {
 AddRmsNormResult add_rms_norm(const Tensor& x, const Tensor& residual, const Tensor& weight,
                               double eps = 1e-6,
                               std::source_location loc = std::source_location::current());
+// The functional form into tensors the caller allocated (contiguous, x's
+// shape and dtype): out = the norm, residual_out = x + residual.
+void add_rms_norm_into(Tensor& out, Tensor& residual_out, const Tensor& x, const Tensor& residual,
+                       const Tensor& weight, double eps = 1e-6,
+                       std::source_location loc = std::source_location::current());
 // vLLM's in-place form: residual becomes x + residual, x becomes the output.
 void add_rms_norm_(Tensor& x, Tensor& residual, const Tensor& weight, double eps = 1e-6,
                    std::source_location loc = std::source_location::current());
