@@ -219,6 +219,15 @@ def test_out_and_inplace_forms(device, seed):
     d = a.clone()
     tx.exp_(d)
     assert torch.equal(d, tx.exp(a)), f"exp_ seed={seed}"
+    f32 = signed((80,), torch.float32, device)
+    g = a.clone()
+    tx.add_(g, f32)  # float16 += float32: computed in float32, stored in float16 (as add_)
+    assert torch.equal(g, tx.add(a, f32).half()), f"add_ promoted seed={seed}"
+    wide_out = torch.full((64, 80), float("nan"), device=device)
+    tx.add.out(a, b, out=wide_out)  # float16 result into a float32 out=, as PyTorch casts it
+    assert torch.equal(wide_out, want.float()), f"cast out= seed={seed}"
+    with pytest.raises(RuntimeError, match=r"tx::add_.*cannot be stored"):
+        tx.add_(torch.ones(3, dtype=torch.int32, device=device), torch.ones(3, device=device))
     e = a.clone()
     tx.clamp_(e, -0.5, 0.5)
     assert torch.equal(e, tx.clamp(a, -0.5, 0.5)), f"clamp_ seed={seed}"
@@ -246,9 +255,9 @@ def test_errors(device):
         tx.gelu(torch.ones(3, device=device), approximate="tanh")
     with pytest.raises(RuntimeError, match=r"tx::silu_and_mul.*must be even"):
         tx.silu_and_mul(torch.ones(3, 5, device=device))
-    with pytest.raises(RuntimeError, match=r"tx::add.*out has dtype"):
+    with pytest.raises(RuntimeError, match=r"tx::add.*cannot be stored in out's Int"):
         tx.add.out(torch.ones(3, device=device), torch.ones(3, device=device),
-                   out=torch.empty(3, dtype=torch.float16, device=device))
+                   out=torch.empty(3, dtype=torch.int32, device=device))
     with pytest.raises(RuntimeError, match=r"tx::softmax.*dim 2 is out of range"):
         tx.softmax(torch.ones(3, 4, device=device), 2)
     with pytest.raises(RuntimeError, match=r"tx::matmul.*2-D"):

@@ -221,24 +221,35 @@ void elementwise_boxed(const c10::OperatorHandle& handle, torch::jit::Stack* sta
   }
   Plan p = plan(*info, ins, nums, approximate);
   const char* op = p.qualified.c_str();
+  // Where the result's dtype is not the destination's but PyTorch would
+  // cast it there (f16.add_(f32), an f32 out= for f16 inputs), the result
+  // is computed in its own dtype and copied in, as PyTorch computes it.
+  at::Tensor cast_to;
   if (inplace) {
     out = ins[0];
-    TORCH_CHECK(p.out_dtype == out.scalar_type(), op, "_: the result type ", p.out_dtype,
+    TORCH_CHECK(at::canCast(p.out_dtype, out.scalar_type()), op, "_: the result type ", p.out_dtype,
                 " cannot be stored in self's ", out.scalar_type());
     TORCH_CHECK(out.sym_sizes() == c10::SymIntArrayRef(p.shape), op,
                 "_: the result's shape differs from self's (in-place ops cannot broadcast self)");
   } else if (out_form) {
-    prepare_out(op, out, p.shape, p.out_dtype);
+    TORCH_CHECK(at::canCast(p.out_dtype, out.scalar_type()), op, ": the result type ", p.out_dtype,
+                " cannot be stored in out's ", out.scalar_type());
+    prepare_out(op, out, p.shape, out.scalar_type());
   } else {
+    out = at::empty_symint(p.shape, p.inputs[0].options().dtype(p.out_dtype).device(p.device));
+  }
+  if ((inplace || out_form) && out.scalar_type() != p.out_dtype) {
+    cast_to = out;
     out = at::empty_symint(p.shape, p.inputs[0].options().dtype(p.out_dtype).device(p.device));
   }
   if (p.device.type() != c10::DeviceType::Meta) {
     // Memory checks (not on Meta: they need concrete sizes). An out that
     // overlaps an input other than exactly (in place) would be read after
     // it is written.
-    if (inplace || out_form) at::assert_no_internal_overlap(out);
+    const at::Tensor& dest = cast_to.defined() ? cast_to : out;
+    if (inplace || out_form) at::assert_no_internal_overlap(dest);
     if (out_form)
-      for (const at::Tensor& x : ins) at::assert_no_partial_overlap(out, x);
+      for (const at::Tensor& x : ins) at::assert_no_partial_overlap(dest, x);
     call(op, [&] {
       OnDevice on(p.device);
       std::vector<tx::Tensor> tins;
@@ -249,6 +260,7 @@ void elementwise_boxed(const c10::OperatorHandle& handle, torch::jit::Stack* sta
         tx::ops::run(info->name, tins, to, p.params);
       });
     });
+    if (cast_to.defined()) cast_to.copy_(out);
   }
   torch::jit::drop(*stack, nargs);
   if (!out_form && !inplace) torch::jit::push(*stack, out);

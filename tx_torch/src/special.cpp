@@ -390,8 +390,8 @@ at::Tensor rope_cache_longrope(int64_t rotary_dim, int64_t max_position, double 
                                std::optional<double> long_mscale,
                                std::optional<at::ScalarType> dtype,
                                std::optional<c10::Device> device) {
-  return cache("tx::rope_cache_longrope", {original_max_position + max_position, rotary_dim},
-               dtype, device, [&](tx::DType t, tx::Device d) {
+  return cache("tx::rope_cache_longrope", {original_max_position + max_position, rotary_dim}, dtype,
+               device, [&](tx::DType t, tx::Device d) {
                  tx::ops::LongRopeScaling s{
                      .short_factor = std::vector<double>(short_factor.begin(), short_factor.end()),
                      .long_factor = std::vector<double>(long_factor.begin(), long_factor.end()),
