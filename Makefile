@@ -42,7 +42,7 @@ build: configure
 # packages are not fetched either.
 notebook-kernel: build
 	@if [ "$${TX_NOTEBOOKS:-1}" = 0 ]; then :; \
-	elif ! why=$$($(BUILD)/tx-repl --check 2>&1); then \
+	elif [ ! -x $(BUILD)/tx-kernel ] && ! why=$$($(BUILD)/tx-repl --check 2>&1); then \
 	  echo "make: no Jupyter kernel: $$why; the notebook test will say skipped"; \
 	else notebooks/install_kernel.sh --minimal --build $(BUILD) || \
 	  echo "make: the Jupyter kernel was not installed (see above); the notebook test will say skipped"; fi

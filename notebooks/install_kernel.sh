@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the tx Jupyter kernel, "C++20 (tx)": the Python packages it needs
-# (jupyter, nbclient, nbconvert, ipykernel) and a user-level kernelspec that
-# runs notebooks/kernel/tx_kernel.py on the tx-repl launcher of a tx build
-# or install.
+# (jupyter, nbclient, nbconvert, ipykernel) and a user-level kernelspec. The
+# kernel is tx-kernel (notebooks/xeus: xeus, clang's interpreter in process)
+# where the build has it; elsewhere the fallback, notebooks/kernel/tx_kernel.py
+# driving clang-repl through the tx-repl launcher.
 #
 #   notebooks/install_kernel.sh [--build DIR | --tx-repl PATH] [--name NAME]
 #                               [--minimal] [--no-pip] [--sys-prefix]
 #
 #   --build DIR      the tx build tree (default: build/ of this source tree)
+#   --fallback       install the clang-repl kernel even where tx-kernel is built
 #   --tx-repl PATH   a tx-repl launcher (e.g. <prefix>/bin/tx-repl of an install)
 #   --name NAME      the kernelspec's name (default: tx)
 #   --minimal        only what running notebooks headless needs (nbclient,
@@ -28,6 +30,7 @@ build="$src/build"
 tx_repl=""
 name=tx
 minimal=0
+fallback=0
 pip=1
 where=--user
 while [ $# -gt 0 ]; do
@@ -36,6 +39,7 @@ while [ $# -gt 0 ]; do
     --tx-repl) tx_repl=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --minimal) minimal=1; shift ;;
+    --fallback) fallback=1; shift ;;
     --no-pip) pip=0; shift ;;
     --sys-prefix) where=--sys-prefix; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -89,12 +93,24 @@ python=$("$python" -c "import sys; print(sys.executable)")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 cp "$here/kernel/tx_kernel.py" "$stage/"
-"$python" - "$stage" "$name" "$where" "$python" "$tx_repl" <<'PY'
+tx_kernel=""
+if [ $fallback = 0 ] && [ -x "$build/tx-kernel" ] && "$build/tx-kernel" --check >/dev/null 2>&1; then
+  tx_kernel=$(readlink -f "$build/tx-kernel")
+fi
+"$python" - "$stage" "$name" "$where" "$python" "$tx_repl" "$tx_kernel" <<'PY'
 import json, os, sys
 from jupyter_client.kernelspec import KernelSpecManager
 
-stage, name, where, python, tx_repl = sys.argv[1:]
+stage, name, where, python, tx_repl, tx_kernel = sys.argv[1:]
 def spec(kernel_py):
+    if tx_kernel:
+        return {
+            "argv": [tx_kernel, "-f", "{connection_file}"],
+            "display_name": "C++20 (tx)",
+            "language": "c++",
+            "interrupt_mode": "signal",
+            "metadata": {"tx": {"tx_kernel": tx_kernel}},
+        }
     return {
         "argv": [python, kernel_py, "-f", "{connection_file}"],
         "display_name": "C++20 (tx)",
@@ -113,7 +129,11 @@ with open(os.path.join(dest, "kernel.json"), "w") as f:
     json.dump(spec(os.path.join(dest, "tx_kernel.py")), f, indent=1)
 print("install_kernel.sh: kernelspec '%s' in %s" % (name, dest))
 PY
-echo "install_kernel.sh: the kernel runs $tx_repl; Python: $python"
+if [ -n "$tx_kernel" ]; then
+  echo "install_kernel.sh: the kernel is $tx_kernel (xeus, in-process clang interpreter); Python: $python"
+else
+  echo "install_kernel.sh: the kernel runs $tx_repl (clang-repl; tx-kernel is not built); Python: $python"
+fi
 if [ $minimal = 0 ]; then
   echo "install_kernel.sh: open the notebooks with:  $python -m jupyter lab $src/samples/notebooks"
 fi

@@ -2,9 +2,10 @@
 # Installs what tx needs to build and test, and nothing that is already
 # there. Required: a C++20 compiler, CMake >= 3.25, Ninja, Boost (Hana),
 # doctest, the CUDA toolkit headers and NVRTC. Optional: LLVM >= 16 for the
-# host JIT (skipped with TX_HOST_JIT=OFF); clang-repl and python3-venv for
-# the notebooks (skipped with TX_NOTEBOOKS=0; the Jupyter packages come from
-# pip, in notebooks/install_kernel.sh); with TX_FUZZ=1, clang and its
+# host JIT (skipped with TX_HOST_JIT=OFF); for the notebooks (skipped with
+# TX_NOTEBOOKS=0) xeus and clang's interpreter library (the Jupyter kernel
+# tx-kernel), clang-repl (the fallback kernel and tx-repl) and python3-venv
+# (the Jupyter packages come from pip, in notebooks/install_kernel.sh); with TX_FUZZ=1, clang and its
 # libFuzzer runtime for the fuzzer; with TX_TORCH=1, PyTorch (from PyPI, in
 # a virtual environment) for the tx_torch extension and its tests.
 #
@@ -31,6 +32,10 @@ if [ "${TX_HOST_JIT:-AUTO}" != "OFF" ]; then
 fi
 if [ "${TX_NOTEBOOKS:-1}" != "0" ]; then
   command -v clang-repl-19 >/dev/null || optional+=(clang-tools-19)
+  # tx-kernel (notebooks/xeus): xeus 2.4 and libclang-cpp 19 with its headers.
+  have_header xeus/xinterpreter.hpp || optional+=(xeus-dev)
+  [ -e /usr/lib/llvm-19/include/clang/Interpreter/Interpreter.h ] || optional+=(libclang-19-dev)
+  [ -e /usr/lib/llvm-19/lib/libclang-cpp.so ] || optional+=(libclang-cpp19-dev)
   # install_kernel.sh makes a virtual environment on externally managed Pythons.
   if command -v python3 >/dev/null && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     optional+=(python3-venv)

@@ -259,6 +259,12 @@ class TxKernel(Kernel):
             ).stdout.strip()
             self.repl = Repl(self.tx_repl, self.cwd, self.debug)
             _, err = self.repl.start(lib)
+            # tx::display (<tx/display.hpp>) where the build has it: without a
+            # front end for rich output it prints each bundle's text/plain.
+            display = os.path.join(os.path.dirname(lib), "libtx_display.so")
+            if os.path.exists(display):
+                _, more = self.repl.run(["%lib " + display])
+                err += more
             if re.search(r"^error:", err, re.M):
                 self.start_error = "starting clang-repl:\n" + err
         except (OSError, subprocess.CalledProcessError) as e:

@@ -47,5 +47,16 @@ if [ -z "$python" ]; then
 fi
 
 export TX_CACHE_DIR="${TX_CACHE_DIR:-$build/test-cache}"
+# The samples' notebooks on tx-kernel (the xeus kernel) where it is built;
+# the fallback kernel (clang-repl) runs its own recovery notebook, and the
+# samples too where there is no tx-kernel.
+if [ -x "$build/tx-kernel" ]; then
+  "$python" "$here/run_notebooks.py" --tx-kernel "$build/tx-kernel" "$src"/samples/notebooks/*.ipynb
+  if "$build/tx-repl" --check >/dev/null 2>&1; then
+    exec "$python" "$here/run_notebooks.py" --tx-repl "$build/tx-repl" "$here/kernel_recovery.ipynb"
+  fi
+  echo "note: the fallback kernel's recovery notebook not run: $("$build/tx-repl" --check 2>&1)"
+  exit 0
+fi
 exec "$python" "$here/run_notebooks.py" --tx-repl "$build/tx-repl" \
   "$src"/samples/notebooks/*.ipynb "$here/kernel_recovery.ipynb"

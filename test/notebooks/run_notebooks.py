@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
 """Executes notebooks headless on the tx Jupyter kernel and checks them.
 
-    run_notebooks.py --tx-repl BUILD/tx-repl [--save-dir DIR] NOTEBOOK...
+    run_notebooks.py (--tx-kernel BUILD/tx-kernel | --tx-repl BUILD/tx-repl)
+                     [--save-dir DIR] NOTEBOOK...
 
-The kernel is notebooks/kernel/tx_kernel.py of this source tree, run through
-a kernelspec made for this run in a temporary JUPYTER_PATH (a kernelspec the
-user installed is neither needed nor used). Each notebook runs in its own
+The kernel is tx-kernel (notebooks/xeus) of the build, or the fallback,
+notebooks/kernel/tx_kernel.py of this source tree on the build's tx-repl; it
+runs through a kernelspec made for this run in a temporary JUPYTER_PATH (a
+kernelspec the user installed is neither needed nor used). Each notebook runs in its own
 folder with nbclient. A code cell
 
   * fails the test if it raises an error, unless it is tagged
     "raises-exception" -- then it must raise one;
   * must show, in its outputs (streams, results and error tracebacks), every
     string in its metadata "tx": {"expect": [...]} list, and none in its
-    "tx": {"expect_not": [...]} list.
+    "tx": {"expect_not": [...]} list; on tx-kernel also every string of
+    "tx": {"expect_rich": [...]} (rich output, shown in the text as
+    "[text/html] ...", "[image/svg+xml] ...", "[image/png]"; the fallback
+    kernel prints tx::display's text/plain instead).
 
 Exit: 0 pass, 1 fail, 77 skipped (Jupyter or clang-repl-19 missing; the
 reason is printed).
@@ -47,16 +52,31 @@ def cell_text(cell):
     for out in cell.get("outputs", []):
         kind = out.get("output_type")
         if kind == "stream":
-            parts.append(out.get("text", ""))
+            # a stream may come in pieces (tx-kernel sends output as it is
+            # written): the pieces join without a separator
+            text = out.get("text", "")
+            text = text if isinstance(text, str) else "".join(text)
+            if parts and parts[-1].startswith("\0stream"):
+                parts[-1] += text
+            else:
+                parts.append("\0stream" + text)
         elif kind in ("execute_result", "display_data"):
-            parts.append(out.get("data", {}).get("text/plain", ""))
+            data = out.get("data", {})
+            parts.append(data.get("text/plain", ""))
+            # the rich parts, so that expectations can name them
+            for mime in ("text/html", "image/svg+xml"):
+                if mime in data:
+                    parts.append("[%s] %s" % (mime, data[mime] if isinstance(data[mime], str) else "".join(data[mime])))
+            if "image/png" in data:
+                parts.append("[image/png]")
         elif kind == "error":
             parts.append("%s: %s" % (out.get("ename", ""), out.get("evalue", "")))
             parts.extend(out.get("traceback", []))
+    parts = [p[len("\0stream"):] if p.startswith("\0stream") else p for p in parts]
     return "\n".join(p if isinstance(p, str) else "".join(p) for p in parts)
 
 
-def check_notebook(nb, name):
+def check_notebook(nb, name, rich):
     """Returns (problems, number of expectations checked)."""
     problems, checked = [], 0
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
@@ -81,7 +101,7 @@ def check_notebook(nb, name):
         text = cell_text(cell)
         shown = text if len(text) < 3000 else text[:1500] + "\n...\n" + text[-1500:]
         tx = cell.get("metadata", {}).get("tx", {})
-        for want in tx.get("expect", []):
+        for want in tx.get("expect", []) + (tx.get("expect_rich", []) if rich else []):
             checked += 1
             if want not in text:
                 problems.append("%s: expected output missing: %r\n      output was:\n%s" % (where, want, shown))
@@ -96,7 +116,8 @@ def check_notebook(nb, name):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tx-repl", required=True, help="the tx-repl launcher of the build to test")
+    ap.add_argument("--tx-repl", help="the tx-repl launcher of the build to test (the fallback kernel)")
+    ap.add_argument("--tx-kernel", help="tx-kernel of the build to test (the xeus kernel)")
     ap.add_argument("--save-dir", help="write the executed notebooks here")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     ap.add_argument("notebooks", nargs="+")
@@ -111,13 +132,22 @@ def main():
         skip("Jupyter is not installed for %s (%s): run notebooks/install_kernel.sh" % (sys.executable, e))
     import nbformat
 
-    tx_repl = os.path.abspath(args.tx_repl)
-    if not os.access(tx_repl, os.X_OK):
-        print("FAIL: %s is missing (cmake/install.cmake generates it)" % tx_repl)
+    if bool(args.tx_repl) == bool(args.tx_kernel):
+        ap.error("give one of --tx-kernel and --tx-repl")
+    tool = os.path.abspath(args.tx_kernel or args.tx_repl)
+    if not os.access(tool, os.X_OK):
+        print("FAIL: %s is missing" % tool)
         return 1
-    check = subprocess.run([tx_repl, "--check"], capture_output=True, text=True)
+    check = subprocess.run([tool, "--check"], capture_output=True, text=True)
     if check.returncode != 0:
         skip((check.stdout + check.stderr).strip())
+    if args.tx_kernel:
+        spec = {"argv": [tool, "-f", "{connection_file}"], "display_name": "C++20 (tx-kernel, test)",
+                "language": "c++", "interrupt_mode": "signal"}
+    else:
+        spec = {"argv": [sys.executable, KERNEL_PY, "-f", "{connection_file}"],
+                "display_name": "C++20 (tx, test)", "language": "c++", "env": {"TX_REPL": tool}}
+    print("kernel: " + " ".join(spec["argv"][:2]))
 
     # A kernelspec for this source tree and build, seen only by this run.
     jupyter_dir = tempfile.mkdtemp(prefix="tx-notebooks-")
@@ -125,15 +155,7 @@ def main():
         spec_dir = os.path.join(jupyter_dir, "kernels", KERNEL_NAME)
         os.makedirs(spec_dir)
         with open(os.path.join(spec_dir, "kernel.json"), "w") as f:
-            json.dump(
-                {
-                    "argv": [sys.executable, KERNEL_PY, "-f", "{connection_file}"],
-                    "display_name": "C++20 (tx, test)",
-                    "language": "c++",
-                    "env": {"TX_REPL": tx_repl},
-                },
-                f,
-            )
+            json.dump(spec, f)
         os.environ["JUPYTER_PATH"] = jupyter_dir + os.pathsep + os.environ.get("JUPYTER_PATH", "")
         os.environ.setdefault("JUPYTER_PLATFORM_DIRS", "1")
 
@@ -162,7 +184,7 @@ def main():
             if args.save_dir:
                 os.makedirs(args.save_dir, exist_ok=True)
                 nbformat.write(nb, os.path.join(args.save_dir, os.path.basename(path)))
-            problems, checked = check_notebook(nb, name)
+            problems, checked = check_notebook(nb, name, rich=bool(args.tx_kernel))
             cells = sum(1 for c in nb.cells if c.cell_type == "code")
             if problems:
                 failed += 1

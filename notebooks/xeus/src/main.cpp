@@ -42,17 +42,21 @@ tx_kernel::KernelConfig make_config(const std::string& cell_dir) {
   return c;
 }
 
-// The cells' files live in a folder of their own, removed at exit.
+// The cells' files live in a folder of their own, removed at exit. Its last
+// part is "notebook": tx names source lines by the last two parts of the
+// path, "notebook/cell[3]:12".
 struct CellDir {
-  std::string path;
+  std::string root, path;
   CellDir() {
     std::string t = (std::filesystem::temp_directory_path() / "tx-kernel-XXXXXX").string();
     if (!mkdtemp(t.data())) throw std::runtime_error("tx-kernel: cannot create " + t);
-    path = t;
+    root = t;
+    path = t + "/notebook";
+    std::filesystem::create_directory(path);
   }
   ~CellDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+    std::filesystem::remove_all(root, ec);
   }
 };
 
