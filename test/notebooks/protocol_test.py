@@ -211,6 +211,14 @@ hk(wrong);""")
         reply, msgs = k.execute('std::cout << "after the crash: kept = " << kept << std::endl;')
         check(reply["status"] == "ok" and "after the crash: kept = 41" in text_of(msgs), "the session goes on after the crash", text_of(msgs))
 
+        # a failed redefinition: clang 19 forgets the good definition with the bad one;
+        # the kernel notices the name it calls undeclared and restarts
+        reply, _ = k.execute("int answer() { return 42; }")
+        reply, msgs = k.execute("int answer() { return 43; }")
+        check(reply["status"] == "error" and "redefinition of 'answer'" in text_of(msgs), "redefinition: a C++ error", text_of(msgs))
+        reply, msgs = k.execute('std::cout << "answer() = " << answer() << std::endl;')
+        check(reply["status"] == "ok" and "answer() = 42" in text_of(msgs), "after a failed redefinition, the first definition is there", text_of(msgs))
+
         # a C++ error that poisons the JIT (a failed instantiation inside a kernel's
         # lambda, before any other kernel of that shape was built), then a cell that
         # needs what it left without code

@@ -30,6 +30,27 @@ int code_points(const std::string& s, std::size_t bytes) {
 
 bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
+// The names clang reports as undeclared ("use of undeclared identifier 'x'").
+std::vector<std::string> undeclared_names(const std::string& diagnostics) {
+  std::vector<std::string> names;
+  const std::string key = "use of undeclared identifier '";
+  for (std::size_t at = diagnostics.find(key); at != std::string::npos;
+       at = diagnostics.find(key, at + 1)) {
+    std::size_t b = at + key.size(), e = diagnostics.find('\'', b);
+    if (e != std::string::npos) names.push_back(diagnostics.substr(b, e - b));
+  }
+  return names;
+}
+
+bool mentions(const std::string& code, const std::string& name) {
+  for (std::size_t at = code.find(name); at != std::string::npos; at = code.find(name, at + 1)) {
+    bool left = at == 0 || !ident_char(code[at - 1]);
+    bool right = at + name.size() >= code.size() || !ident_char(code[at + name.size()]);
+    if (left && right) return true;
+  }
+  return false;
+}
+
 nl::json lines_of(const std::string& text) {
   nl::json out = nl::json::array();
   std::istringstream in(text);
@@ -135,6 +156,13 @@ std::string TxInterpreter::restart_and_replay(bool leak_old) {
          (failures.empty() ? std::string() : ";\n" + failures);
 }
 
+bool TxInterpreter::lost_declaration(const std::string& diagnostics) const {
+  for (const std::string& n : undeclared_names(diagnostics))
+    for (const Cell& c : succeeded_)
+      if (mentions(c.code, n)) return true;
+  return false;
+}
+
 nl::json TxInterpreter::execute_request_impl(int execution_counter, const std::string& code,
                                              bool silent, bool /*store_history*/,
                                              nl::json /*user_expressions*/, bool /*allow_stdin*/) {
@@ -166,6 +194,19 @@ nl::json TxInterpreter::execute_request_impl(int execution_counter, const std::s
                      "tx-kernel: this cell could not be linked (%s): an earlier failed cell "
                      "left the JIT without code it needs;\n",
                      r.message.c_str());
+        std::fprintf(stderr, "tx-kernel: %s; running this cell again\n",
+                     restart_and_replay(false).c_str());
+        std::fflush(stderr);
+        r = session_->run(name, body);
+      } else if (r.outcome == Outcome::compile_error && failed_since_restart_ &&
+                 lost_declaration(r.detail)) {
+        // clang 19 undoes a failed input by removing the names it declared
+        // from the lookup tables -- a failed redefinition of `f` takes the
+        // good `f` with it. A name an earlier good cell declared and clang
+        // now calls undeclared: a new session has it again.
+        std::fprintf(stderr,
+                     "tx-kernel: this cell uses a name an earlier cell declared, which a failed "
+                     "cell made clang forget;\n");
         std::fprintf(stderr, "tx-kernel: %s; running this cell again\n",
                      restart_and_replay(false).c_str());
         std::fflush(stderr);

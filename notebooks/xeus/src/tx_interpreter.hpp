@@ -47,6 +47,9 @@ class TxInterpreter : public xeus::xinterpreter {
   // Runs the cell's leading %-lines (%lib PATH); returns the rest, or sets
   // `error` to what went wrong.
   std::string run_magics(const std::string& code, std::string* error);
+  // The diagnostics call a name undeclared that a cell which succeeded
+  // mentions (see execute_request_impl).
+  bool lost_declaration(const std::string& diagnostics) const;
 
   KernelConfig config_;
   std::unique_ptr<Session> session_;
