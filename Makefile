@@ -6,7 +6,8 @@
 #   make fuzz       the three fuzzers (clang + libFuzzer): tile programs for FUZZ_SECONDS,
 #                   invalid programs and builder call sequences for 60 s each
 # Switches: TX_HOST_JIT=OFF (no LLVM), TX_NOTEBOOKS=0 (no clang-repl / Jupyter),
-# TX_TORCH=1 (install PyTorch and build the tx_torch extension; 0: never).
+# TX_TORCH=1 (install PyTorch and build the tx_torch extension; 0: never),
+# TX_XEUS=1 (tx-kernel, the xeus Jupyter kernel, must build; 0: never).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 FUZZ_SECONDS ?= 240
@@ -16,6 +17,12 @@ CMAKE_FLAGS += -DTX_HOST_JIT=$(TX_HOST_JIT)
 endif
 # TX_TORCH=1: set-up installs PyTorch (a virtual environment) and tx_torch
 # must build; TX_TORCH=0: no extension; unset: built where torch is found.
+# TX_XEUS=1: tx-kernel (the xeus Jupyter kernel) must build; 0: not built.
+ifeq ($(TX_XEUS),1)
+CMAKE_FLAGS += -DTX_XEUS=ON
+else ifeq ($(TX_XEUS),0)
+CMAKE_FLAGS += -DTX_XEUS=OFF
+endif
 ifeq ($(TX_TORCH),1)
 CMAKE_FLAGS += -DTX_TORCH=ON
 else ifeq ($(TX_TORCH),0)
