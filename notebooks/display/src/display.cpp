@@ -19,8 +19,8 @@ std::mutex g_sink_mutex;
 Sink g_sink;
 
 void print_text(const MimeBundle& b) {
-  auto it = b.find("text/plain");
-  if (it == b.end()) return;
+  auto it = b.data.find("text/plain");
+  if (it == b.data.end()) return;
   std::cout << it->second;
   if (!it->second.empty() && it->second.back() != '\n') std::cout << '\n';
   std::cout.flush();
@@ -309,9 +309,9 @@ MimeBundle func_bundle(const PrimFunc& func) {
   std::ostringstream text;
   text << func;
   MimeBundle b;
-  b["text/plain"] = text.str();
-  b["text/html"] = "<div><b>" + escape_html(func->name) + "</b>, the kernel as written" +
-                   pre(highlight_html(text.str(), Language::tirx)) + "</div>";
+  b.data["text/plain"] = text.str();
+  b.data["text/html"] = "<div><b>" + escape_html(func->name) + "</b>, the kernel as written" +
+                        pre(highlight_html(text.str(), Language::tirx)) + "</div>";
   return b;
 }
 
@@ -354,8 +354,8 @@ MimeBundle kernel_bundle(const Kernel& kernel) {
        "</details>";
   h += "</div>";
   MimeBundle b;
-  b["text/plain"] = text.str();
-  b["text/html"] = h;
+  b.data["text/plain"] = text.str();
+  b.data["text/html"] = h;
   return b;
 }
 
@@ -375,9 +375,9 @@ MimeBundle image_bundle(const Image& image, SourceLoc loc) {
   if (!f) fail("tx::display", "image", loc, "cannot read '" + image.path + "'");
   std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   MimeBundle b;
-  b[mime] = mime == "image/svg+xml" ? bytes : base64(bytes);
-  b["text/plain"] = "<image " + image.path + ", " + std::to_string(bytes.size()) + " bytes>";
-  if (image.width > 0) b["#width"] = std::to_string(image.width);  // metadata, see the sink
+  b.data[mime] = mime == "image/svg+xml" ? bytes : base64(bytes);
+  b.data["text/plain"] = "<image " + image.path + ", " + std::to_string(bytes.size()) + " bytes>";
+  b.image_width = std::max(image.width, 0);
   return b;
 }
 
@@ -430,8 +430,8 @@ MimeBundle table_bundle(const Table& table, SourceLoc loc) {
   }
   h += "</tbody></table>";
   MimeBundle b;
-  b["text/plain"] = text.str();
-  b["text/html"] = h;
+  b.data["text/plain"] = text.str();
+  b.data["text/html"] = h;
   return b;
 }
 
@@ -491,8 +491,8 @@ MimeBundle chart_bundle(const BarChart& chart, SourceLoc loc) {
   }
   svg << "</svg>";
   MimeBundle b;
-  b["image/svg+xml"] = svg.str();
-  b["text/plain"] = text.str();
+  b.data["image/svg+xml"] = svg.str();
+  b.data["text/plain"] = text.str();
   return b;
 }
 
@@ -517,8 +517,8 @@ void display(const BarChart& chart, SourceLoc loc) {
 }
 void display(const Html& html, SourceLoc) {
   display_api::MimeBundle b;
-  b["text/html"] = html.html;
-  b["text/plain"] = html.text.empty() ? html.html : html.text;
+  b.data["text/html"] = html.html;
+  b.data["text/plain"] = html.text.empty() ? html.html : html.text;
   display_api::show(b);
 }
 

@@ -85,14 +85,10 @@ void TxInterpreter::configure_impl() {
   }
   tx::display_api::set_sink([this](const tx::display_api::MimeBundle& bundle) {
     nl::json data = nl::json::object(), metadata = nl::json::object();
-    for (const auto& [mime, content] : bundle) {
-      if (mime == "#width") continue;
-      data[mime] = content;
-    }
-    auto w = bundle.find("#width");
-    if (w != bundle.end())
+    for (const auto& [mime, content] : bundle.data) data[mime] = content;
+    if (bundle.image_width > 0)
       for (const char* m : {"image/png", "image/jpeg", "image/gif", "image/svg+xml"})
-        if (data.contains(m)) metadata[m] = {{"width", std::stoi(w->second)}};
+        if (data.contains(m)) metadata[m] = {{"width", bundle.image_width}};
     std::lock_guard<std::mutex> lock(publish_mutex_);
     if (publishing_) display_data(std::move(data), std::move(metadata), nl::json::object());
   });

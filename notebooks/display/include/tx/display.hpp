@@ -30,17 +30,17 @@ struct Image {
 };
 
 struct Table {
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> header{};
+  std::vector<std::vector<std::string>> rows{};
   std::string caption{};
 };
 
 // Grouped horizontal bars: values[s][l] is series s at label l.
 struct BarChart {
-  std::string title;
-  std::vector<std::string> labels;
-  std::vector<std::string> series;
-  std::vector<std::vector<double>> values;
+  std::string title{};
+  std::vector<std::string> labels{};
+  std::vector<std::string> series{};
+  std::vector<std::vector<double>> values{};
   std::string unit{};
 };
 
@@ -61,9 +61,14 @@ void display(const Html& html, SourceLoc loc = std::source_location::current());
 
 namespace display_api {
 
-// MIME type -> content. Binary content (image/png, image/jpeg, image/gif) is
-// base64, as Jupyter's messages carry it.
-using MimeBundle = std::map<std::string, std::string>;
+// What one display_data message carries.
+struct MimeBundle {
+  // MIME type -> content. Binary content (image/png, image/jpeg, image/gif)
+  // is base64, as Jupyter's messages carry it.
+  std::map<std::string, std::string> data;
+  // Metadata: the display width of the image parts in pixels; 0: as stored.
+  int image_width = 0;
+};
 using Sink = std::function<void(const MimeBundle&)>;
 
 // Where bundles go; an empty sink restores the default (text/plain to stdout).
