@@ -310,6 +310,15 @@ def test_dropout(device, seed):
     torch.manual_seed(seed)
     assert torch.equal(tx.dropout(x, 0.3, True), y), "torch.manual_seed does not reproduce"
     assert torch.equal(tx.dropout(x, 0.3, False), x)
+    # After a PyTorch op that leaves the generator's offset at 4 mod 8 (tx
+    # rounds it up to a multiple of 8): still reproducible, still a new mask.
+    torch.manual_seed(seed)
+    torch.nn.functional.dropout(x[:1, :5], 0.5, True)
+    y3 = tx.dropout(x, 0.3, True)
+    torch.manual_seed(seed)
+    torch.nn.functional.dropout(x[:1, :5], 0.5, True)
+    assert torch.equal(tx.dropout(x, 0.3, True), y3), "not reproducible after a torch op"
+    assert abs((y3 != 0).float().mean().item() - 0.7) < 0.01
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
