@@ -270,7 +270,7 @@ TEST_CASE(
                        doctest::Contains("needs whole warps"), Error);
 }
 
-TEST_CASE("a tile's local() view writes the thread's own registers; only register tiles have one") {
+TEST_CASE("a tile's local() view writes the thread's own registers, only register tiles have one") {
   PrimFunc f = T::prim_func("partials", [&](Handle A_ptr, Handle B_ptr) {
     auto A = T::match_buffer(A_ptr, {128}, f32);
     auto B = T::match_buffer(B_ptr, {1}, f32);

@@ -82,7 +82,7 @@ TEST_CASE("highlighting escapes the code and marks its tokens") {
   CHECK(t.find(">#\u0020a comment</span>") != std::string::npos);
 }
 
-TEST_CASE("a table: aligned text, escaped HTML, numbers to the right; a bad row names the line") {
+TEST_CASE("a table: aligned text, escaped HTML, numbers to the right, a bad row naming the line") {
   api::MimeBundle b = api::table_bundle(
       {.header = {"op", "GB/s"}, .rows = {{"gelu", "4190.5"}, {"a<b", "x"}}, .caption = "f16"});
   CHECK(b.data.at("text/plain") == "f16\nop    GB/s  \ngelu  4190.5\na<b   x     \n");
@@ -102,7 +102,7 @@ TEST_CASE("a table: aligned text, escaped HTML, numbers to the right; a bad row 
   }
 }
 
-TEST_CASE("a bar chart: an SVG with every label and value; bad values are errors") {
+TEST_CASE("a bar chart: an SVG with every label and value, bad values as errors") {
   std::uniform_real_distribution<double> d(1, 1000);
   double a = d(rng()), b = d(rng()), c = d(rng()), e = d(rng());
   api::MimeBundle m = api::chart_bundle({.title = "GB/s & more",
@@ -173,7 +173,7 @@ TEST_CASE("a kernel: launch, dispatch decisions with their lines, IR and CUDA") 
   CHECK_THROWS_AS(display(Kernel{}), Error);
 }
 
-TEST_CASE("the sink: bundles go where it says; without one, text/plain to stdout") {
+TEST_CASE("the sink: bundles go where it says, without one text/plain to stdout") {
   std::vector<api::MimeBundle> seen;
   api::set_sink([&](const api::MimeBundle& b) { seen.push_back(b); });
   display(Html{.html = "<i>hi</i>", .text = "hi"});

@@ -26,7 +26,7 @@ int count(const std::string& s, const std::string& re) {
 
 }  // namespace
 
-TEST_CASE("rope: 128-bit accesses to q, k and the cache; one kernel for every T") {
+TEST_CASE("rope: 128-bit accesses to q, k and the cache, one kernel for every T") {
   const Device h = Device::host();
   for (DType t : {bf16, f16, f32})
     for (bool neox : {true, false})

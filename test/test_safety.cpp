@@ -278,7 +278,7 @@ HOST_CASE("a 100,000-term expression compiles and runs, in time linear in its si
   CHECK(t_big < 30 * t_small);  // linear (10x) with room for noise, not quadratic (100x)
 }
 
-TEST_CASE("a deep expression is split where it is built; using it after a write is refused") {
+TEST_CASE("a deep expression is split where it is built, using it after a write is refused") {
   int line = 0;
   expect_error(
       [&] {
