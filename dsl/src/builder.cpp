@@ -775,7 +775,106 @@ void wait_group(int pending, Loc loc) {
              " outside [0, 7] (cp.async.wait_group takes an immediate)");
   detail::emit(make_evaluate(make_call(Intrinsic::cp_async_wait, {Expr(pending)}, loc), loc));
 }
+
+namespace {
+void emit_ptx(const char* op, Intrinsic i, std::vector<Expr> args, SourceLoc loc) {
+  state(op, loc);
+  detail::set_current_loc(loc);
+  detail::emit(make_evaluate(make_call(i, std::move(args), loc), loc));
+}
+}  // namespace
+
+void mbarrier_init(Value bar, Value count, Loc loc) {
+  emit_ptx("T.cuda.mbarrier_init", Intrinsic::mbarrier_init, {bar.value, count.value}, loc);
+}
+void mbarrier_arrive(Value bar, Loc loc) {
+  emit_ptx("T.cuda.mbarrier_arrive", Intrinsic::mbarrier_arrive, {bar.value}, loc);
+}
+void mbarrier_expect_tx(Value bar, Value bytes, Loc loc) {
+  emit_ptx("T.cuda.mbarrier_expect_tx", Intrinsic::mbarrier_expect_tx, {bar.value, bytes.value},
+           loc);
+}
+void mbarrier_wait(Value bar, Value parity, Loc loc) {
+  emit_ptx("T.cuda.mbarrier_wait", Intrinsic::mbarrier_wait, {bar.value, parity.value}, loc);
+}
+void fence_barrier_init(Loc loc) {
+  emit_ptx("T.cuda.fence_barrier_init", Intrinsic::fence_barrier_init, {}, loc);
+}
+void fence_proxy_async(Loc loc) {
+  emit_ptx("T.cuda.fence_proxy_async", Intrinsic::fence_proxy_async, {}, loc);
+}
+void wgmma_fence(Loc loc) { emit_ptx("T.cuda.wgmma_fence", Intrinsic::wgmma_fence, {}, loc); }
+void wgmma_commit(Loc loc) { emit_ptx("T.cuda.wgmma_commit", Intrinsic::wgmma_commit, {}, loc); }
+void wgmma_wait(int pending, Loc loc) {
+  emit_ptx("T.cuda.wgmma_wait", Intrinsic::wgmma_wait, {Expr(pending)}, loc);
+}
+void wgmma_wait(int pending, const TileBuffer& acc, Loc loc) {
+  wgmma_wait(pending, loc);
+  if (!acc.get()) detail::fail_undefined_buffer("T.cuda.wgmma_wait", loc);
+  if (acc->scope != MemScope::local || acc->dtype != f32)
+    fail("T.cuda.wgmma_wait", acc->name, loc, "the accumulator is an f32 register tile");
+  TileBuffer own = acc.local(loc);
+  for (std::int64_t r = 0; r < own->storage_elems(); ++r)
+    emit_ptx("T.cuda.wgmma_wait", Intrinsic::register_fence,
+             {make_load(own, {Expr(static_cast<int>(r))}, loc)}, loc);
+}
+void increase_registers(int count, Loc loc) {
+  emit_ptx("T.cuda.increase_registers", Intrinsic::setmaxnreg, {Expr(count), Expr(1)}, loc);
+}
+void decrease_registers(int count, Loc loc) {
+  emit_ptx("T.cuda.decrease_registers", Intrinsic::setmaxnreg, {Expr(count), Expr(0)}, loc);
+}
 }  // namespace cuda
+
+Expr Pipeline::stage(Value it) const { return floormod(it.value, Expr(stages_)); }
+BufferElem Pipeline::full(Value it, Loc loc) const { return full_(Idx(stage(it), loc)); }
+BufferElem Pipeline::empty(Value it, Loc loc) const { return empty_(Idx(stage(it), loc)); }
+void Pipeline::producer_acquire(Value it, Loc loc) const {
+  // The stage's previous use was position it - stages, whose release
+  // completed phase (it / stages - 1) % 2 of `empty`; the first round waits
+  // on parity 1 of a fresh barrier, which returns at once.
+  Expr parity = floormod(floordiv(it.value, Expr(stages_)) + 1, Expr(2));
+  cuda::mbarrier_wait(Value(empty(it, loc), loc), Value(parity, loc), loc);
+}
+void Pipeline::producer_commit(Value it, Loc loc) const {
+  cuda::mbarrier_arrive(Value(full(it, loc), loc), loc);
+}
+void Pipeline::consumer_wait(Value it, Loc loc) const {
+  Expr parity = floormod(floordiv(it.value, Expr(stages_)), Expr(2));
+  cuda::mbarrier_wait(Value(full(it, loc), loc), Value(parity, loc), loc);
+}
+void Pipeline::consumer_release(Value it, Loc loc) const {
+  cuda::mbarrier_arrive(Value(empty(it, loc), loc), loc);
+}
+
+Pipeline pipeline(PipelineConfig c, Name name, Loc loc) {
+  state("T.pipeline", loc);
+  if (c.stages < 1 || c.stages > 64)
+    fail("T.pipeline", name.value, loc,
+         "stages = " + std::to_string(c.stages) + " outside [1, 64]");
+  if (c.producer_arrivals < 1 || c.consumer_arrivals < 1 || c.producer_arrivals >= (1 << 20) ||
+      c.consumer_arrivals >= (1 << 20))
+    fail("T.pipeline", name.value, loc, "arrival counts are in [1, 2^20)");
+  std::string n = name.value.empty() ? detail::infer_name(loc, "pipe") : name.value;
+  TileBuffer full = alloc_buffer({c.stages}, u64, MemScope::shared, std::nullopt, n + "_full", loc);
+  TileBuffer empty =
+      alloc_buffer({c.stages}, u64, MemScope::shared, std::nullopt, n + "_empty", loc);
+  Pipeline p(full, empty, c.stages);
+  // Thread 0 of the CTA initializes (the raw thread index: the pipeline is
+  // set up before, and independently of, the kernel's own id bindings).
+  if_(
+      Value(make_binary(BinOp::EQ, make_call(Intrinsic::thread_idx, {}, loc), Expr(0), loc), loc),
+      [&] {
+        for (int s = 0; s < c.stages; ++s) {
+          cuda::mbarrier_init(Value(full(Idx(s, loc)), loc), Value(c.producer_arrivals, loc), loc);
+          cuda::mbarrier_init(Value(empty(Idx(s, loc)), loc), Value(c.consumer_arrivals, loc), loc);
+        }
+        cuda::fence_barrier_init(loc);
+      },
+      loc);
+  cuda::cta_sync(loc);
+  return p;
+}
 
 }  // namespace T
 

@@ -413,6 +413,17 @@ Expr make_select(Expr c, Expr t, Expr f, SourceLoc loc) {
       "T.select", loc);
 }
 
+// An mbarrier operand: a load of one element of a shared u64 buffer (the
+// code generator takes its address).
+static void check_mbarrier_operand(const char* op, const Expr& bar, SourceLoc loc) {
+  const auto* ld = bar.as<LoadNode>();
+  if (!ld || ld->buffer->scope != MemScope::shared || ld->dtype != u64)
+    fail(op, operand_text(bar), loc,
+         "the barrier must be an element of a shared u64 buffer (T::alloc_buffer({stages}, u64, "
+         "scope::shared)), got " +
+             operand_text(bar));
+}
+
 Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
   const std::string qname = std::string("T.") + intrinsic_name(op);
   const char* name = qname.c_str();
@@ -469,6 +480,50 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
         fail(name, operand_text(args[0]), loc,
              "takes a constant number of pending groups in [0, 7] (cp.async.wait_group's "
              "immediate)");
+      t = void_t;
+      break;
+    }
+    case Intrinsic::mbarrier_init:
+    case Intrinsic::mbarrier_arrive:
+    case Intrinsic::mbarrier_expect_tx:
+    case Intrinsic::mbarrier_wait:
+      check_mbarrier_operand(name, args[0], loc);
+      for (std::size_t i = 1; i < args.size(); ++i)
+        if (!args[i].dtype().is_integer())
+          fail(name, operand_text(args[i]), loc,
+               "takes an integer operand, got " + args[i].dtype().name());
+      t = void_t;
+      break;
+    case Intrinsic::register_fence: {
+      const auto* ld = args[0].as<LoadNode>();
+      if (!ld || ld->buffer->scope != MemScope::local || ld->dtype != f32)
+        fail(name, operand_text(args[0]), loc, "fences an f32 register (a local buffer element)");
+      t = void_t;
+      break;
+    }
+    case Intrinsic::fence_barrier_init:
+    case Intrinsic::fence_proxy_async:
+    case Intrinsic::wgmma_fence:
+    case Intrinsic::wgmma_commit:
+      t = void_t;
+      break;
+    case Intrinsic::wgmma_wait: {
+      auto n = as_const_int(args[0]);
+      if (!n || *n < 0 || *n > 7)
+        fail(name, operand_text(args[0]), loc,
+             "takes a constant number of pending groups in [0, 7] (wgmma.wait_group's "
+             "immediate)");
+      t = void_t;
+      break;
+    }
+    case Intrinsic::setmaxnreg: {
+      auto n = as_const_int(args[0]);
+      auto inc = as_const_int(args[1]);
+      if (!n || *n < 24 || *n > 256 || *n % 8 != 0)
+        fail(name, operand_text(args[0]), loc,
+             "takes a constant register count in [24, 256], a multiple of 8");
+      if (!inc || (*inc != 0 && *inc != 1))
+        fail(name, operand_text(args[1]), loc, "takes a constant 1 (increase) or 0 (decrease)");
       t = void_t;
       break;
     }
@@ -840,6 +895,63 @@ Stmt make_cp_async(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes
   return Stmt(std::make_shared<const CpAsyncNode>(std::move(dst), std::move(dst_off),
                                                   std::move(src), std::move(src_off), bytes,
                                                   std::move(src_bytes), loc));
+}
+
+Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
+                   Expr barrier, SourceLoc loc) {
+  const char* op = "T.ptx.cp_async_bulk_tensor";
+  if (!map.global || !smem || !smem_offset || !barrier)
+    fail(op, "", loc, "an operand is undefined");
+  if (map.global->scope != MemScope::global)
+    fail(op, map.global->name, loc, "the tensor map describes a global buffer");
+  if (smem->scope != MemScope::shared) fail(op, smem->name, loc, "copies into shared memory");
+  if (smem->dtype.bytes() != map.global->dtype.bytes())
+    fail(op, smem->name, loc, "element sizes differ between source and destination");
+  if (map.box.empty() || map.box.size() > 5 || coords.size() != map.box.size())
+    fail(op, map.global->name, loc,
+         "a box of 1 to 5 dimensions with one coordinate each (got " +
+             std::to_string(map.box.size()) + " and " + std::to_string(coords.size()) + ")");
+  for (std::int64_t b : map.box)
+    if (b < 1 || b > 256) fail(op, map.global->name, loc, "box extents are in [1, 256]");
+  if (map.swizzle_bytes != 0 && map.swizzle_bytes != 32 && map.swizzle_bytes != 64 &&
+      map.swizzle_bytes != 128)
+    fail(op, map.global->name, loc, "swizzle of 0, 32, 64 or 128 bytes");
+  for (const Expr& c : coords)
+    if (!c || !c.dtype().is_integer()) fail(op, map.global->name, loc, "integer coordinates");
+  check_mbarrier_operand(op, barrier, loc);
+  return Stmt(std::make_shared<const TmaCopyNode>(std::move(map), std::move(smem),
+                                                  std::move(smem_offset), std::move(coords),
+                                                  std::move(barrier), loc));
+}
+
+Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, WgmmaOperand a,
+                WgmmaOperand b, Expr scale_d, SourceLoc loc) {
+  const char* op = "T.ptx.wgmma";
+  if (!d || !a.smem || !b.smem || !a.offset || !b.offset || !scale_d)
+    fail(op, "", loc, "an operand is undefined");
+  if (d->scope != MemScope::local || d->dtype != f32)
+    fail(op, d->name, loc, "the accumulator is f32 registers");
+  for (const WgmmaOperand* x : {&a, &b}) {
+    if (x->smem->scope != MemScope::shared) fail(op, x->smem->name, loc, "A and B are shared");
+    if (x->swizzle_bytes != 32 && x->swizzle_bytes != 64 && x->swizzle_bytes != 128)
+      fail(op, x->smem->name, loc, "swizzle of 32, 64 or 128 bytes");
+    if (x->lbo < 0 || x->sbo < 0 || x->lbo % 16 || x->sbo % 16 || x->lbo >= (1 << 18) ||
+        x->sbo >= (1 << 18))
+      fail(op, x->smem->name, loc, "byte offsets are multiples of 16 below 2^18");
+  }
+  std::int64_t n = 0;
+  if (std::sscanf(shape.c_str(), "m64n%lldk", reinterpret_cast<long long*>(&n)) != 1 || n < 8 ||
+      n > 256 || n % 8 != 0)
+    fail(op, shape, loc, "shape m64nNk16 / k32 with N a multiple of 8 up to 256");
+  if (static_cast<std::int64_t>(d_regs.size()) != n / 2)
+    fail(op, d->name, loc, "takes N / 2 = " + std::to_string(n / 2) + " accumulator registers");
+  for (std::int64_t r : d_regs)
+    if (r < 0 || r >= d->storage_elems())
+      fail(op, d->name, loc, "register " + std::to_string(r) + " outside " + d->name);
+  if (!scale_d.dtype().is_integer()) fail(op, "scale_d", loc, "scale_d is an integer");
+  return Stmt(std::make_shared<const WgmmaNode>(std::move(shape), std::move(d), std::move(d_regs),
+                                                std::move(a), std::move(b), std::move(scale_d),
+                                                loc));
 }
 
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {

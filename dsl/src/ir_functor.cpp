@@ -100,6 +100,7 @@ void IRVisitor::visit_node(const TileCallNode* n) {
   }
   visit(n->attrs.scale.value);
   visit(n->attrs.bias.value);
+  visit(n->attrs.barrier);
 }
 void IRVisitor::visit_node(const BarrierNode*) {}
 void IRVisitor::visit_node(const CopyBytesNode* n) {
@@ -124,6 +125,21 @@ void IRVisitor::visit_node(const CpAsyncNode* n) {
   visit_buffer(n->src);
   visit(n->src_offset);
   if (n->src_bytes) visit(n->src_bytes);
+}
+void IRVisitor::visit_node(const TmaCopyNode* n) {
+  visit_buffer(n->map.global);
+  visit_buffer(n->smem);
+  visit(n->smem_offset);
+  for (const Expr& c : n->coords) visit(c);
+  visit(n->barrier);
+}
+void IRVisitor::visit_node(const WgmmaNode* n) {
+  visit_buffer(n->d);
+  visit_buffer(n->a.smem);
+  visit(n->a.offset);
+  visit_buffer(n->b.smem);
+  visit(n->b.offset);
+  visit(n->scale_d);
 }
 void IRVisitor::visit_node(const OriginNode* n) { visit(n->body); }
 
@@ -272,8 +288,10 @@ Stmt IRMutator::mutate_node(const Stmt& self, const TileCallNode* n) {
   TileAttrs attrs = n->attrs;
   attrs.scale.value = mutate(n->attrs.scale.value);
   attrs.bias.value = mutate(n->attrs.bias.value);
+  attrs.barrier = mutate(n->attrs.barrier);
   changed |= !attrs.scale.value.same_as(n->attrs.scale.value) ||
-             !attrs.bias.value.same_as(n->attrs.bias.value);
+             !attrs.bias.value.same_as(n->attrs.bias.value) ||
+             !attrs.barrier.same_as(n->attrs.barrier);
   if (!changed) return self;
   return make_tile_call(n->op, n->scope, std::move(args), std::move(attrs), n->loc);
 }
@@ -305,6 +323,34 @@ Stmt IRMutator::mutate_node(const Stmt& self, const CpAsyncNode* n) {
       soff.same_as(n->src_offset) && sb.same_as(n->src_bytes))
     return self;
   return make_cp_async(d, doff, s, soff, n->bytes, sb, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const TmaCopyNode* n) {
+  TensorMapDesc map = n->map;
+  map.global = mutate_buffer(n->map.global);
+  Buffer sm = mutate_buffer(n->smem);
+  Expr off = mutate(n->smem_offset), bar = mutate(n->barrier);
+  bool changed = !map.global.same_as(n->map.global) || !sm.same_as(n->smem) ||
+                 !off.same_as(n->smem_offset) || !bar.same_as(n->barrier);
+  std::vector<Expr> coords;
+  for (const Expr& c : n->coords) {
+    coords.push_back(mutate(c));
+    changed |= !coords.back().same_as(c);
+  }
+  if (!changed) return self;
+  return make_tma_copy(map, sm, off, coords, bar, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const WgmmaNode* n) {
+  Buffer d = mutate_buffer(n->d);
+  WgmmaOperand a = n->a, b = n->b;
+  a.smem = mutate_buffer(n->a.smem);
+  a.offset = mutate(n->a.offset);
+  b.smem = mutate_buffer(n->b.smem);
+  b.offset = mutate(n->b.offset);
+  Expr sd = mutate(n->scale_d);
+  if (d.same_as(n->d) && a.smem.same_as(n->a.smem) && a.offset.same_as(n->a.offset) &&
+      b.smem.same_as(n->b.smem) && b.offset.same_as(n->b.offset) && sd.same_as(n->scale_d))
+    return self;
+  return make_wgmma(n->shape, d, n->d_regs, a, b, sd, n->loc);
 }
 Stmt IRMutator::mutate_node(const Stmt& self, const OriginNode* n) {
   Stmt body = mutate(n->body);

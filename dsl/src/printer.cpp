@@ -172,6 +172,8 @@ class Printer : public IRVisitor {
         s += (i ? ", " : "") + std::to_string(a.axes[i]);
       s += "]";
     }
+    if (a.barrier.defined()) s += ", barrier=" + expr(a.barrier);
+    if (a.pending != 0) s += ", pending=" + std::to_string(a.pending);
     if (!a.variant.empty()) s += ", variant=\"" + a.variant + "\"";
     return s + ")";
   }
@@ -340,6 +342,25 @@ class Printer : public IRVisitor {
       case Intrinsic::cp_async_wait:
         expr_os_ << "T.ptx.cp_async.wait_group(";
         break;
+      case Intrinsic::mbarrier_init:
+      case Intrinsic::mbarrier_arrive:
+      case Intrinsic::mbarrier_expect_tx:
+      case Intrinsic::mbarrier_wait:
+      case Intrinsic::fence_barrier_init:
+      case Intrinsic::fence_proxy_async:
+      case Intrinsic::setmaxnreg:
+      case Intrinsic::register_fence:
+        expr_os_ << "T.ptx." << intrinsic_name(n->op) << "(";
+        break;
+      case Intrinsic::wgmma_fence:
+        expr_os_ << "T.ptx.wgmma.fence(";
+        break;
+      case Intrinsic::wgmma_commit:
+        expr_os_ << "T.ptx.wgmma.commit_group(";
+        break;
+      case Intrinsic::wgmma_wait:
+        expr_os_ << "T.ptx.wgmma.wait_group(";
+        break;
       default:
         expr_os_ << "T." << intrinsic_name(n->op) << "(";
         break;
@@ -454,6 +475,26 @@ class Printer : public IRVisitor {
     line("T.ptx.cp_async(T.ptr(" + buffer_name(n->dst) + ", " + expr(n->dst_offset) + "), T.ptr(" +
          buffer_name(n->src) + ", " + expr(n->src_offset) + "), " + std::to_string(n->bytes) +
          (n->src_bytes ? ", src_bytes=" + expr(n->src_bytes) : std::string()) + ")");
+  }
+  void visit_node(const TmaCopyNode* n) override {
+    std::string box, coords;
+    for (std::size_t i = 0; i < n->map.box.size(); ++i) {
+      box += (i ? ", " : "") + std::to_string(n->map.box[i]);
+      coords += (i ? ", " : "") + expr(n->coords[i]);
+    }
+    line("T.ptx.tma_load(T.ptr(" + buffer_name(n->smem) + ", " + expr(n->smem_offset) +
+         "), T.tensor_map(" + buffer_name(n->map.global) + ", box=[" + box +
+         "], swizzle=" + std::to_string(n->map.swizzle_bytes) + "), [" + coords +
+         "], barrier=" + expr(n->barrier) + ")");
+  }
+  void visit_node(const WgmmaNode* n) override {
+    auto operand = [&](const WgmmaOperand& o) {
+      return "T.smem_desc(" + buffer_name(o.smem) + ", " + expr(o.offset) +
+             ", swizzle=" + std::to_string(o.swizzle_bytes) + ", lbo=" + std::to_string(o.lbo) +
+             ", sbo=" + std::to_string(o.sbo) + (o.mn_major ? ", mn_major=True" : "") + ")";
+    };
+    line("T.ptx.wgmma." + n->shape + "(" + buffer_name(n->d) + "[" + regs_text(n->d_regs) + "], " +
+         operand(n->a) + ", " + operand(n->b) + ", scale_d=" + expr(n->scale_d) + ")");
   }
   void visit_node(const OriginNode* n) override {
     std::string s = "# " + n->text;

@@ -58,6 +58,68 @@ const std::vector<Helper>& helpers() {
       {{"tx_bf16"},
        R"(typedef unsigned short tx_bf16;
 )"},
+      // A TMA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned),
+      // passed by value as a __grid_constant__ parameter.
+      {{"tx_tensor_map"},
+       R"(struct __align__(64) tx_tensor_map { unsigned long long opaque[16]; };
+)"},
+      // mbarriers (sm_90): 32-bit shared addresses of 8-byte barriers.
+      {{"tx_mbarrier_init"},
+       R"(static __device__ __forceinline__ void tx_mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+}
+)"},
+      {{"tx_mbarrier_arrive"},
+       R"(static __device__ __forceinline__ void tx_mbarrier_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory");
+}
+)"},
+      {{"tx_mbarrier_expect_tx"},
+       R"(static __device__ __forceinline__ void tx_mbarrier_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+)"},
+      {{"tx_mbarrier_wait"},
+       R"(// Spins on try_wait (which itself waits a while in hardware) until the
+// phase of `parity` has completed.
+static __device__ __forceinline__ void tx_mbarrier_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+)"},
+      {{"tx_tma_load"},
+       R"(// One TMA box global -> shared, completing on `bar` (coordinates innermost first).
+static __device__ __forceinline__ void tx_tma_load(unsigned dst, const tx_tensor_map* map, unsigned bar, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_load(unsigned dst, const tx_tensor_map* map, unsigned bar, int c0) {
+  asm volatile("cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_load(unsigned dst, const tx_tensor_map* map, unsigned bar, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_load(unsigned dst, const tx_tensor_map* map, unsigned bar, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_load(unsigned dst, const tx_tensor_map* map, unsigned bar, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
+               :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
+)"},
+      {{"tx_wgmma_desc"},
+       R"(// A wgmma shared-memory matrix descriptor: the start address (bits 0-13,
+// in 16-byte units) over the constant fields (LBO, SBO, swizzle mode).
+static __device__ __forceinline__ unsigned long long tx_wgmma_desc(unsigned addr, unsigned long long fields) {
+  return fields | (unsigned long long)((addr & 0x3FFFFu) >> 4);
+}
+)"},
       {{"tx_f8e4m3"},
        R"(typedef unsigned char tx_f8e4m3;
 )"},
@@ -473,9 +535,13 @@ class CudaEmitter : public IRVisitor {
     for (std::size_t i = 0; i < f->dims.size(); ++i)
       sig << (f->params.empty() && i == 0 ? "" : ", ") << "int "
           << name_of(f->dims[i].var.get(), f->dims[i].var.name());
+    // TMA tensor maps last, by value in the parameter space.
+    for (std::size_t i = 0; i < k_.tensor_maps.size(); ++i)
+      sig << (f->params.empty() && f->dims.empty() && i == 0 ? "" : ", ")
+          << "const __grid_constant__ tx_tensor_map tx_tmap" << i;
     sig << ") {\n";
     indent_ = 1;
-    if (k_.shared_bytes > 0) line("extern __shared__ __align__(16) unsigned char tx_smem[];");
+    if (k_.shared_bytes > 0) line("extern __shared__ __align__(1024) unsigned char tx_smem[];");
     visit(f->body);
     out_ << "}\n";
     std::string kernel = sig.str() + out_.str();
@@ -685,6 +751,45 @@ class CudaEmitter : public IRVisitor {
       case Intrinsic::cp_async_wait:
         eo_ << "tx_cp_async_wait<" << as_const_int(n->args[0]).value_or(0) << ">()";
         return;
+      case Intrinsic::mbarrier_init:
+        eo_ << "tx_mbarrier_init(" << barrier_address(n->args[0]) << ", (unsigned)("
+            << e(n->args[1]) << "))";
+        return;
+      case Intrinsic::mbarrier_arrive:
+        eo_ << "tx_mbarrier_arrive(" << barrier_address(n->args[0]) << ")";
+        return;
+      case Intrinsic::mbarrier_expect_tx:
+        eo_ << "tx_mbarrier_expect_tx(" << barrier_address(n->args[0]) << ", (unsigned)("
+            << e(n->args[1]) << "))";
+        return;
+      case Intrinsic::mbarrier_wait:
+        eo_ << "tx_mbarrier_wait(" << barrier_address(n->args[0]) << ", (unsigned)("
+            << e(n->args[1]) << "))";
+        return;
+      case Intrinsic::fence_barrier_init:
+        eo_ << "asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\")";
+        return;
+      case Intrinsic::fence_proxy_async:
+        eo_ << "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\")";
+        return;
+      case Intrinsic::wgmma_fence:
+        eo_ << "asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\")";
+        return;
+      case Intrinsic::wgmma_commit:
+        eo_ << "asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\")";
+        return;
+      case Intrinsic::wgmma_wait:
+        eo_ << "asm volatile(\"wgmma.wait_group.sync.aligned %0;\" :: \"n\"("
+            << as_const_int(n->args[0]).value_or(0) << ") : \"memory\")";
+        return;
+      case Intrinsic::setmaxnreg:
+        eo_ << "asm volatile(\"setmaxnreg."
+            << (as_const_int(n->args[1]).value_or(0) ? "inc" : "dec")
+            << ".sync.aligned.u32 %0;\" :: \"n\"(" << as_const_int(n->args[0]).value_or(0) << "))";
+        return;
+      case Intrinsic::register_fence:
+        eo_ << "asm volatile(\"\" : \"+f\"(" << e(n->args[0]) << ") :: \"memory\")";
+        return;
       default:
         if (approx_ && is_f32) {
           const char* fast = nullptr;
@@ -801,6 +906,12 @@ class CudaEmitter : public IRVisitor {
            std::to_string(shared_offset_.at(b->data.get())) + " + (" + e(index) + ") * " +
            std::to_string(b->dtype.bytes()) + ")";
   }
+  // The shared address of an mbarrier operand (a load of a shared u64).
+  std::string barrier_address(const Expr& bar) {
+    const auto* ld = bar.as<LoadNode>();
+    if (!ld) fail("tx.codegen_cuda", "", bar->loc, "internal: an mbarrier operand is not a load");
+    return shared_address(ld->buffer, ld->indices[0]);
+  }
   // "%a, %b, ..." for n operands from `first`.
   static std::string operands(int first, int n) {
     std::string s;
@@ -855,6 +966,46 @@ class CudaEmitter : public IRVisitor {
            e(n->src_bytes) + ")) : \"memory\");");
     else
       line("asm volatile(\"" + instr + ";\" :: " + dst + ", " + src + " : \"memory\");");
+  }
+  void visit_node(const TmaCopyNode* n) override {
+    std::size_t k = 0;
+    while (k < k_.tensor_maps.size() && !k_.tensor_maps[k].map.same_as(n->map)) ++k;
+    if (k == k_.tensor_maps.size())
+      fail("tx.codegen_cuda", n->map.global->name, n->loc, "internal: tensor map not collected");
+    std::string args = shared_address(n->smem, n->smem_offset) + ", &tx_tmap" + std::to_string(k) +
+                       ", " + barrier_address(n->barrier);
+    for (std::size_t d = n->coords.size(); d-- > 0;) args += ", (int)(" + e(n->coords[d]) + ")";
+    line("tx_tma_load(" + args + ");");
+  }
+  void visit_node(const WgmmaNode* n) override {
+    const std::size_t regs = n->d_regs.size();
+    const bool fp8 = n->a.smem->dtype.bytes() == 1;
+    auto fields = [](const WgmmaOperand& o) {
+      unsigned long long mode = o.swizzle_bytes == 128 ? 1 : o.swizzle_bytes == 64 ? 2 : 3;
+      unsigned long long f = (static_cast<unsigned long long>(o.lbo >> 4) << 16) |
+                             (static_cast<unsigned long long>(o.sbo >> 4) << 32) | (mode << 62);
+      char b[32];
+      std::snprintf(b, sizeof b, "0x%llxull", f);
+      return std::string(b);
+    };
+    auto desc = [&](const WgmmaOperand& o) {
+      return "\"l\"(tx_wgmma_desc(" + shared_address(o.smem, o.offset) + ", " + fields(o) + "))";
+    };
+    const std::string d = name_of(n->d->data.get(), n->d->name);
+    std::string outs;
+    for (std::size_t i = 0; i < regs; ++i)
+      outs +=
+          (i ? ", " : "") + std::string("\"+f\"(") + d + "[" + std::to_string(n->d_regs[i]) + "])";
+    const int ia = static_cast<int>(regs);
+    std::string instr = "wgmma.mma_async.sync.aligned." + n->shape + " {" + operands(0, ia) +
+                        "}, %" + std::to_string(ia) + ", %" + std::to_string(ia + 1) + ", p, 1, 1" +
+                        (fp8 ? std::string("")
+                             : std::string(", ") + (n->a.mn_major ? "1" : "0") + ", " +
+                                   (n->b.mn_major ? "1" : "0")) +
+                        ";";
+    line("asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(ia + 2) + ", 0; " +
+         instr + " }\" : " + outs + " : " + desc(n->a) + ", " + desc(n->b) + ", \"r\"((int)(" +
+         e(n->scale_d) + ")));");
   }
   void visit_node(const OriginNode* n) override {
     std::string c = "// " + n->text;

@@ -22,8 +22,10 @@ Registry& Registry::global() {
     register_reduction_cross_warp(*reg);
     register_copy_ldstmatrix(*reg);
     register_copy_async_ldgsts(*reg);
+    register_copy_async_tma(*reg);
     register_copy_async_sync(*reg);
     register_gemm_mma_sync(*reg);
+    register_gemm_wgmma(*reg);
     register_gemm_fallback(*reg);
     return reg;
   }();

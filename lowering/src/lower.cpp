@@ -40,7 +40,25 @@ class Facts : public IRVisitor {
     if (n->buffer->scope == MemScope::shared) shared.push_back(n->buffer);
     IRVisitor::visit_node(n);
   }
+  std::vector<TensorMapDesc> maps;  // distinct, in order of first use
+  void visit_node(const TmaCopyNode* n) override {
+    bool seen = false;
+    for (const TensorMapDesc& m : maps) seen = seen || m.same_as(n->map);
+    if (!seen) maps.push_back(n->map);
+    IRVisitor::visit_node(n);
+  }
 };
+
+// A shared buffer's alignment: its swizzle's period (the pattern is a
+// function of the address, so the tile must start where the pattern does),
+// at least 128 bytes (what TMA boxes and wgmma descriptors need), 16 for
+// small buffers.
+std::int64_t shared_alignment(const Buffer& b) {
+  std::int64_t bytes = b->storage_elems() * b->dtype.bytes();
+  std::int64_t a = bytes >= 128 ? 128 : 16;
+  if (auto sw = b->layout.swizzle()) a = std::max(a, sw->period() * b->dtype.bytes());
+  return a;
+}
 
 }  // namespace
 
@@ -116,12 +134,23 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   k.dims = f->dims;
   std::int64_t off = 0;
   for (const Buffer& b : facts.shared) {
-    off = (off + 15) / 16 * 16;
+    const std::int64_t align = shared_alignment(b);
+    off = (off + align - 1) / align * align;
     std::int64_t bytes = b->storage_elems() * b->dtype.bytes();
     k.shared.push_back({b, off, bytes});
     off += bytes;
   }
   k.shared_bytes = off;
+  for (const TensorMapDesc& m : facts.maps) {
+    TensorMapParam tp{m, -1};
+    for (std::size_t i = 0; i < f->params.size(); ++i)
+      if (f->params[i].buffer && f->params[i].buffer->data.get() == m.global->data.get())
+        tp.param = static_cast<int>(i);
+    if (tp.param < 0)
+      fail("tx.lower", m.global->name, f->loc,
+           "a TMA copy reads " + m.global->name + ", which is not a kernel parameter");
+    k.tensor_maps.push_back(tp);
+  }
   check_limits(k, opt.arch);
   return k;
 }

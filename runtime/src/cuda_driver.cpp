@@ -79,7 +79,8 @@ namespace {
   X(cuDeviceGetDefaultMemPool) \
   X(cuMemPoolSetAttribute)     \
   X(cuMemPoolGetAttribute)     \
-  X(cuMemPoolTrimTo)
+  X(cuMemPoolTrimTo)           \
+  X(cuTensorMapEncodeTiled)
 
 struct Driver {
   void* handle = nullptr;
@@ -427,6 +428,56 @@ void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, voi
                                   static_cast<unsigned>(shared_bytes),
                                   static_cast<CUstream>(stream), args, nullptr);
   if (r != CUDA_SUCCESS) check(r, "cuLaunchKernel", kernel_name, config());
+}
+
+void encode_tensor_map(void* out, const TensorMapSpec& m, const std::string& what) {
+  const Driver& d = make_current();
+  if (!d.p_cuTensorMapEncodeTiled)
+    fail(what, "", {},
+         "the driver has no cuTensorMapEncodeTiled (TMA copies need CUDA 12 and an sm_90 GPU)");
+  CUtensorMapDataType t;
+  switch (m.element_bytes) {
+    case 1:
+      t = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+      break;
+    case 2:
+      t = CU_TENSOR_MAP_DATA_TYPE_UINT16;
+      break;
+    case 4:
+      t = CU_TENSOR_MAP_DATA_TYPE_UINT32;
+      break;
+    default:
+      t = CU_TENSOR_MAP_DATA_TYPE_UINT64;
+      break;
+  }
+  CUtensorMapSwizzle sw = m.swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                          : m.swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                          : m.swizzle_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                  : CU_TENSOR_MAP_SWIZZLE_NONE;
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], elem_strides[5];
+  for (int i = 0; i < m.rank; ++i) {
+    dims[i] = m.dims[i];
+    box[i] = m.box[i];
+    elem_strides[i] = 1;
+    if (i + 1 < m.rank) strides[i] = m.strides[i];
+  }
+  static_assert(sizeof(CUtensorMap) == 128);
+  CUresult r = d.p_cuTensorMapEncodeTiled(
+      static_cast<CUtensorMap*>(out), t, static_cast<cuuint32_t>(m.rank),
+      reinterpret_cast<void*>(static_cast<std::uintptr_t>(m.address)), dims, strides, box,
+      elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) check(r, "cuTensorMapEncodeTiled", what, m.describe());
+}
+
+std::string TensorMapSpec::describe() const {
+  std::string s = "tensor map: rank " + std::to_string(rank) + ", dims (innermost first) [";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  s += "], box [";
+  for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(box[i]);
+  s += "], swizzle " + std::to_string(swizzle_bytes) + " bytes";
+  return s;
 }
 
 void synchronize(const std::string& what) {

@@ -3,6 +3,7 @@
 // process's memory cache, the disk cache, NVRTC.
 #include "tx/runtime/kernel.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cmath>
@@ -34,6 +35,14 @@ struct Kernel::State {
   mutable void* function = nullptr;
   mutable std::atomic<bool> ready{false};  // GPU binary loaded and limits checked
   mutable std::shared_ptr<runtime::HostKernel> host;
+  // Encoded TMA tensor maps by their description (pointer, shape, box,
+  // swizzle): a launch on the same tensors reuses them. Bounded: the oldest
+  // entry goes first.
+  struct alignas(64) MapBlob {
+    unsigned char bytes[128];
+  };
+  mutable std::mutex maps_mu;
+  mutable std::vector<std::pair<runtime::TensorMapSpec, MapBlob>> maps;
 };
 
 namespace {
@@ -461,6 +470,45 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
                  " per CTA");
       s.ready.store(true, std::memory_order_release);
     }
+    // TMA tensor maps, after the extents: encoded for these tensors (or
+    // found in the kernel's cache of them).
+    const auto& tmaps = s.info.tensor_maps;
+    std::vector<State::MapBlob> blobs(tmaps.size());
+    for (std::size_t k = 0; k < tmaps.size(); ++k) {
+      const auto& tm = tmaps[k];
+      const auto pi = static_cast<std::size_t>(tm.param);
+      const Tensor& t = *args[pi].tensor();
+      runtime::TensorMapSpec spec;
+      spec.address = static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(ptrs[pi]));
+      spec.element_bytes = t.dtype().bytes();
+      spec.rank = static_cast<int>(t.shape().size());
+      spec.swizzle_bytes = tm.map.swizzle_bytes;
+      std::uint64_t pitch = static_cast<std::uint64_t>(spec.element_bytes);
+      for (int i = 0; i < spec.rank; ++i) {
+        const auto d = static_cast<std::size_t>(spec.rank - 1 - i);
+        spec.dims[i] = static_cast<std::uint64_t>(t.shape()[d]);
+        spec.box[i] = static_cast<std::uint32_t>(tm.map.box[d]);
+        if (i > 0) spec.strides[i - 1] = pitch;
+        pitch *= spec.dims[i];
+      }
+      if (spec.address % 16 != 0)
+        bad(pi, "tensor data is not 16-byte aligned, which the kernel's TMA copies need");
+      for (int i = 0; i + 1 < spec.rank; ++i)
+        if (spec.strides[i] % 16 != 0)
+          bad(pi, "a row pitch of " + std::to_string(spec.strides[i]) + " bytes (shape " +
+                      shape_str(t.shape()) + "): the kernel's TMA copies need multiples of 16");
+      std::lock_guard<std::mutex> lock(s.maps_mu);
+      auto it = std::find_if(s.maps.begin(), s.maps.end(),
+                             [&](const auto& e) { return e.first == spec; });
+      if (it == s.maps.end()) {
+        if (s.maps.size() >= 64) s.maps.erase(s.maps.begin());
+        State::MapBlob blob;
+        runtime::encode_tensor_map(blob.bytes, spec, "launch " + s.kernel_name);
+        s.maps.emplace_back(spec, blob);
+        it = s.maps.end() - 1;
+      }
+      blobs[k] = it->second;
+    }
     // CUDA takes a pointer to each argument's value: the device address of a
     // buffer, the value slot of a scalar or extent.
     std::array<runtime::DevicePtr, 32> dsmall{};
@@ -469,9 +517,9 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
     std::vector<void*> kbig;
     runtime::DevicePtr* dptrs = dsmall.data();
     void** kargs = ksmall.data();
-    if (slots > dsmall.size()) {
-      dbig.resize(slots);
-      kbig.resize(slots);
+    if (slots + tmaps.size() > dsmall.size()) {
+      dbig.resize(slots + tmaps.size());
+      kbig.resize(slots + tmaps.size());
       dptrs = dbig.data();
       kargs = kbig.data();
     }
@@ -483,6 +531,7 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
         kargs[i] = ptrs[i];
       }
     }
+    for (std::size_t k = 0; k < tmaps.size(); ++k) kargs[slots + k] = blobs[k].bytes;
     runtime::launch(s.function,
                     {static_cast<unsigned>(grid[0]), static_cast<unsigned>(grid[1]),
                      static_cast<unsigned>(grid[2])},

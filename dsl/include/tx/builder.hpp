@@ -376,7 +376,85 @@ void warp_sync(Loc loc = Loc::current());
 // when issued.
 void commit_group(Loc loc = Loc::current());
 void wait_group(int pending, Loc loc = Loc::current());
+
+// mbarriers (sm_90): `bar` is an element of a shared u64 buffer,
+// T::alloc_buffer({n}, u64, scope::shared). A barrier's phase completes when
+// `count` arrivals have happened and every byte it expects (expect_tx, added
+// by Tx::...::copy_async with barrier=) has landed; wait(bar, parity) returns
+// once the phase of that parity has completed (a fresh barrier's phase is
+// 0: waiting on parity 1 returns at once). Each thread that calls arrive
+// counts as one arrival. GPU only: the host cannot run threads that wait on
+// each other inside loops.
+void mbarrier_init(Value bar, Value count, Loc loc = Loc::current());
+void mbarrier_arrive(Value bar, Loc loc = Loc::current());
+void mbarrier_expect_tx(Value bar, Value bytes, Loc loc = Loc::current());
+void mbarrier_wait(Value bar, Value parity, Loc loc = Loc::current());
+// fence.mbarrier_init: initialized barriers visible to the other threads
+// (then a CTA barrier) and to the TMA unit.
+void fence_barrier_init(Loc loc = Loc::current());
+// fence.proxy.async: this thread's ordinary shared-memory writes visible to
+// the asynchronous proxy (TMA stores, wgmma operands written by threads).
+void fence_proxy_async(Loc loc = Loc::current());
+// Warpgroup MMA ordering (gemm/wgmma emits these itself; a kernel places them
+// only around accumulators it touches between asynchronous MMAs).
+void wgmma_fence(Loc loc = Loc::current());
+void wgmma_commit(Loc loc = Loc::current());
+void wgmma_wait(int pending, Loc loc = Loc::current());
+// The same, then the accumulator's registers are fenced: the code that reads
+// them after the wait stays after it (a kernel's own final wait, after
+// gemm calls with pending = 1).
+void wgmma_wait(int pending, const TileBuffer& accumulator, Loc loc = Loc::current());
+// setmaxnreg: every thread of the calling warpgroup gives registers back
+// (decrease_registers: a producer that only issues copies) or takes them
+// (increase_registers: a consumer holding large accumulators). A count in
+// [24, 256], a multiple of 8; all the warpgroup's threads must call it.
+void increase_registers(int count, Loc loc = Loc::current());
+void decrease_registers(int count, Loc loc = Loc::current());
 }  // namespace cuda
+
+// A multi-stage pipeline over mbarriers: `stages` shared buffers, each
+// guarded by a `full` barrier (the producer's copies landed) and an `empty`
+// one (the consumers are done reading). Stage positions are running counts
+// `it` (0, 1, 2, ...) of the stages a side has handled: stage it % stages,
+// phase (it / stages) % 2 -- the (stage, phase) cursor, computed rather than
+// stored, so persistent loops need no loop-carried state.
+//
+//   auto pipe = T::pipeline({.stages = 4, .consumer_arrivals = 2});
+//   producer: pipe.producer_acquire(it);
+//             Tx::warpgroup::copy_async(As[...], A[...], {.barrier = pipe.full(it)});
+//             T::if_(tid_in_wg == 0, [&] { pipe.producer_commit(it); });
+//   consumer: pipe.consumer_wait(it); ... T::if_(..., [&] { pipe.consumer_release(it); });
+struct PipelineConfig {
+  int stages = 2;
+  int producer_arrivals = 1;  // arrive calls that (with the bytes) fill a stage
+  int consumer_arrivals = 1;  // arrive calls that release a stage
+};
+class Pipeline {
+ public:
+  Pipeline(TileBuffer full, TileBuffer empty, int stages)
+      : full_(std::move(full)), empty_(std::move(empty)), stages_(stages) {}
+  int stages() const { return stages_; }
+  // The stage index of position `it`.
+  Expr stage(Value it) const;
+  // The barrier a producer's copies for position `it` complete on.
+  BufferElem full(Value it, Loc loc = Loc::current()) const;
+  BufferElem empty(Value it, Loc loc = Loc::current()) const;
+  // Waits until the consumers released the stage of `it` (its previous use).
+  void producer_acquire(Value it, Loc loc = Loc::current()) const;
+  // One producer arrival on the stage's full barrier.
+  void producer_commit(Value it, Loc loc = Loc::current()) const;
+  // Waits until the stage of `it` is full.
+  void consumer_wait(Value it, Loc loc = Loc::current()) const;
+  // One consumer arrival on the stage's empty barrier.
+  void consumer_release(Value it, Loc loc = Loc::current()) const;
+
+ private:
+  TileBuffer full_, empty_;
+  int stages_;
+};
+// Allocates the barriers and initializes them (thread 0, then fences and a
+// CTA barrier): call it where every thread of the CTA passes.
+Pipeline pipeline(PipelineConfig config, Name name = {}, Loc loc = Loc::current());
 
 }  // namespace T
 

@@ -127,3 +127,23 @@ inline TileLayout swizzled_tiles(const std::vector<std::int64_t>& shape, DType t
 }
 
 }  // namespace tx::layouts
+
+namespace tx::frag {
+
+// The f32 accumulator of warpgroup MMA (wgmma.m64nNk16 / k32) for an (m, n)
+// tile held by a warpgroup: m % 64 == 0 (m / 64 instructions stacked),
+// n % 8 == 0, n <= 256. With w = the warp in the warpgroup, g = lane / 4,
+// t = lane % 4, register i of each 64-row block holds
+//   (row 16 w + g + 8 ((i / 2) % 2), col 8 (i / 4) + 2 t + i % 2)
+// (PTX ISA, "Matrix fragments for wgmma.m64nNk16"): the m16n8 accumulator
+// of mma.sync, one 16-row band per warp. Registers: n / 2 per 64 rows.
+inline TileLayout wgmma_c(std::int64_t m, std::int64_t n) {
+  detail::check_multiple(m, 64, "wgmma_c", "m");
+  detail::check_multiple(n, 8, "wgmma_c", "n");
+  if (n > 256)
+    fail("tx::frag::wgmma_c", "", {}, "n = " + std::to_string(n) + " exceeds wgmma's 256");
+  return TileLayout(
+      S({m / 64, 4, 2, 8, n / 8, 4, 2}, {n / 2, 1 * wid_in_wg, 2, 4 * laneid, 4, 1 * laneid, 1}));
+}
+
+}  // namespace tx::frag

@@ -50,6 +50,8 @@ namespace tx {
   X(MatrixMove)          \
   X(Mma)                 \
   X(CpAsync)             \
+  X(TmaCopy)             \
+  X(Wgmma)               \
   X(Origin)
 
 enum class ExprKind : std::uint8_t {
@@ -380,18 +382,22 @@ class SelectNode : public ExprNode {
         f(std::move(y)) {}
 };
 
-#define TX_INTRINSICS(X)                                                                           \
-  X(sqrt, 1)                                                                                       \
-  X(rsqrt, 1)                                                                                      \
-  X(exp, 1)                                                                                        \
-  X(exp2, 1)                                                                                       \
-  X(log, 1)                                                                                        \
-  X(log2, 1) X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) \
-      X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1)          \
-          X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2)  \
-              X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)                \
-                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0)  \
-                      X(cp_async_wait, 1)
+#define TX_INTRINSICS(X)                                                                          \
+  X(sqrt, 1)                                                                                      \
+  X(rsqrt, 1)                                                                                     \
+  X(exp, 1)                                                                                       \
+  X(exp2, 1)                                                                                      \
+  X(log, 1)                                                                                       \
+  X(log2, 1)                                                                                      \
+  X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1)           \
+      X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1)         \
+          X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) \
+              X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)               \
+                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0) \
+                      X(cp_async_wait, 1) X(mbarrier_init, 2) X(mbarrier_arrive, 1)               \
+                          X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2) X(fence_barrier_init, 0)   \
+                              X(fence_proxy_async, 0) X(wgmma_fence, 0) X(wgmma_commit, 0)        \
+                                  X(wgmma_wait, 1) X(setmaxnreg, 2) X(register_fence, 1)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -403,6 +409,18 @@ class SelectNode : public ExprNode {
 // cp_async_commit() / cp_async_wait(n): cp.async.commit_group and
 // cp.async.wait_group n (T::cuda::commit_group / wait_group). Void; no-ops
 // on the host, whose asynchronous copies complete when they are issued.
+// mbarrier_*(bar, ...): the sm_90 shared-memory barriers (T::cuda::mbarrier_*);
+// `bar` is a load of one element of a shared u64 buffer, whose address the
+// code generator takes. mbarrier_init(bar, count), mbarrier_arrive(bar),
+// mbarrier_expect_tx(bar, bytes), mbarrier_wait(bar, parity): void.
+// fence_barrier_init / fence_proxy_async: fence.mbarrier_init and
+// fence.proxy.async (generic-proxy writes visible to TMA and wgmma).
+// wgmma_fence / wgmma_commit / wgmma_wait(n): the warpgroup MMA's fence,
+// commit_group and wait_group n. setmaxnreg(count, increase): the warpgroup
+// reallocates its registers to `count` per thread (setmaxnreg.inc / .dec).
+// register_fence(r): r (a load of a local f32 register) is read and written
+// here, so the compiler keeps its other uses on their side (a wgmma
+// accumulator is written asynchronously until wgmma_wait).
 enum class Intrinsic : std::uint8_t {
 #define TX_ENUM(N, A) N,
   TX_INTRINSICS(TX_ENUM)
@@ -577,7 +595,15 @@ struct TileAttrs {
   bool accum = false;       // reductions, gemm: fold into the destination's old value (D += A B)
   std::vector<int> axes{};  // reductions: source axes to reduce (empty: inferred)
   std::string variant{};    // force a dispatch variant by name
-  DType dtype = void_t;     // cast: destination dtype is the buffer's; kept for printing
+  // copy_async: the mbarrier (a load of a shared u64 element) the copy
+  // completes on (the TMA's complete_tx; tx adds the bytes to its expected
+  // transaction count). Empty: the copy completes through commit / wait groups.
+  Expr barrier{};
+  // gemm on wgmma: warpgroup MMA groups left in flight when the call returns
+  // (0: the product is in the accumulator; 1: this call's group may still
+  // run, so the caller may overlap it with the next stage's wait).
+  int pending = 0;
+  DType dtype = void_t;  // cast: destination dtype is the buffer's; kept for printing
   // Where make_tile_call put a tile scale / bias: its index in the call's
   // args (-1: none), so every pass that walks the operands sees it.
   int scale_arg = -1;
@@ -712,6 +738,85 @@ class CpAsyncNode : public StmtNode {
         src_bytes(std::move(sb)) {}
 };
 
+// A TMA tensor map: the runtime encodes one per kernel launch
+// (cuTensorMapEncodeTiled) for a global buffer parameter, a box and a
+// swizzle, and passes it as a __grid_constant__ parameter. Dims are the
+// buffer's, outermost first (the map itself lists them innermost first).
+struct TensorMapDesc {
+  Buffer global;                  // a T::match_buffer parameter, row-major
+  std::vector<std::int64_t> box;  // the box, outermost first (each 1..256)
+  int swizzle_bytes = 0;          // 0, 32, 64 or 128
+  bool same_as(const TensorMapDesc& o) const {
+    return global->data.get() == o.global->data.get() && box == o.box &&
+           swizzle_bytes == o.swizzle_bytes;
+  }
+  std::int64_t box_bytes() const {
+    std::int64_t n = global->dtype.bytes();
+    for (std::int64_t b : box) n *= b;
+    return n;
+  }
+};
+
+// cp.async.bulk.tensor: one TMA box between global memory (through `map`,
+// at element coordinates `coords`, outermost first) and shared memory (the
+// box laid out densely from element `smem_offset`, swizzled by the map's
+// mode), completing on the mbarrier `barrier` (a load of a shared u64
+// element) with complete_tx of box_bytes. Issued by the one thread that
+// executes it.
+class TmaCopyNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::TmaCopy;
+  const TensorMapDesc map;
+  const Buffer smem;
+  const Expr smem_offset;
+  const std::vector<Expr> coords;
+  const Expr barrier;
+  TmaCopyNode(TensorMapDesc m, Buffer s, Expr off, std::vector<Expr> c, Expr bar, SourceLoc l)
+      : StmtNode(kKind, l),
+        map(std::move(m)),
+        smem(std::move(s)),
+        smem_offset(std::move(off)),
+        coords(std::move(c)),
+        barrier(std::move(bar)) {}
+};
+
+// A shared-memory operand of wgmma: the matrix descriptor's fields. `offset`
+// is the element offset (pre-swizzle) of the operand's first element in
+// `smem`; lbo / sbo are the leading / stride byte offsets; swizzle_bytes the
+// mode (128, 64 or 32); mn_major: M (A) or N (B) is the contiguous
+// dimension (the instruction's transpose bit).
+struct WgmmaOperand {
+  Buffer smem;
+  Expr offset;
+  std::int64_t lbo = 0, sbo = 0;
+  int swizzle_bytes = 128;
+  bool mn_major = false;
+};
+
+// wgmma.mma_async.sync.aligned.<shape>.f32.<a>.<b>: a warpgroup's D (+)= A B
+// with A and B in shared memory (descriptors) and D the N / 2 f32 registers
+// d_regs (element offsets into `d`) of every thread. scale_d: an i32, 0 for
+// D = A B, else D += A B. Asynchronous: wgmma_fence before, commit / wait
+// after (the gemm/wgmma variant emits them).
+class WgmmaNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Wgmma;
+  const std::string shape;  // "m64n256k16"
+  const Buffer d;
+  const std::vector<std::int64_t> d_regs;
+  const WgmmaOperand a, b;
+  const Expr scale_d;
+  WgmmaNode(std::string sh, Buffer dd, std::vector<std::int64_t> dr, WgmmaOperand aa,
+            WgmmaOperand bb, Expr sd, SourceLoc l)
+      : StmtNode(kKind, l),
+        shape(std::move(sh)),
+        d(std::move(dd)),
+        d_regs(std::move(dr)),
+        a(std::move(aa)),
+        b(std::move(bb)),
+        scale_d(std::move(sd)) {}
+};
+
 // Marks lowered code with the tile call it came from (printed as a comment).
 class OriginNode : public StmtNode {
  public:
@@ -747,6 +852,10 @@ Stmt make_mma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, Buf
               SourceLoc loc = {});
 Stmt make_cp_async(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes,
                    Expr src_bytes = {}, SourceLoc loc = {});
+Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
+                   Expr barrier, SourceLoc loc = {});
+Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, WgmmaOperand a,
+                WgmmaOperand b, Expr scale_d, SourceLoc loc = {});
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc = {});
 
 // ----------------------------------------------------------------- function

@@ -56,6 +56,16 @@ class LoweredCheck : public IRVisitor {
     check(n->src, n->loc);
     IRVisitor::visit_node(n);
   }
+  void visit_node(const TmaCopyNode* n) override {
+    check(n->smem, n->loc);
+    IRVisitor::visit_node(n);
+  }
+  void visit_node(const WgmmaNode* n) override {
+    check(n->d, n->loc);
+    check(n->a.smem, n->loc);
+    check(n->b.smem, n->loc);
+    IRVisitor::visit_node(n);
+  }
   void visit_node(const AllocateNode* n) override {
     known.insert(n->buffer->data.get());
     IRVisitor::visit_node(n);

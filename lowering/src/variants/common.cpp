@@ -240,6 +240,8 @@ Check copy_operands_match(const DispatchContext& ctx) {
       call->attrs.bias_arg >= 0)
     return std::string("copy takes no scale/bias (use an elementwise op: Tx::mul, Tx::fma)");
   if (call->args.size() != 2) return std::string("copy takes a destination and a source");
+  if (call->attrs.barrier.defined() && call->op != "copy_async")
+    return std::string("barrier= belongs to copy_async (a copy completing on an mbarrier)");
   const BufferRegion* dst = region_arg(call, 0);
   const BufferRegion* src = region_arg(call, 1);
   if (!dst || !src) return std::string("copy operands must be buffer regions");
@@ -257,6 +259,15 @@ Check copy_operands_match(const DispatchContext& ctx) {
                                     dst->buffer->name + "'s " + str(dst->extents()));
   }
   return ok();
+}
+
+std::optional<std::int64_t> aligned_constant_part(const Expr& offset, const Env& env,
+                                                  std::int64_t period) {
+  auto lf = linear_form(offset, env);
+  if (!lf) return std::nullopt;
+  for (const auto& [atom, coef] : lf->terms)
+    if (coef % period != 0) return std::nullopt;
+  return lf->constant;
 }
 
 Expr joint_offset(const std::vector<JointIter>& iters, std::size_t operand, const Expr& idx) {

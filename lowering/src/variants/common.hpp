@@ -95,6 +95,14 @@ std::optional<std::pair<std::int64_t, std::int64_t>> matrix_extents(const Buffer
 // scale / bias / axes.
 Check gemm_operands(const DispatchContext& ctx);
 
+// The constant part of an offset whose other terms are all multiples of
+// `period` (a shared tile's start: stage * tile + row0 * cols), in [0,
+// period) plus whole periods folded in; nullopt when a term is not provably
+// such a multiple. Swizzles and TMA boxes depend on the offset modulo their
+// period only.
+std::optional<std::int64_t> aligned_constant_part(const Expr& offset, const Env& env,
+                                                  std::int64_t period);
+
 // Offset of element `idx` (of the joint index space) for operand i.
 Expr joint_offset(const std::vector<JointIter>& iters, std::size_t operand, const Expr& idx);
 

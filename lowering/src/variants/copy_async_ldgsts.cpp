@@ -28,6 +28,9 @@ Check global_to_shared(const DispatchContext& ctx) {
                                    mem_scope_name(src.buffer->scope) + " -> " +
                                    mem_scope_name(dst.buffer->scope) + ")");
   if (ctx.sm == 0) return "the host runs no PTX (copy_async/sync copies synchronously)";
+  if (ctx.call->attrs.barrier.defined())
+    return "barrier= asks for completion on an mbarrier, which cp.async groups do not signal "
+           "(copy_async/tma does)";
   if (ctx.sm < 80) return "cp.async needs sm_80; the target is sm_" + std::to_string(ctx.sm);
   if (src.buffer->symbolic())
     return operand_reason(src,
@@ -50,11 +53,11 @@ Plan plan(const DispatchContext& ctx) {
   std::vector<JointIter> iters = coalesce(*joint);
   const std::int64_t threads = ctx.scope_threads;
   const int esize = dst.buffer->dtype.bytes();
-  int vec = widest_vector(iters, {0, 1}, {ld->mem_offset, ls->mem_offset}, esize, *ctx.env,
-                          [&](int v) {
-                            return v <= std::min(swizzle_vector_cap(*ld), swizzle_vector_cap(*ls)) &&
-                                   n % (threads * v) == 0;
-                          });
+  int vec =
+      widest_vector(iters, {0, 1}, {ld->mem_offset, ls->mem_offset}, esize, *ctx.env, [&](int v) {
+        return v <= std::min(swizzle_vector_cap(*ld), swizzle_vector_cap(*ls)) &&
+               n % (threads * v) == 0;
+      });
   if (vec * esize < 4 || n % (threads * vec) != 0)
     return "contiguous, aligned runs of " + std::to_string(vec * esize) +
            " bytes that divide over the " + std::to_string(threads) + " threads of the " +

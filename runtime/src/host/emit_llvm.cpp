@@ -675,6 +675,23 @@ class Emitter {
       case Intrinsic::cp_async_wait:
         // Asynchronous copies are synchronous on the host: nothing is pending.
         return B.getInt32(0);
+      case Intrinsic::mbarrier_init:
+      case Intrinsic::mbarrier_arrive:
+      case Intrinsic::mbarrier_expect_tx:
+      case Intrinsic::mbarrier_wait:
+      case Intrinsic::fence_barrier_init:
+      case Intrinsic::fence_proxy_async:
+      case Intrinsic::wgmma_fence:
+      case Intrinsic::wgmma_commit:
+      case Intrinsic::wgmma_wait:
+      case Intrinsic::setmaxnreg:
+      case Intrinsic::register_fence:
+        // Threads that wait on each other inside loops (mbarrier pipelines,
+        // warp specialization) cannot be split into barrier regions.
+        fail(std::string("T.ptx.") + intrinsic_name(n->op), "", n->loc,
+             "mbarrier pipelines and warpgroup MMA run on the GPU only: the host runs a CTA's "
+             "threads one after another between CTA barriers, which cannot wait on an mbarrier "
+             "that another thread arrives on later");
       case Intrinsic::check_access: {
         if (!checked_) internal("check_access outside the checked mode", n->loc);
         llvm::Type* i32t = B.getInt32Ty();
@@ -919,6 +936,8 @@ class Emitter {
       case StmtKind::MatrixMove:
       case StmtKind::Mma:
       case StmtKind::CpAsync:
+      case StmtKind::TmaCopy:
+      case StmtKind::Wgmma:
         // The host lowers with no PTX variants (LowerOptions::host).
         internal("a PTX instruction left in the host form", s->loc);
       case StmtKind::Barrier:

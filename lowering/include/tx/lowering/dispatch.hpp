@@ -106,6 +106,8 @@ void register_reduction_shared(Registry& r);
 void register_reduction_cross_warp(Registry& r);
 void register_copy_ldstmatrix(Registry& r);
 void register_copy_async_ldgsts(Registry& r);
+void register_copy_async_tma(Registry& r);
+void register_gemm_wgmma(Registry& r);
 void register_copy_async_sync(Registry& r);
 void register_gemm_mma_sync(Registry& r);
 void register_gemm_fallback(Registry& r);

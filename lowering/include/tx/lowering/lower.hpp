@@ -63,6 +63,13 @@ struct SharedAllocation {
   std::int64_t bytes = 0;
 };
 
+// A TMA tensor map the launch encodes and passes after the T::dim extents:
+// for the buffer of kernel parameter `param`, with the map's box and swizzle.
+struct TensorMapParam {
+  TensorMapDesc map;
+  int param = -1;
+};
+
 struct TileCallRecord {
   std::string call;     // the call as printed
   std::string variant;  // e.g. "copy/reg"
@@ -79,6 +86,8 @@ struct LoweredKernel {
   std::vector<TileCallRecord> dispatched;
   // The T::dim variables: passed after the parameters, as ints, bound at launch.
   std::vector<DimParam> dims;
+  // TMA tensor maps, passed after the dims in this order.
+  std::vector<TensorMapParam> tensor_maps;
   // Some extent or the grid is known only at launch.
   bool shape_generic() const;
 };

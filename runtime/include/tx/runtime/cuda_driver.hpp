@@ -88,6 +88,33 @@ struct Dim3 {
 // shared_bytes > 48 KiB.
 void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, void** args,
             const std::string& kernel_name, int ordinal = -1, StreamHandle stream = nullptr);
+// A TMA tensor map's description, innermost dimension first (the driver's
+// order): element count per dimension, byte strides of dimensions 1.., the
+// box, the swizzle (0, 32, 64, 128 bytes).
+struct TensorMapSpec {
+  DevicePtr address = 0;
+  int element_bytes = 2;
+  int rank = 0;
+  std::uint64_t dims[5] = {};
+  std::uint64_t strides[4] = {};
+  std::uint32_t box[5] = {};
+  int swizzle_bytes = 0;
+  bool operator==(const TensorMapSpec& o) const {
+    if (address != o.address || element_bytes != o.element_bytes || rank != o.rank ||
+        swizzle_bytes != o.swizzle_bytes)
+      return false;
+    for (int i = 0; i < rank; ++i)
+      if (dims[i] != o.dims[i] || box[i] != o.box[i] ||
+          (i + 1 < rank && strides[i] != o.strides[i]))
+        return false;
+    return true;
+  }
+  std::string describe() const;
+};
+// cuTensorMapEncodeTiled into `out` (128 bytes, 64-byte aligned); out-of-bounds
+// elements of a box read as zero. `what` names the kernel for errors.
+void encode_tensor_map(void* out, const TensorMapSpec& spec, const std::string& what);
+
 // cuCtxSynchronize; `what` names the kernel or operation for the error message.
 void synchronize(const std::string& what);
 void synchronize_device(int ordinal, const std::string& what);
