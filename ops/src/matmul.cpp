@@ -94,6 +94,84 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
   });
 }
 
+// The Hopper kernel: a producer warpgroup feeds a ring of `stages` 128-byte
+// swizzled shared tiles through TMA copies that complete on mbarriers;
+// bm / 64 consumer warpgroups run wgmma from shared memory, each on 64 rows
+// of the CTA tile, releasing a stage once the next MMA is in flight; `ctas`
+// persistent CTAs walk the tiles in groups of 8 tile rows.
+// samples/gemm_hopper.cpp explains it line by line.
+PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                       const MatmulTiling& c, std::int64_t sms) {
+  const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
+  const std::int64_t consumers = BM / 64, KT = K / BK;
+  const std::int64_t tiles_m = M / BM, tiles_n = N / BN, tiles = tiles_m * tiles_n;
+  const std::int64_t ctas = std::min(sms, tiles), rounds = (tiles + ctas - 1) / ctas;
+  const std::int64_t G = std::gcd(std::int64_t{8}, tiles_m);
+  return T::prim_func("matmul_wgmma_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
+    auto A = T::match_buffer(a, {M, K}, t);
+    auto B = T::match_buffer(b, {K, N}, t);
+    auto C = T::match_buffer(cp, {M, N}, t);
+    T::device_entry();
+    auto cta = T::cta_id({ctas});
+    auto wg = T::warpgroup_id({1 + consumers});
+    auto tid = T::thread_id_in_wg({128});
+    auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared,
+                              layouts::swizzled_tiles({STAGES, BM, BK}, t));
+    auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared,
+                              layouts::swizzled_tiles({STAGES, BK, BN}, t));
+    auto pipe = T::pipeline(
+        {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(consumers)});
+    auto tile_of = [&](const Var& r) {
+      auto valid = T::let(cta + r * ctas < tiles);
+      auto tile = T::let(min(cta + r * ctas, tiles - 1));
+      auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
+      return std::make_tuple(valid, bm, bn);
+    };
+    T::if_(wg == 0, [&] {
+      T::cuda::decrease_registers(40);
+      for (Var r : T::serial(rounds, "r")) {
+        auto [valid, bm, bn] = tile_of(r);
+        T::if_(valid, [&] {
+          for (Var kt : T::serial(KT, "kt")) {
+            auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
+            pipe.producer_acquire(it);
+            Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
+                                      A[region(span(bm * BM, BM), span(kt * BK, BK))],
+                                      {.barrier = pipe.full(it)});
+            Tx::warpgroup::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
+                                      B[region(span(kt * BK, BK), span(bn * BN, BN))],
+                                      {.barrier = pipe.full(it)});
+            T::if_(tid == 0, [&] { pipe.producer_commit(it); });
+          }
+        });
+      }
+    }).else_([&] {
+      T::cuda::increase_registers(232);
+      auto acc = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
+      auto out = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_c(64, BN));
+      auto row0 = T::let(max(wg - 1, 0) * 64);
+      for (Var r : T::serial(rounds, "r")) {
+        auto [valid, bm, bn] = tile_of(r);
+        T::if_(valid, [&] {
+          Tx::warpgroup::fill(acc, 0.0f);
+          for (Var kt : T::serial(KT, "kt")) {
+            auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
+            pipe.consumer_wait(it);
+            Tx::warpgroup::gemm(acc, As[region(span(s, 1), span(row0, 64), {0, BK})],
+                                Bs[region(span(s, 1), {0, BK}, {0, BN})],
+                                {.accum = true, .pending = 1});
+            T::if_(tid == 0, [&] { T::if_(kt > 0, [&] { pipe.consumer_release(it - 1); }); });
+          }
+          T::cuda::wgmma_wait(0, acc);
+          T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
+          Tx::warpgroup::cast(out, acc);
+          Tx::warpgroup::copy(C[region(span(bm * BM + row0, 64), span(bn * BN, BN))], out);
+        });
+      }
+    });
+  });
+}
+
 // One thread per element of C: an f32 sum over K in increasing k, one
 // rounding to C's dtype. Any shape and dtype; 256 threads per CTA.
 PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DType out_t) {
@@ -114,7 +192,9 @@ PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DT
   });
 }
 
+// The tiling divides the shape, and its kernel runs on the current GPU.
 bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K) {
+  if (c.wgmma && runtime::current_device().cc_major != 9) return false;
   return M % c.bm == 0 && N % c.bn == 0 && K % c.bk == 0;
 }
 
@@ -151,6 +231,12 @@ Kernel tensor_core_for(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
   std::snprintf(key, sizeof key, "matmul|%s|%lldx%lldx%lld|%s|%s", t.name().c_str(),
                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
                 c.str().c_str(), d.str().c_str());
+  if (c.wgmma) {
+    const std::int64_t sms = runtime::current_device().sm_count;
+    return detail::special_cached(key + std::string("|ctas") + std::to_string(sms), [&] {
+      return compile(hopper_kernel(M, N, K, t, c, sms), {.device = d});
+    });
+  }
   return detail::special_cached(
       key, [&] { return compile(tensor_core_kernel(M, N, K, t, c), {.device = d}); });
 }
@@ -261,6 +347,9 @@ Operands check(const Tensor& a, const Tensor& b, SourceLoc loc) {
 }  // namespace
 
 std::string MatmulTiling::str() const {
+  if (wgmma)
+    return "wgmma " + std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) +
+           " s" + std::to_string(stages);
   return std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) + " w" +
          std::to_string(wm) + "x" + std::to_string(wn) + " s" + std::to_string(stages) +
          (swizzle ? " sw" : "");
@@ -270,11 +359,14 @@ const std::vector<MatmulTiling>& matmul_tilings() {
   // Ordered by bf16 4096^3 time on an H100 (bench/gemm, 2026-11-24):
   // 128x256x64 s3 0.345 ms, 128x256x32 s4 0.352, 128x128x32 sw 0.368, ...;
   // then smaller tiles for shapes the large ones do not divide.
+  // On sm_90 the Hopper kernel comes first (bench/gemm, H100, 2026-11-25:
+  // wgmma 128x256x64 s4 0.205 ms, 64x256x64 s4 0.232, 128x128x64 s6 0.259).
   static const std::vector<MatmulTiling> t = {
-      {128, 256, 64, 64, 64, 3, false}, {128, 256, 32, 64, 64, 4, false},
-      {256, 128, 32, 64, 64, 4, false}, {128, 128, 32, 64, 64, 3, true},
-      {64, 128, 64, 32, 64, 4, false},  {64, 64, 32, 32, 32, 4, true},
-      {16, 64, 32, 16, 16, 4, false},
+      {128, 256, 64, 0, 0, 4, true, true}, {64, 256, 64, 0, 0, 4, true, true},
+      {128, 128, 64, 0, 0, 6, true, true}, {128, 256, 64, 64, 64, 3, false},
+      {128, 256, 32, 64, 64, 4, false},    {256, 128, 32, 64, 64, 4, false},
+      {128, 128, 32, 64, 64, 3, true},     {64, 128, 64, 32, 64, 4, false},
+      {64, 64, 32, 32, 32, 4, true},       {16, 64, 32, 16, 16, 4, false},
   };
   return t;
 }

@@ -22,6 +22,9 @@ namespace {
 Plan plan(const DispatchContext& ctx) {
   TileAttrs attrs = ctx.call->attrs;
   attrs.variant.clear();
+  // Complete when issued: an mbarrier it would signal has nothing to count
+  // (the kernel's arrive completes the phase).
+  attrs.barrier = Expr();
   Stmt call = make_tile_call("copy", ctx.scope, ctx.call->args, attrs, ctx.call->loc);
   DispatchContext c = ctx;
   c.call = call.as<TileCallNode>();
@@ -45,7 +48,19 @@ Plan plan(const DispatchContext& ctx) {
            ": cp.async does not apply; using copy_async/sync (" + r.variant->qualified() +
            ", synchronous)");
   }
-  return make_origin(origin_text(ctx, "copy_async/sync -> " + r.variant->qualified()), r.lowered,
+  Stmt body = r.lowered;
+  if (ctx.call->attrs.barrier.defined() && ctx.scope != ExecScope::thread) {
+    // Every thread of the scope copied a part: all parts are written before
+    // the arrive that follows the call (one thread's) publishes the stage,
+    // and on sm_90 visible to the asynchronous proxy (wgmma, TMA stores).
+    std::vector<Stmt> seq = {body};
+    if (ctx.sm >= 90)
+      seq.push_back(
+          make_evaluate(make_call(Intrinsic::fence_proxy_async, {}, ctx.call->loc), ctx.call->loc));
+    seq.push_back(make_barrier(ctx.scope, ctx.call->loc));
+    body = make_seq(seq);
+  }
+  return make_origin(origin_text(ctx, "copy_async/sync -> " + r.variant->qualified()), body,
                      ctx.call->loc);
 }
 

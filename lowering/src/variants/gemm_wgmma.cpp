@@ -2,15 +2,13 @@
 // wgmma.mma_async (sm_90a): A and B in swizzled shared memory, read through
 // matrix descriptors; D in f32 registers of the warpgroup.
 //
-// Accepts: cuda on sm_90+; warpgroup scope, all 128 threads active; D a
-// local f32 tile of (M, N) with M % 64 == 0 whose layout is the wgmma
-// accumulator (frag::wgmma_c: per 64 rows, thread 32 w + lane holds
-// (16 w + lane / 4 + 8 ((i / 2) % 2), 8 (i / 4) + 2 (lane % 4) + i % 2) in
-// register i); A (M, K) and B (K, N) shared regions, f16 x f16 or bf16 x
-// bf16 (K % 16), or fp8 e4m3 / e5m2 (K % 32, both K-major: the instruction
-// has no transpose for 8-bit types), whose layouts are wgmma's canonical
-// ones: 8-row groups of 32-, 64- or 128-byte swizzled rows, K-major (K
-// contiguous) or MN-major (M of A, N of B contiguous: the transpose bit),
+// Accepts: cuda on sm_90 (sm_90a: later GPUs have other MMAs); warpgroup scope, all 128 threads
+// active; D a local f32 tile of (M, N) with M % 64 == 0 whose layout is the wgmma accumulator
+// (frag::wgmma_c: per 64 rows, thread 32 w + lane holds (16 w + lane / 4 + 8 ((i / 2) % 2), 8 (i /
+// 4) + 2 (lane % 4) + i % 2) in register i); A (M, K) and B (K, N) shared regions, f16 x f16 or
+// bf16 x bf16 (K % 16), or fp8 e4m3 / e5m2 (K % 32, both K-major: the instruction has no transpose
+// for 8-bit types), whose layouts are wgmma's canonical ones: 8-row groups of 32-, 64- or 128-byte
+// swizzled rows, K-major (K contiguous) or MN-major (M of A, N of B contiguous: the transpose bit),
 // as layouts::swizzled_tiles makes them. The descriptors' strides (LBO,
 // SBO) are read off the layouts and every element's address is checked
 // against the descriptor's (the layout is a table, the instruction a
@@ -46,7 +44,8 @@ Check warpgroup_and_dtypes(const DispatchContext& ctx) {
       return operand_reason(*r, std::string("scope ") + mem_scope_name(r->buffer->scope) +
                                     ": wgmma reads A and B from shared memory here");
   if (ctx.sm == 0) return "the host runs no PTX (gemm/fallback computes the same product)";
-  if (ctx.sm < 90) return "wgmma needs sm_90a; the target is sm_" + std::to_string(ctx.sm);
+  if (ctx.sm != 90)
+    return "wgmma is an sm_90a instruction; the target is sm_" + std::to_string(ctx.sm);
   DType ta = a.buffer->dtype, tb = b.buffer->dtype;
   bool half = (ta == f16 || ta == bf16) && ta == tb;
   bool fp8 = ta.is_fp8() && tb.is_fp8();

@@ -377,8 +377,58 @@ bool host_jit_available(std::string* why) {
   return j.jit != nullptr;
 }
 
+namespace {
+// Threads that wait on each other inside loops (mbarrier pipelines, warp
+// specialization) and the warpgroup MMA have no host form yet: the host runs
+// a CTA's threads one after another between CTA barriers, and a thread
+// waiting on an mbarrier that a later thread arrives on would wait forever.
+void refuse_gpu_only(const lowering::LoweredKernel& k) {
+  struct Find : IRVisitor {
+    SourceLoc at;
+    std::string what;
+    bool found = false;
+    using IRVisitor::visit_node;
+    void note(const std::string& w, SourceLoc l) {
+      if (found) return;
+      found = true;
+      what = w;
+      at = l;
+    }
+    void visit_node(const CallNode* n) override {
+      switch (n->op) {
+        case Intrinsic::mbarrier_init:
+        case Intrinsic::mbarrier_arrive:
+        case Intrinsic::mbarrier_expect_tx:
+        case Intrinsic::mbarrier_wait:
+        case Intrinsic::fence_barrier_init:
+        case Intrinsic::fence_proxy_async:
+        case Intrinsic::wgmma_fence:
+        case Intrinsic::wgmma_commit:
+        case Intrinsic::wgmma_wait:
+        case Intrinsic::setmaxnreg:
+        case Intrinsic::register_fence:
+          note(std::string("T.ptx.") + intrinsic_name(n->op), n->loc);
+          break;
+        default:
+          break;
+      }
+      IRVisitor::visit_node(n);
+    }
+    void visit_node(const TmaCopyNode* n) override { note("T.ptx.tma_load", n->loc); }
+    void visit_node(const WgmmaNode* n) override { note("T.ptx.wgmma", n->loc); }
+  } f;
+  f.visit(k.lowered->body);
+  if (f.found)
+    fail(f.what, k.source->name, f.at,
+         "mbarrier pipelines and warpgroup MMA run on the GPU only: the host runs a CTA's "
+         "threads one after another between CTA barriers, which cannot wait on an mbarrier "
+         "that another thread arrives on later");
+}
+}  // namespace
+
 std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
                                          const std::string& cuda_source, bool checked) {
+  refuse_gpu_only(k);
   Jit& j = jit();
   if (!j.jit) fail("tx.host_jit", k.source->name, k.source->loc, j.error);
   bool use_cache =

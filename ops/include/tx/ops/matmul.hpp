@@ -5,6 +5,12 @@
 //   Tensor c = tx::ops::matmul(a, b, {.tune = true});          // time the tilings, remember
 //
 // Kernels (ops/src/matmul.cpp), by what the shape allows:
+//   wgmma         on sm_90 (H100 / H200), f16 / bf16, M % 64, N % 128, K % 64:
+//                 the warp-specialized TMA + wgmma kernel of
+//                 samples/gemm_hopper.cpp (671.8 TFLOP/s at 4096^3 bf16 on an
+//                 H100, cuBLAS 675-698 in the same runs), first in
+//                 matmul_tilings(); below 256 rows the skinny-M rule below
+//                 applies to it as to the others.
 //   tensor cores  cp.async ring + ldmatrix + mma.sync (the kernel of
 //                 samples/gemm.cpp) on the GPU for f16 / bf16 when a tiling
 //                 divides (M, N, K): the smallest asks M % 16, N % 64, K % 32.
@@ -43,10 +49,14 @@ struct MatmulOptions {
 // A tensor-core tiling: a CTA tile of bm x bn walked bk at a time through
 // `stages` shared buffers by warps of wm x wn; `swizzle` picks XOR-swizzled
 // shared tiles over padded rows.
+// wgmma: the Hopper kernel instead (samples/gemm_hopper.cpp: TMA, an
+// mbarrier pipeline, warpgroup MMA, a producer warpgroup and bm / 64
+// consumer warpgroups, one persistent CTA per SM; wm, wn unused), sm_90 only.
 struct MatmulTiling {
   std::int64_t bm, bn, bk, wm, wn, stages;
   bool swizzle;
-  std::string str() const;  // "128x256x64 w64x64 s3" (+ " sw")
+  bool wgmma = false;
+  std::string str() const;  // "128x256x64 w64x64 s3" (+ " sw"), "wgmma 128x256x64 s4"
 };
 
 // The tilings in the order the default choice tries them.

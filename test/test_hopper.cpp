@@ -1,0 +1,253 @@
+// The Hopper primitives without a GPU: copy_async/tma's box derivation and
+// its reasons, gemm/wgmma's descriptor and accumulator checks, the mbarrier
+// operand rules, the pipeline's parities, the code generator's parameters,
+// and the host's refusal. (gpu_hopper.cpp runs them.)
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "test_support.hpp"
+#include "tx/lowering/codegen_cuda.hpp"
+#include "tx/tx.hpp"
+
+#define TX_SAMPLE_NO_MAIN
+#include "../samples/gemm_hopper.cpp"
+
+using namespace tx;
+
+namespace {
+
+lowering::LoweredKernel lower90(const PrimFunc& f) {
+  return lowering::lower(f, {.arch = "sm_90a"});
+}
+
+std::string variant_of(const lowering::LoweredKernel& k, const std::string& family) {
+  for (const auto& r : k.dispatched)
+    if (r.variant.rfind(family, 0) == 0) return r.variant;
+  return "";
+}
+
+// A global (R, C) tile into a shared `layout` through copy_async, with or
+// without an mbarrier.
+PrimFunc tile_copy(std::int64_t R, std::int64_t C, DType t, const TileLayout& layout, bool barrier,
+                   std::string variant = {}) {
+  return T::prim_func("tile_copy", [&](Handle g_ptr, Handle o_ptr) {
+    auto G = T::match_buffer(g_ptr, {4 * R, C}, t);
+    auto O = T::match_buffer(o_ptr, {R, C}, t);
+    T::device_entry();
+    auto blk = T::cta_id({4});
+    T::thread_id({128});
+    auto S = T::alloc_buffer({R, C}, t, scope::shared, layout);
+    auto bar = T::alloc_buffer({1}, u64, scope::shared);
+    TileAttrs a;
+    a.variant = variant;
+    if (barrier) a.barrier = bar(0);
+    Tx::cta::copy_async(S.all(), G[region(span(blk * R, R), {0, C})], a);
+    T::cuda::cta_sync();
+    Tx::cta::copy(O.all(), S.all());
+  });
+}
+
+}  // namespace
+
+TEST_CASE("copy_async/tma derives boxes from swizzled layouts, one thread issues them") {
+  // 128 x 64 bf16, 128-byte rows: one box. 64 x 256: four 64 x 64 boxes (panels).
+  auto k1 = lower90(tile_copy(128, 64, bf16, layouts::swizzled_tiles({128, 64}, bf16), true));
+  CHECK(variant_of(k1, "copy_async") == "copy_async/tma");
+  REQUIRE(k1.tensor_maps.size() == 1);
+  CHECK(k1.tensor_maps[0].map.box == std::vector<std::int64_t>{128, 64});
+  CHECK(k1.tensor_maps[0].map.swizzle_bytes == 128);
+  CHECK(k1.tensor_maps[0].param == 0);
+  auto k2 = lower90(tile_copy(64, 256, bf16, layouts::swizzled_tiles({64, 256}, bf16), true));
+  REQUIRE(k2.tensor_maps.size() == 1);
+  CHECK(k2.tensor_maps[0].map.box == std::vector<std::int64_t>{64, 64});
+  const std::string cuda = lowering::codegen_cuda(k2);
+  CHECK(cuda.find("const __grid_constant__ tx_tensor_map tx_tmap0") != std::string::npos);
+  // Four boxes, at panel offsets, in one thread; the expected bytes once.
+  std::size_t loads = 0;
+  for (std::size_t p = cuda.find("tx_tma_load("); p != std::string::npos;
+       p = cuda.find("tx_tma_load(", p + 1))
+    ++loads;
+  CHECK(loads == 4 + 5);  // four calls and the helper's five overloads
+  CHECK(cuda.find("tx_mbarrier_expect_tx(") != std::string::npos);
+  CHECK(cuda.find(", (unsigned)(32768))") != std::string::npos);
+  CHECK(cuda.find("if (((int)threadIdx.x) == 0) {") != std::string::npos);
+  // 64-byte and 32-byte swizzles and f32 / fp8 elements.
+  auto k3 = lower90(tile_copy(32, 32, bf16, layouts::swizzled_tiles({32, 32}, bf16), true));
+  REQUIRE(k3.tensor_maps.size() == 1);
+  CHECK(k3.tensor_maps[0].map.swizzle_bytes == 64);
+  auto k4 = lower90(tile_copy(16, 8, f32, layouts::swizzled_tiles({16, 8}, f32), true));
+  REQUIRE(k4.tensor_maps.size() == 1);
+  CHECK(k4.tensor_maps[0].map.swizzle_bytes == 32);
+  auto k5 = lower90(tile_copy(64, 128, f8e4m3, layouts::swizzled_tiles({64, 128}, f8e4m3), true));
+  REQUIRE(k5.tensor_maps.size() == 1);
+  CHECK(k5.tensor_maps[0].map.box == std::vector<std::int64_t>{64, 128});
+  // Row-major (no swizzle): one dense box.
+  auto k6 = lower90(tile_copy(16, 64, bf16, TileLayout::row_major({16, 64}), true));
+  REQUIRE(k6.tensor_maps.size() == 1);
+  CHECK(k6.tensor_maps[0].map.swizzle_bytes == 0);
+}
+
+TEST_CASE("copy_async/tma reasons: padded rows, no barrier, older GPUs, the host") {
+  // Padded rows are not a dense box: the reason names the element.
+  TileLayout padded(S({32, 64}, {72, 1}));
+  CHECK_THROWS_WITH_AS(lower90(tile_copy(32, 64, bf16, padded, true, "tma")),
+                       doctest::Contains("not a sequence of dense boxes"), Error);
+  // No barrier: cp.async does it (ldgsts), the TMA says why not.
+  auto k = lower90(tile_copy(32, 64, bf16, layouts::swizzled_tiles({32, 64}, bf16), false));
+  CHECK(variant_of(k, "copy_async") == "copy_async/ldgsts");
+  CHECK(k.tensor_maps.empty());
+  CHECK_THROWS_WITH_AS(
+      lower90(tile_copy(32, 64, bf16, layouts::swizzled_tiles({32, 64}, bf16), false, "tma")),
+      doctest::Contains("completes on an mbarrier"), Error);
+  // sm_80: no TMA, and cp.async groups do not signal a barrier: the copy is
+  // synchronous (exact under the barrier's semantics).
+  auto k80 = lowering::lower(tile_copy(32, 64, bf16, layouts::swizzled_tiles({32, 64}, bf16), true),
+                             {.arch = "sm_80"});
+  CHECK(variant_of(k80, "copy_async") == "copy_async/sync");
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(
+          tile_copy(32, 64, bf16, layouts::swizzled_tiles({32, 64}, bf16), true, "ldgsts"),
+          {.arch = "sm_90a"}),
+      doctest::Contains("which cp.async groups do not signal"), Error);
+  // barrier= on a plain copy is refused.
+  auto f = T::prim_func("k", [&](Handle g_ptr) {
+    auto G = T::match_buffer(g_ptr, {32, 64}, bf16);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto S = T::alloc_buffer({32, 64}, bf16, scope::shared);
+    auto bar = T::alloc_buffer({1}, u64, scope::shared);
+    Tx::cta::copy(S.all(), G.all(), {.barrier = bar(0)});
+  });
+  CHECK_THROWS_WITH_AS(lower90(f), doctest::Contains("barrier= belongs to copy_async"), Error);
+}
+
+TEST_CASE("mbarrier operands are shared u64 elements, counts and waits are checked") {
+  auto bad = [](DType t, MemScope s) {
+    return T::prim_func("k", [&](Handle) {
+      T::device_entry();
+      T::cta_id({1});
+      T::thread_id({32});
+      auto b = T::alloc_buffer({2}, t, s);
+      T::cuda::mbarrier_arrive(b(0));
+    });
+  };
+  CHECK_THROWS_WITH_AS(bad(u32, MemScope::shared), doctest::Contains("shared u64 buffer"), Error);
+  CHECK_THROWS_WITH_AS(bad(u64, MemScope::local), doctest::Contains("shared u64 buffer"), Error);
+  CHECK_THROWS_WITH_AS(T::prim_func("k",
+                                    [&](Handle) {
+                                      T::device_entry();
+                                      T::cta_id({1});
+                                      T::thread_id({128});
+                                      T::cuda::increase_registers(250);
+                                    }),
+                       doctest::Contains("multiple of 8"), Error);
+  CHECK_THROWS_WITH_AS(T::prim_func("k",
+                                    [&](Handle) {
+                                      T::device_entry();
+                                      T::cta_id({1});
+                                      T::thread_id({128});
+                                      T::pipeline({.stages = 0});
+                                    }),
+                       doctest::Contains("stages = 0"), Error);
+}
+
+TEST_CASE("T::pipeline: stage and parity of a position, initialization by thread 0") {
+  // A consumer waits on parity (it / stages) % 2 of full; a producer on the
+  // opposite parity of empty (its first round passes a fresh barrier).
+  auto f = T::prim_func("pipe", [&](Handle o_ptr) {
+    auto O = T::match_buffer(o_ptr, {4}, i32);
+    T::device_entry();
+    T::cta_id({1});
+    auto tid = T::thread_id({256});
+    auto pipe = T::pipeline({.stages = 3, .consumer_arrivals = 2});
+    for (Var it : T::serial(7, "it")) {
+      pipe.producer_acquire(it);
+      pipe.consumer_wait(it);
+    }
+    T::if_(tid == 0, [&] { O(0) = 1; });
+  });
+  const std::string ir = to_string(f);
+  CHECK(ir.find("T.ptx.mbarrier_init(pipe_full[0], 1)") != std::string::npos);
+  CHECK(ir.find("T.ptx.mbarrier_init(pipe_empty[2], 2)") != std::string::npos);
+  CHECK(ir.find("T.ptx.fence_barrier_init()") != std::string::npos);
+  CHECK(ir.find("T.ptx.mbarrier_wait(pipe_empty[T.floormod(it, 3)], T.floormod(it // 3 + 1, 2))") !=
+        std::string::npos);
+  CHECK(ir.find("T.ptx.mbarrier_wait(pipe_full[T.floormod(it, 3)], T.floormod(it // 3, 2))") !=
+        std::string::npos);
+  auto k = lower90(f);
+  const std::string cuda = lowering::codegen_cuda(k);
+  CHECK(cuda.find("mbarrier.try_wait.parity.shared::cta.b64") != std::string::npos);
+  // The barriers are 8-byte aligned in shared memory, after nothing else.
+  REQUIRE(k.shared.size() == 2);
+  CHECK(k.shared[0].offset % 8 == 0);
+  CHECK(k.shared[1].offset % 8 == 0);
+}
+
+TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator checked") {
+  // The sample's kernel: A K-major (one 128-byte row per 64 k), B N-major in
+  // 64-column panels (LBO = the panel stride, 8 KiB at BK = 64).
+  auto k = lower90(gemm_hopper(256, 512, 128, bf16, {.ctas = 4}));
+  CHECK(variant_of(k, "gemm") == "gemm/wgmma");
+  CHECK(variant_of(k, "copy_async") == "copy_async/tma");
+  const std::string ir = to_string(k.lowered);
+  CHECK(ir.find("swizzle=128, lbo=16, sbo=1024)") != std::string::npos);
+  CHECK(ir.find("swizzle=128, lbo=8192, sbo=1024, mn_major=True)") != std::string::npos);
+  CHECK(ir.find("T.ptx.wgmma.m64n256k16.f32.bf16.bf16(") != std::string::npos);
+  CHECK(ir.find("T.ptx.wgmma.wait_group(1)") != std::string::npos);
+  CHECK(ir.find("T.ptx.setmaxnreg(232, 1)") != std::string::npos);
+  REQUIRE(k.tensor_maps.size() == 2);
+  CHECK(k.tensor_maps[1].param == 1);
+  // Swizzled tiles are aligned to their pattern's period (1 KiB).
+  for (const auto& s : k.shared)
+    if (s.buffer->dtype == bf16) CHECK(s.offset % 1024 == 0);
+
+  // Rejections, each with its reason (forced onto the variant).
+  auto one = [](const TileLayout& acc_layout, const TileLayout& a_layout, ExecScope scope) {
+    return T::prim_func("one_wgmma", [&](Handle d_ptr) {
+      auto D = T::match_buffer(d_ptr, {64, 64}, f32);
+      T::device_entry();
+      T::cta_id({1});
+      T::thread_id({128});
+      auto As = T::alloc_buffer({64, 64}, bf16, scope::shared, a_layout);
+      auto Bs =
+          T::alloc_buffer({64, 64}, bf16, scope::shared, layouts::swizzled_tiles({64, 64}, bf16));
+      auto acc = T::alloc_buffer({64, 64}, f32, scope::local, acc_layout);
+      TileAttrs at;
+      at.variant = "wgmma";
+      if (scope == ExecScope::warpgroup)
+        Tx::warpgroup::gemm(acc, As, Bs, at);
+      else
+        Tx::warp::gemm(acc, As, Bs, at);
+      (void)D;
+    });
+  };
+  const TileLayout sw = layouts::swizzled_tiles({64, 64}, bf16);
+  CHECK_NOTHROW(lower90(one(frag::wgmma_c(64, 64), sw, ExecScope::warpgroup)));
+  CHECK_THROWS_WITH_AS(
+      lower90(one(frag::wgmma_c(64, 64), TileLayout::row_major({64, 64}), ExecScope::warpgroup)),
+      doctest::Contains("without a swizzle"), Error);
+  CHECK_THROWS_WITH_AS(lower90(one(frag::mma_c(64, 64), sw, ExecScope::warpgroup)),
+                       doctest::Contains("use frag::wgmma_c"), Error);
+  CHECK_THROWS_WITH_AS(lower90(one(frag::wgmma_c(64, 64), sw, ExecScope::warp)),
+                       doctest::Contains("wgmma is a warpgroup instruction"), Error);
+  CHECK_THROWS_WITH_AS(
+      lowering::lower(one(frag::wgmma_c(64, 64), sw, ExecScope::warpgroup), {.arch = "sm_80"}),
+      doctest::Contains("wgmma is an sm_90a instruction"), Error);
+  CHECK_THROWS_WITH_AS(frag::wgmma_c(32, 64), doctest::Contains("m = 32"), Error);
+}
+
+TEST_CASE("the host refuses mbarrier pipelines with a reason naming the line") {
+  std::string why;
+  if (!runtime::host_jit_available(&why)) {
+    MESSAGE("no host JIT in this build: " << why);
+    return;
+  }
+  const HopperGemmConfig small{.bm = 64, .bn = 64, .bk = 64, .stages = 2, .ctas = 1};
+  Kernel k = compile(gemm_hopper(64, 64, 64, bf16, small), {.device = Device::host()});
+  Tensor A = Tensor::empty({64, 64}, bf16, Device::host());
+  Tensor B = Tensor::empty({64, 64}, bf16, Device::host());
+  Tensor C = Tensor::empty({64, 64}, bf16, Device::host());
+  CHECK_THROWS_WITH_AS(k(A, B, C), doctest::Contains("run on the GPU only"), Error);
+}
