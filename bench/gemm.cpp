@@ -5,7 +5,7 @@
 // runs both).
 //
 //   bench_gemm --out tx.json
-//   TX_GEMM_QUICK=1 bench_gemm   (bf16 4096^3 only: for tuning runs)
+//   TX_GEMM_QUICK=1 bench_gemm   (bf16 4096^3 only: for tuning runs; =8192: 8192^3)
 //   TX_GEMM_ONLY="128x256x32 w64x64 s3" bench_gemm   (one tiling: for profiling)
 //
 // TFLOP/s = 2 M N K / time. Timing: CUDA events around each call, 10
@@ -75,10 +75,13 @@ int main(int argc, char** argv) {
   js << "[\n";
   bool first = true;
   int bad = 0;
-  const bool quick = std::getenv("TX_GEMM_QUICK") != nullptr;
+  // TX_GEMM_QUICK=1: bf16 4096^3 only; TX_GEMM_QUICK=8192: bf16 8192^3 only.
+  const char* quick_env = std::getenv("TX_GEMM_QUICK");
+  const bool quick = quick_env != nullptr;
+  const std::int64_t quick_m = quick && std::string(quick_env) == "8192" ? 8192 : 4096;
   for (DType t : {bf16, f16})
     for (const GemmShape& s : shapes) {
-      if (quick && (t != bf16 || s.m != 4096 || s.n != 4096)) continue;
+      if (quick && (t != bf16 || s.m != quick_m || s.n != quick_m)) continue;
       char label[96];
       std::snprintf(label, sizeof label, "(%lld, %lld, %lld)", static_cast<long long>(s.m),
                     static_cast<long long>(s.n), static_cast<long long>(s.k));
