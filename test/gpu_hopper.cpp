@@ -103,11 +103,14 @@ TEST_CASE("copy_async/tma moves tiles through every swizzle mode exactly") {
 
 TEST_CASE("T::pipeline: a producer warpgroup runs ahead of two consumers over many phases") {
   if (!hopper("mbarrier pipelines")) return;
-  // The producer writes position it into stage it % 2 (plain stores, then a
-  // warpgroup barrier, then one arrive); each consumer warpgroup copies the
-  // stage out and releases it. 2 stages, 11 positions: every barrier goes
-  // through 5-6 phases, and a wrong parity either deadlocks (caught by the
-  // watchdog of the test runner) or reads a stage twice / too early.
+  // The producer writes position it into stage it % 2 (plain stores); each
+  // consumer warpgroup copies the stage out. Every thread arrives for its own
+  // accesses (128 producer and 256 consumer arrivals per phase), so the
+  // barriers alone order them -- as compute-sanitizer racecheck checks (it
+  // does not follow a warpgroup barrier followed by one thread's arrive,
+  // which the memory model also orders). 2 stages, 11 positions: every
+  // barrier goes through 5-6 phases; a wrong parity deadlocks or reads a
+  // stage twice or too early.
   const std::int64_t P = 11;
   auto f = T::prim_func("pipeline_phases", [&](Handle o_ptr) {
     auto O = T::match_buffer(o_ptr, {P, 2, 128}, i32);
@@ -116,21 +119,19 @@ TEST_CASE("T::pipeline: a producer warpgroup runs ahead of two consumers over ma
     auto wg = T::warpgroup_id({3});
     auto tid = T::thread_id_in_wg({128});
     auto S = T::alloc_buffer({2, 128}, i32, scope::shared);
-    auto pipe = T::pipeline({.stages = 2, .consumer_arrivals = 2});
+    auto pipe = T::pipeline({.stages = 2, .producer_arrivals = 128, .consumer_arrivals = 256});
     T::if_(wg == 0, [&] {
       for (Var it : T::serial(P, "it")) {
         pipe.producer_acquire(it);
         S(pipe.stage(it), tid) = it * 1000 + tid;
-        T::cuda::warpgroup_sync();
-        T::if_(tid == 0, [&] { pipe.producer_commit(it); });
+        pipe.producer_commit(it);
       }
     }).else_([&] {
       auto c = T::let(max(wg - 1, 0));
       for (Var it : T::serial(P, "it")) {
         pipe.consumer_wait(it);
         O(it, c, tid) = S(pipe.stage(it), tid);
-        T::cuda::warpgroup_sync();
-        T::if_(tid == 0, [&] { pipe.consumer_release(it); });
+        pipe.consumer_release(it);
       }
     });
   });
