@@ -28,6 +28,8 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, Ge
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
   const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / 16;
   const std::int64_t tiles_n = N / BN, G = std::gcd(c.group, M / BM);  // G | tile rows
+  if (KK % 2 != 0)  // the two fragment sets alternate in step across stages
+    fail("gemm", "bk", {}, "bk = " + std::to_string(BK) + ": a multiple of 32 (two k slices)");
   return T::prim_func("gemm_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
     auto A = T::match_buffer(A_ptr, {M, K}, t);
     auto B = T::match_buffer(B_ptr, {K, N}, t);

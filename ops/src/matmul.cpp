@@ -28,13 +28,16 @@ using SourceLoc = std::source_location;
 PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                             const MatmulTiling& c) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
-  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / 16, KT = K / BK;
+  // k slices of one mma: 16 (f16 / bf16, m16n8k16) or 32 (fp8, m16n8k32).
+  const std::int64_t KS = t.is_fp8() ? 32 : 16;
+  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / KS, KT = K / BK;
+  const DType out_t = t.is_fp8() ? f32 : t;
   const std::int64_t tiles_n = N / BN, G = std::gcd(std::int64_t{8}, M / BM);
   constexpr std::int64_t pad = 8;
   return T::prim_func("matmul_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
     auto A = T::match_buffer(a, {M, K}, t);
     auto B = T::match_buffer(b, {K, N}, t);
-    auto C = T::match_buffer(cp, {M, N}, t);
+    auto C = T::match_buffer(cp, {M, N}, out_t);
     T::device_entry();
     auto tile = T::cta_id({(M / BM) * tiles_n});
     auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
@@ -48,11 +51,10 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
     auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared, ring(BK, BN));
     std::vector<TileBuffer> Af, Bf;
     for (int i = 0; i < 2; ++i) {
-      Af.push_back(T::alloc_buffer({WM, 16}, t, scope::local, frag::mma_a(WM, 16, t)));
-      Bf.push_back(T::alloc_buffer({16, WN}, t, scope::local, frag::mma_b(16, WN, t)));
+      Af.push_back(T::alloc_buffer({WM, KS}, t, scope::local, frag::mma_a(WM, KS, t)));
+      Bf.push_back(T::alloc_buffer({KS, WN}, t, scope::local, frag::mma_b(KS, WN, t)));
     }
     auto acc = T::alloc_buffer({WM, WN}, f32, scope::local, frag::mma_c(WM, WN));
-    auto out = T::alloc_buffer({WM, WN}, t, scope::local, frag::mma_c(WM, WN));
     auto load_stage = [&](const auto& kt) {
       auto s = T::let(kt % STAGES);
       Tx::cta::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
@@ -61,8 +63,8 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
                           B[region(span(kt * BK, BK), span(bn * BN, BN))]);
     };
     auto load_fragments = [&](int i, const auto& stage, std::int64_t kk) {
-      Tx::warp::copy(Af[i], As[region(span(stage, 1), span(wm * WM, WM), {kk * 16, kk * 16 + 16})]);
-      Tx::warp::copy(Bf[i], Bs[region(span(stage, 1), {kk * 16, kk * 16 + 16}, span(wn * WN, WN))]);
+      Tx::warp::copy(Af[i], As[region(span(stage, 1), span(wm * WM, WM), {kk * KS, kk * KS + KS})]);
+      Tx::warp::copy(Bf[i], Bs[region(span(stage, 1), {kk * KS, kk * KS + KS}, span(wn * WN, WN))]);
     };
     for (Var s : T::unroll(STAGES - 1, "s")) {
       T::if_(s < KT, [&] { load_stage(s); });
@@ -89,8 +91,14 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
         Tx::warp::gemm(acc, Af[kk % 2], Bf[kk % 2], {.accum = true});
       }
     }
-    Tx::warp::cast(out, acc);
-    Tx::warp::copy(C[region(span(bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))], out);
+    auto c_tile = C[region(span(bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))];
+    if (out_t == f32) {  // fp8 in, f32 out
+      Tx::warp::copy(c_tile, acc);
+    } else {
+      auto out = T::alloc_buffer({WM, WN}, t, scope::local, frag::mma_c(WM, WN));
+      Tx::warp::cast(out, acc);
+      Tx::warp::copy(c_tile, out);
+    }
   });
 }
 
@@ -192,9 +200,14 @@ PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DT
   });
 }
 
-// The tiling divides the shape, and its kernel runs on the current GPU.
-bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K) {
-  if (c.wgmma && runtime::current_device().cc_major != 9) return false;
+// The tiling divides the shape, and its kernel runs on the current GPU for
+// dtype t: the Hopper kernel on sm_90 for 16-bit types (fp8 wgmma reads
+// K-major B only), the warp-MMA kernel with k steps of 32 for fp8 (bk % 64).
+bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
+  if (c.wgmma && (runtime::current_device().cc_major != 9 || t.is_fp8())) return false;
+  // Two fragment sets alternate between k slices: an even number of slices
+  // per stage keeps the alternation in step across stages (bk / 32 even).
+  if (t.is_fp8() && c.bk % 64 != 0) return false;
   return M % c.bm == 0 && N % c.bn == 0 && K % c.bk == 0;
 }
 
@@ -202,14 +215,17 @@ bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t
 std::string tensor_core_refusal(DType t, std::int64_t M, std::int64_t N, std::int64_t K,
                                 const Device& d) {
   if (!d.is_cuda()) return "the host has no tensor cores";
-  if (t != f16 && t != bf16)
-    return t.name() + ": the tensor-core kernel reads B with ldmatrix .trans (16-bit units)";
+  if (t != f16 && t != bf16 && !t.is_fp8())
+    return t.name() + ": the tensor cores take f16, bf16 and fp8";
   const runtime::DeviceInfo& dev = runtime::current_device();
   if (dev.cc_major < 8) return dev.arch() + ": cp.async and mma.sync bf16 need sm_80";
+  if (t.is_fp8() && dev.cc_major * 10 + dev.cc_minor < 89)
+    return dev.arch() + ": fp8 mma (m16n8k32) needs sm_89";
   for (const MatmulTiling& c : matmul_tilings())
-    if (divides(c, M, N, K)) return "";
+    if (divides(c, M, N, K, t)) return "";
   return "(" + std::to_string(M) + ", " + std::to_string(N) + ", " + std::to_string(K) +
-         ") is not a multiple of any tiling (the smallest needs M % 16, N % 64, K % 32)";
+         ") is not a multiple of any tiling (the smallest needs M % 16, N % 64, K % 32" +
+         (t.is_fp8() ? "; fp8 needs K % 64" : "") + ")";
 }
 
 std::string shape_key(DType t, std::int64_t M, std::int64_t N, std::int64_t K) {
@@ -221,7 +237,7 @@ std::string shape_key(DType t, std::int64_t M, std::int64_t N, std::int64_t K) {
   // A shape class: log2 buckets of M, N, K and which tilings divide the shape.
   std::string k = "matmul|" + t.name() + "|m2^" + std::to_string(lg(M)) + "_n2^" +
                   std::to_string(lg(N)) + "_k2^" + std::to_string(lg(K)) + "_d";
-  for (const MatmulTiling& c : matmul_tilings()) k += divides(c, M, N, K) ? "1" : "0";
+  for (const MatmulTiling& c : matmul_tilings()) k += divides(c, M, N, K, t) ? "1" : "0";
   return k + "|" + runtime::current_device().name;
 }
 
@@ -246,7 +262,7 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
                            bool tune) {
   const auto& all = matmul_tilings();
   std::size_t first = 0;
-  while (!divides(all[first], M, N, K)) ++first;
+  while (!divides(all[first], M, N, K, t)) ++first;
   // Skinny M (< 256 rows): large tiles leave most SMs idle (128 x 4096 in
   // 128 x 256 tiles is 16 CTAs). Take the first tiling that gives at least
   // 45% as many CTAs as there are SMs (20% for the Hopper kernel, whose
@@ -259,7 +275,7 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
     auto ctas = [&](std::size_t i) { return (M / all[i].bm) * (N / all[i].bn); };
     std::size_t pick = all.size();
     for (std::size_t i = first; i < all.size(); ++i) {
-      if (!divides(all[i], M, N, K)) continue;
+      if (!divides(all[i], M, N, K, t)) continue;
       if (ctas(i) > ctas(most)) most = i;
       const std::int64_t want = all[i].wgmma ? sms / 5 : sms * 9 / 20;
       if (pick == all.size() && ctas(i) >= want) pick = i;
@@ -276,7 +292,7 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
   const runtime::DiskCache& cache = runtime::DiskCache::instance();
   if (auto c = detail::remembered_config(cache, key)) {
     const std::size_t i = static_cast<std::size_t>(c->threads / 32 - 1);
-    if (i < all.size() && divides(all[i], M, N, K)) {
+    if (i < all.size() && divides(all[i], M, N, K, t)) {
       (*known)[key] = i;
       return all[i];
     }
@@ -284,12 +300,14 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
   if (!tune) return all[first];
   Tensor A = Tensor::empty({M, K}, t, d), B = Tensor::empty({K, N}, t, d);
   Tensor C = Tensor::empty({M, N}, t, d);
-  A.fill_bits(t == bf16 ? 0x3c00 : 0x2c00);  // small finite values: no overflow while timing
-  B.fill_bits(t == bf16 ? 0x3c00 : 0x2c00);
+  // Small finite values: no overflow while timing (fp8: 0.5 in e4m3, 0.25 in e5m2).
+  const std::uint64_t bits = t == bf16 ? 0x3c00 : t == f16 ? 0x2c00 : 0x30;
+  A.fill_bits(bits);
+  B.fill_bits(bits);
   std::size_t best = first;
   float best_ms = 1e30f;
   for (std::size_t i = 0; i < all.size(); ++i) {
-    if (!divides(all[i], M, N, K)) continue;
+    if (!divides(all[i], M, N, K, t)) continue;
     Kernel k = tensor_core_for(M, N, K, t, all[i], d);
     for (int w = 0; w < 3; ++w) k(A, B, C);
     std::vector<float> times;

@@ -301,15 +301,35 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
       CHECK(C.dtype() == t);
       CHECK(gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k, ulp_of(t)) <= 1.0);
     }
-  // fp8 in, f32 out (the SIMT kernel: B would need ldmatrix .trans of 8-bit units).
+  // fp8 in, f32 out: shapes a tiling divides run on the tensor cores
+  // (mma.sync m16n8k32, k steps of 32; not wgmma, which reads K-major B
+  // only), others the SIMT kernel.
   for (DType t : {f8e4m3, f8e5m2}) {
-    const std::int64_t M = 32, N = 16, K = 64;
-    auto a = random_values(static_cast<std::size_t>(M * K), t, -2, 2);
-    auto b = random_values(static_cast<std::size_t>(K * N), t, -2, 2);
-    Tensor C = ops::matmul(Tensor::from_doubles(a, {M, K}, t, device()),
-                           Tensor::from_doubles(b, {K, N}, t, device()));
-    CHECK(C.dtype() == f32);
-    CHECK(gemm_error(a, b, C.to_doubles(), M, N, K, 0x1p-24) <= 1.0);
+    struct Fp8Case {
+      std::int64_t m, n, k;
+      const char* plan;
+    };
+    std::vector<Fp8Case> fp8 = {{32, 16, 64, "SIMT ("}};
+    if (on_gpu() &&
+        runtime::current_device().cc_major * 10 + runtime::current_device().cc_minor >= 89) {
+      fp8.push_back({256, 256, 128, "tensor cores 128x256x64 w64x64 s3"});
+      fp8.push_back({320, 128, 64, "tensor cores 64x128x64"});
+      fp8.push_back({384, 384, 160, "SIMT ("});  // fp8 tilings need K % 64
+    }
+    for (const Fp8Case& c : fp8) {
+      CAPTURE(t.name());
+      CAPTURE(c.m);
+      auto a = random_values(static_cast<std::size_t>(c.m * c.k), t, -2, 2);
+      auto b = random_values(static_cast<std::size_t>(c.k * c.n), t, -2, 2);
+      Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, device());
+      Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, device());
+      const std::string plan = ops::matmul_plan(A, B);
+      CAPTURE(plan);
+      CHECK(plan.rfind(on_gpu() ? c.plan : "SIMT (the host", 0) == 0);
+      Tensor C = ops::matmul(A, B);
+      CHECK(C.dtype() == f32);
+      CHECK(gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k, 0x1p-24) <= 1.0);
+    }
   }
   // An empty sum is zero.
   Tensor Z =
