@@ -389,9 +389,10 @@ class SelectNode : public ExprNode {
   X(exp2, 1)                                                                                      \
   X(log, 1)                                                                                       \
   X(log2, 1)                                                                                      \
-  X(log1p, 1) X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1)           \
-      X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1)         \
-          X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) \
+  X(log1p, 1)                                                                                     \
+  X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1)         \
+      X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1)           \
+          X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2)             \
               X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)               \
                   X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0) \
                       X(cp_async_wait, 1) X(mbarrier_init, 2) X(mbarrier_arrive, 1)               \
@@ -428,6 +429,26 @@ enum class Intrinsic : std::uint8_t {
 };
 const char* intrinsic_name(Intrinsic i);
 int intrinsic_arity(Intrinsic i);
+// The sm_90 asynchronous machinery (mbarriers, proxy fences, wgmma ordering,
+// register reallocation): GPU-only, no host form.
+inline bool is_sm90_async_intrinsic(Intrinsic i) {
+  switch (i) {
+    case Intrinsic::mbarrier_init:
+    case Intrinsic::mbarrier_arrive:
+    case Intrinsic::mbarrier_expect_tx:
+    case Intrinsic::mbarrier_wait:
+    case Intrinsic::fence_barrier_init:
+    case Intrinsic::fence_proxy_async:
+    case Intrinsic::wgmma_fence:
+    case Intrinsic::wgmma_commit:
+    case Intrinsic::wgmma_wait:
+    case Intrinsic::setmaxnreg:
+    case Intrinsic::register_fence:
+      return true;
+    default:
+      return false;
+  }
+}
 
 class CallNode : public ExprNode {
  public:

@@ -686,12 +686,8 @@ class Emitter {
       case Intrinsic::wgmma_wait:
       case Intrinsic::setmaxnreg:
       case Intrinsic::register_fence:
-        // Threads that wait on each other inside loops (mbarrier pipelines,
-        // warp specialization) cannot be split into barrier regions.
-        fail(std::string("T.ptx.") + intrinsic_name(n->op), "", n->loc,
-             "mbarrier pipelines and warpgroup MMA run on the GPU only: the host runs a CTA's "
-             "threads one after another between CTA barriers, which cannot wait on an mbarrier "
-             "that another thread arrives on later");
+        // host_compile refuses these kernels first (is_sm90_async_intrinsic).
+        internal(std::string(intrinsic_name(n->op)) + " left in the host form", n->loc);
       case Intrinsic::check_access: {
         if (!checked_) internal("check_access outside the checked mode", n->loc);
         llvm::Type* i32t = B.getInt32Ty();

@@ -395,23 +395,8 @@ void refuse_gpu_only(const lowering::LoweredKernel& k) {
       at = l;
     }
     void visit_node(const CallNode* n) override {
-      switch (n->op) {
-        case Intrinsic::mbarrier_init:
-        case Intrinsic::mbarrier_arrive:
-        case Intrinsic::mbarrier_expect_tx:
-        case Intrinsic::mbarrier_wait:
-        case Intrinsic::fence_barrier_init:
-        case Intrinsic::fence_proxy_async:
-        case Intrinsic::wgmma_fence:
-        case Intrinsic::wgmma_commit:
-        case Intrinsic::wgmma_wait:
-        case Intrinsic::setmaxnreg:
-        case Intrinsic::register_fence:
-          note(std::string("T.ptx.") + intrinsic_name(n->op), n->loc);
-          break;
-        default:
-          break;
-      }
+      if (is_sm90_async_intrinsic(n->op))
+        note(std::string("T.ptx.") + intrinsic_name(n->op), n->loc);
       IRVisitor::visit_node(n);
     }
     void visit_node(const TmaCopyNode* n) override { note("T.ptx.tma_load", n->loc); }
