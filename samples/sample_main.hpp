@@ -57,25 +57,14 @@ inline std::vector<double> random(std::size_t n, tx::DType t, double lo, double 
 // device. `body` returns the largest error relative to the tolerance
 // (<= 1 passes). Exit codes: 0 pass, 1 wrong result, 2 tx error, 77 no
 // device to run on.
-// gpu_only: the kernel has no host form (the reason, printed when the run
-// would be on the host: the sample then exits 77, skipped).
-struct RunOptions {
-  std::string gpu_only{};
-};
 inline int run(int argc, char** argv, const tx::PrimFunc& func,
-               const std::function<double(const tx::Kernel&)>& body, RunOptions ro = {}) {
+               const std::function<double(const tx::Kernel&)>& body) {
   Args a = parse(argc, argv);
   try {
     tx::CompileOptions opt;
     if (!a.device.empty())
       opt.device =
           a.device == "host" || a.device == "cpu" ? tx::Device::host() : tx::Device::cuda();
-    if (a.emit.empty() && !ro.gpu_only.empty() &&
-        !(opt.device ? *opt.device : tx::default_device()).is_cuda()) {
-      std::cout << "== " << func->name << ": the kernel as written\n" << func;
-      std::cout << "SKIPPED: " << ro.gpu_only << "\n";
-      return 77;
-    }
     // What --emit prints is the code for the GPU (sm_90a, as the PTX), on any
     // machine: the host lowers tensor-core calls to portable variants, and
     // the reviewed goldens show the GPU's code. --device=host shows the host's.

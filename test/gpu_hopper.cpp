@@ -8,6 +8,7 @@
 #include <cmath>
 #include <string>
 
+#include "hopper_cases.hpp"
 #include "test_support.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
@@ -16,6 +17,7 @@
 #include "../samples/gemm_hopper.cpp"
 
 using namespace tx;
+using tx::test::gemm_error;
 using tx::test::random_values;
 
 namespace {
@@ -26,28 +28,6 @@ bool hopper(const char* what) {
   MESSAGE("not run: " << what << " needs an sm_90 GPU; this one is " << d.name << " (" << d.arch()
                       << ")");
   return false;
-}
-
-// |C - C_exact| <= K 2^-23 sum |a b| + one rounding of the output.
-double gemm_error(const std::vector<double>& a, const std::vector<double>& b,
-                  const std::vector<double>& c, std::int64_t M, std::int64_t N, std::int64_t K,
-                  double ulp) {
-  double worst = 0;
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j) {
-      double want = 0, mag = 0;
-      for (std::int64_t p = 0; p < K; ++p) {
-        const double x =
-            a[static_cast<std::size_t>(i * K + p)] * b[static_cast<std::size_t>(p * N + j)];
-        want += x;
-        mag += std::fabs(x);
-      }
-      const double got = c[static_cast<std::size_t>(i * N + j)];
-      if (std::isnan(got)) return INFINITY;
-      const double tol = static_cast<double>(K) * 0x1p-23 * mag + ulp * std::fabs(want) + 1e-30;
-      worst = std::max(worst, std::fabs(got - want) / tol);
-    }
-  return worst;
 }
 
 }  // namespace
@@ -103,51 +83,17 @@ TEST_CASE("copy_async/tma moves tiles through every swizzle mode exactly") {
 
 TEST_CASE("T::pipeline: a producer warpgroup runs ahead of two consumers over many phases") {
   if (!hopper("mbarrier pipelines")) return;
-  // The producer writes position it into stage it % 2 (plain stores); each
-  // consumer warpgroup copies the stage out. Every thread arrives for its own
-  // accesses (128 producer and 256 consumer arrivals per phase), so the
-  // barriers alone order them -- as compute-sanitizer racecheck checks (it
-  // does not follow a warpgroup barrier followed by one thread's arrive,
-  // which the memory model also orders). 2 stages, 11 positions: every
-  // barrier goes through 5-6 phases; a wrong parity deadlocks or reads a
-  // stage twice or too early.
+  // Every thread arrives for its own accesses, which compute-sanitizer
+  // racecheck follows (it does not follow a warpgroup barrier followed by one
+  // thread's arrive, which the memory model also orders).
   const std::int64_t P = 11;
-  auto f = T::prim_func("pipeline_phases", [&](Handle o_ptr) {
-    auto O = T::match_buffer(o_ptr, {P, 2, 128}, i32);
-    T::device_entry();
-    T::cta_id({1});
-    auto wg = T::warpgroup_id({3});
-    auto tid = T::thread_id_in_wg({128});
-    auto S = T::alloc_buffer({2, 128}, i32, scope::shared);
-    auto pipe = T::pipeline({.stages = 2, .producer_arrivals = 128, .consumer_arrivals = 256});
-    T::if_(wg == 0, [&] {
-      for (Var it : T::serial(P, "it")) {
-        pipe.producer_acquire(it);
-        S(pipe.stage(it), tid) = it * 1000 + tid;
-        pipe.producer_commit(it);
-      }
-    }).else_([&] {
-      auto c = T::let(max(wg - 1, 0));
-      for (Var it : T::serial(P, "it")) {
-        pipe.consumer_wait(it);
-        O(it, c, tid) = S(pipe.stage(it), tid);
-        pipe.consumer_release(it);
-      }
-    });
-  });
+  PrimFunc f = tx::test::pipeline_phases(P);
   Kernel k = compile(f, {.device = Device::cuda()});
-  Tensor O = Tensor::empty({P, 2, 128}, i32, Device::cuda());
+  Tensor O = Tensor::empty({1, P, 2, 128}, i32, Device::cuda());
   O.fill_bits(tx::test::poison_bits(i32));
   for (int rep = 0; rep < 20; ++rep) {
     k(O);
-    std::vector<double> got = O.to_doubles();
-    bool ok = true;
-    for (std::int64_t it = 0; it < P; ++it)
-      for (std::int64_t c = 0; c < 2; ++c)
-        for (std::int64_t t = 0; t < 128; ++t)
-          ok = ok && got[static_cast<std::size_t>((it * 2 + c) * 128 + t)] ==
-                         static_cast<double>(it * 1000 + t);
-    REQUIRE(ok);
+    REQUIRE(tx::test::pipeline_phases_ok(O.to_doubles(), P));
   }
 }
 

@@ -1,11 +1,13 @@
 // The Hopper primitives without a GPU: copy_async/tma's box derivation and
 // its reasons, gemm/wgmma's descriptor and accumulator checks, the mbarrier
 // operand rules, the pipeline's parities, the code generator's parameters,
-// and the host's refusal. (gpu_hopper.cpp runs them.)
+// and the same kernels on the host, as fibers. (gpu_hopper.cpp runs them on
+// an sm_90 GPU.)
 #include <doctest/doctest.h>
 
 #include <string>
 
+#include "hopper_cases.hpp"
 #include "test_support.hpp"
 #include "tx/lowering/codegen_cuda.hpp"
 #include "tx/tx.hpp"
@@ -238,16 +240,169 @@ TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator ch
   CHECK_THROWS_WITH_AS(frag::wgmma_c(32, 64), doctest::Contains("m = 32"), Error);
 }
 
-TEST_CASE("the host refuses mbarrier pipelines with a reason naming the line") {
+// ---------------------------------------------------------------- the host
+// Kernels with mbarriers run on the host with every thread as a fiber.
+
+namespace {
+bool host_jit(const char* what) {
   std::string why;
-  if (!runtime::host_jit_available(&why)) {
-    MESSAGE("no host JIT in this build: " << why);
-    return;
+  if (runtime::host_jit_available(&why)) return true;
+  MESSAGE("not run: " << what << " needs the host JIT: " << why);
+  return false;
+}
+}  // namespace
+
+TEST_CASE("the host runs mbarrier pipelines as fibers: phases in order, CTAs in parallel") {
+  if (!host_jit("pipelines on the host")) return;
+  // One CTA over 11 positions; then 200 CTAs (76,800 threads: the launch
+  // splits them over worker threads, each with its own fibers).
+  for (auto [P, ctas] : {std::pair<std::int64_t, std::int64_t>{11, 1}, {23, 200}}) {
+    CAPTURE(P);
+    CAPTURE(ctas);
+    Kernel k = compile(tx::test::pipeline_phases(P, ctas), {.device = Device::host()});
+    Tensor O = Tensor::empty({ctas, P, 2, 128}, i32, Device::host());
+    O.fill_bits(tx::test::poison_bits(i32));
+    k(O);
+    CHECK(tx::test::pipeline_phases_ok(O.to_doubles(), P, ctas));
   }
-  const HopperGemmConfig small{.bm = 64, .bn = 64, .bk = 64, .stages = 2, .ctas = 1};
-  Kernel k = compile(gemm_hopper(64, 64, 64, bf16, small), {.device = Device::host()});
-  Tensor A = Tensor::empty({64, 64}, bf16, Device::host());
-  Tensor B = Tensor::empty({64, 64}, bf16, Device::host());
-  Tensor C = Tensor::empty({64, 64}, bf16, Device::host());
-  CHECK_THROWS_WITH_AS(k(A, B, C), doctest::Contains("run on the GPU only"), Error);
+}
+
+TEST_CASE("samples/gemm_hopper on the host: fibers, synchronous copies, MMA in registers") {
+  if (!host_jit("the Hopper GEMM on the host")) return;
+  struct Case {
+    std::int64_t m, n, k;
+    HopperGemmConfig cfg;
+  };
+  const Case cases[] = {
+      {128, 256, 64, {.ctas = 1}},  // one tile, one K step
+      {256, 512, 256, {.bm = 64, .bn = 256, .bk = 64, .stages = 4, .ctas = 5}},
+      {384, 256, 448, {.bm = 128, .bn = 128, .bk = 64, .stages = 6, .ctas = 4}},  // 2 rounds
+  };
+  for (DType t : {bf16, f16})
+    for (const Case& c : cases) {
+      CAPTURE(t.name());
+      CAPTURE(c.m);
+      CAPTURE(c.n);
+      CAPTURE(c.k);
+      Kernel k = compile(gemm_hopper(c.m, c.n, c.k, t, c.cfg), {.device = Device::host()});
+      bool in_registers = false;
+      for (const auto& r : k.info().dispatched)
+        in_registers = in_registers || r.variant == "gemm/fallback";
+      CHECK(in_registers);
+      auto a = tx::test::random_values(static_cast<std::size_t>(c.m * c.k), t, -1, 1);
+      auto b = tx::test::random_values(static_cast<std::size_t>(c.k * c.n), t, -1, 1);
+      Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, Device::host());
+      Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, Device::host());
+      Tensor C = Tensor::empty({c.m, c.n}, t, Device::host());
+      C.fill_bits(tx::test::poison_bits(t));
+      k(A, B, C);
+      CHECK(tx::test::gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k,
+                                 t == bf16 ? 0x1p-8 : 0x1p-11) <= 1.0);
+    }
+}
+
+TEST_CASE("fibers: warp shuffles and warp barriers inside a pipeline's consumer") {
+  if (!host_jit("shuffles in fibers")) return;
+  // Warpgroup 0 stages A[it] (128 x 4) into a 2-stage ring; in warpgroup 1
+  // each warp sums its 32 rows across lanes (a shfl_xor butterfly) while the
+  // producer may already fill the next stage.
+  const std::int64_t P = 5;
+  PrimFunc f = T::prim_func("pipelined_warp_sums", [&](Handle a_ptr, Handle o_ptr) {
+    auto A = T::match_buffer(a_ptr, {P, 128, 4}, f32);
+    auto O = T::match_buffer(o_ptr, {P, 4, 4}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    auto wg = T::warpgroup_id({2});
+    auto tid = T::thread_id_in_wg({128});
+    auto warp = T::warp_id({8});
+    T::lane_id({32});
+    auto St = T::alloc_buffer({2, 128, 4}, f32, scope::shared);
+    auto Rt = T::alloc_buffer({32, 4}, f32, scope::local, TileLayout(S({32, 4}, {1 * laneid, 1})));
+    auto Sum = T::alloc_buffer({4}, f32, scope::local, TileLayout(S({4}), R({32}, {1 * laneid})));
+    auto pipe = T::pipeline({.stages = 2, .producer_arrivals = 128, .consumer_arrivals = 128});
+    T::if_(wg == 0, [&] {
+      for (Var it : T::serial(P, "it")) {
+        pipe.producer_acquire(it);
+        for (Var c : T::serial(4, "c")) St(pipe.stage(it), tid, c) = A(it, tid, c);
+        pipe.producer_commit(it);
+      }
+    }).else_([&] {
+      auto w = T::let(max(warp - 4, 0));
+      for (Var it : T::serial(P, "it")) {
+        pipe.consumer_wait(it);
+        Tx::warp::copy(Rt, St[region(span(pipe.stage(it), 1), span(w * 32, 32), {0, 4})]);
+        Tx::warp::sum(Sum, Rt, {.axes = {0}});
+        Tx::warp::copy(O[region(span(it, 1), span(w, 1), {0, 4})], Sum);
+        pipe.consumer_release(it);
+      }
+    });
+  });
+  Kernel k = compile(f, {.device = Device::host()});
+  auto a = tx::test::random_values(static_cast<std::size_t>(P * 128 * 4), f32, -1, 1);
+  Tensor A = Tensor::from_doubles(a, {P, 128, 4}, f32, Device::host());
+  Tensor O = Tensor::empty({P, 4, 4}, f32, Device::host());
+  O.fill_bits(tx::test::poison_bits(f32));
+  k(A, O);
+  std::vector<double> want(static_cast<std::size_t>(P * 16), 0.0);
+  for (std::int64_t it = 0; it < P; ++it)
+    for (std::int64_t r = 0; r < 128; ++r)
+      for (std::int64_t c = 0; c < 4; ++c)
+        want[static_cast<std::size_t>(it * 16 + (r / 32) * 4 + c)] +=
+            a[static_cast<std::size_t>((it * 128 + r) * 4 + c)];
+  std::vector<double> got = O.to_doubles();
+  for (std::size_t i = 0; i < want.size(); ++i)
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5));
+}
+
+TEST_CASE("fibers: a deadlock and misused mbarriers are tx errors naming the line") {
+  if (!host_jit("fiber errors")) return;
+  // kind 0: the consumers wait for one position more than the producer makes
+  // (a hang on the GPU); 1: a wait on a barrier never initialized.
+  auto kernel = [](int kind) {
+    return T::prim_func("bad_pipeline", [&](Handle o_ptr) {
+      auto O = T::match_buffer(o_ptr, {128}, i32);
+      T::device_entry();
+      T::cta_id({1});
+      auto wg = T::warpgroup_id({2});
+      auto tid = T::thread_id_in_wg({128});
+      auto bar = T::alloc_buffer({1}, u64, scope::shared);
+      if (kind == 1) {
+        T::cuda::mbarrier_wait(bar(0), 0);  // line A
+        return;
+      }
+      auto pipe = T::pipeline({.stages = 2, .producer_arrivals = 1, .consumer_arrivals = 1});
+      T::if_(wg == 0, [&] {
+        for (Var it : T::serial(3, "it")) {
+          pipe.producer_acquire(it);
+          T::if_(tid == 0, [&] { pipe.producer_commit(it); });
+        }
+      }).else_([&] {
+        for (Var it : T::serial(4, "it")) {
+          pipe.consumer_wait(it);
+          O(tid) = it;
+          T::if_(tid == 0, [&] { pipe.consumer_release(it); });
+        }
+      });
+    });
+  };
+  Tensor O = Tensor::empty({128}, i32, Device::host());
+  auto run = [&](int kind) {
+    Kernel k = compile(kernel(kind), {.device = Device::host()});
+    k(O);
+  };
+  std::string deadlock;
+  try {
+    run(0);
+  } catch (const Error& e) {
+    deadlock = e.what();
+  }
+  CHECK(deadlock.find("deadlock in CTA 0") != std::string::npos);
+  CHECK(deadlock.find("threads 128-255: T.ptx.mbarrier_wait(pipe_full[") != std::string::npos);
+  CHECK(deadlock.find("test_hopper.cpp") != std::string::npos);
+  CHECK_THROWS_WITH_AS(run(1), doctest::Contains("was never initialized"), Error);
+  // The checked mode's race detector does not follow mbarrier phases: refused.
+  CHECK_THROWS_WITH_AS(
+      compile(tx::test::pipeline_phases(3), {.device = Device::host(), .checked = true})(
+          Tensor::empty({1, 3, 2, 128}, i32, Device::host())),
+      doctest::Contains("checked mode"), Error);
 }

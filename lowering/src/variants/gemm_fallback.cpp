@@ -7,7 +7,15 @@
 // and dtypes the tensor-core variants refuse, and the host, which runs no
 // PTX (there it is the path, and says nothing).
 //
-// Algorithm: register operands spread over the scope's threads are first
+// Algorithm, D in registers spread over the scope's threads (an MMA
+// fragment: wgmma_c, mma_c) and A, B in memory: each thread computes its own
+// elements of D in place, where the register layout puts them (the layout's
+// joint refinement with D's row-major index gives each register's (i, j)).
+// No staging and no barrier: this is the host's path for warp and warpgroup
+// MMA kernels, whose accumulators (64 x 256 f32 per warpgroup) would not fit
+// in shared scratch.
+//
+// Otherwise: register operands spread over the scope's threads are first
 // copied into per-group shared scratch (the copy dispatch picks the variant,
 // so any fragment layout works), then a barrier; each thread of the scope
 // computes the elements d = rel, rel + threads, ... of D (all of them when D
@@ -49,12 +57,125 @@ Expr matrix_offset(const RegionLayout& l, const Expr& row, const Expr& col) {
   return address(l, offset_of_coords(l.dims, coords));
 }
 
+// On a GPU, once per call site (a kernel rebuilt in a loop should not flood
+// the log): the FMA loops are far slower than the tensor cores.
+void warn_once(const DispatchContext& ctx) {
+  if (ctx.sm <= 0) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::string site = ctx.call->loc.str() + ":" + std::to_string(ctx.call->loc.column);
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    first = warned.insert(site).second;
+  }
+  if (first)
+    warn(tile_call_str(ctx.call) + " at " + ctx.call->loc.str() +
+         ": no tensor-core gemm variant applies; using gemm/fallback (FMA loops)");
+}
+
+// acc = (accum ? D[d_off] : 0) + sum_k A[i, k] B[k, j], stored to D[d_off].
+Stmt element_update(const Buffer& fd, const Expr& d_off, const Buffer& fa, const RegionLayout& la,
+                    const Buffer& fb, const RegionLayout& lb, const Expr& i, const Expr& j,
+                    std::int64_t K, DType acc_t, bool accum, const Buffer& acc, const Env* env) {
+  Var k("k", i32);
+  Expr old = make_cast(acc_t, make_load(fd, {d_off}));
+  Expr prod = make_binary(
+      BinOp::Mul, make_cast(acc_t, make_load(fa, {simplify(matrix_offset(la, i, k), env)})),
+      make_cast(acc_t, make_load(fb, {simplify(matrix_offset(lb, k, j), env)})));
+  Expr cur = make_load(acc, {c32(0)});
+  return make_seq({
+      make_store(acc,
+                 accum ? old : (acc_t.is_float() ? make_float(0.0, acc_t) : make_int(0, acc_t)),
+                 {c32(0)}),
+      make_for(k, c32(0), c32(K), ForKind::serial,
+               make_store(acc, make_binary(BinOp::Add, cur, prod), {c32(0)})),
+      make_store(fd, make_cast(fd->dtype, cur), {d_off}),
+  });
+}
+
+// D a register fragment, A and B in memory: every thread updates its own
+// registers. The joint refinement of D's layout with D's row-major index
+// splits that index into thread iters (a per-thread base) and register
+// iters (the thread's loop), as copy/reg splits a copy.
+Plan in_place_fragment(const DispatchContext& ctx, const BufferRegion& D, const BufferRegion& A,
+                       const BufferRegion& B, std::int64_t N, std::int64_t K) {
+  std::string why;
+  auto ld = region_layout(D, *ctx.env, &why);
+  if (!ld) return operand_reason(D, why);
+  auto la = region_layout(A, *ctx.env, &why, {.allow_swizzle = true});
+  if (!la) return operand_reason(A, why);
+  auto lb = region_layout(B, *ctx.env, &why, {.allow_swizzle = true});
+  if (!lb) return operand_reason(B, why);
+  for (int a = 1; a < kNumAxes; ++a)
+    if (ld->thread_offset[a] != 0)
+      return operand_reason(D, std::string("region selects a subset of the threads (") +
+                                   axis_name(static_cast<Axis>(a)) + " offset " +
+                                   std::to_string(ld->thread_offset[a]) + ")");
+  const std::int64_t n = D.numel();
+  auto joint = joint_refine({ld->flat(), {Iter{n, 1, Axis::m}}}, n, &why);
+  if (!joint) return operand_reason(D, why);
+
+  std::vector<ThreadIter> cover;
+  Expr rel = scope_thread_index(ctx.scope);
+  Expr lin_base = c32(0);
+  std::vector<std::int64_t> ext, rs, cs;  // the thread's registers: extent, register, index strides
+  auto thread_iter = [&](const Iter& it, std::int64_t extent, bool replica) -> std::string {
+    auto mult = thread_axis_multiplier(it.axis, ctx.scope);
+    if (!mult)
+      return operand_reason(D, std::string("register layout uses axis ") + axis_name(it.axis) +
+                                   ", which is not a thread axis of a " +
+                                   exec_scope_name(ctx.scope) + " scope");
+    cover.push_back({extent, it.stride * *mult, replica});
+    return {};
+  };
+  for (const JointIter& j : *joint) {
+    const Iter& rp = j.parts[0];
+    if (rp.axis == Axis::m) {
+      ext.push_back(j.extent);
+      rs.push_back(rp.stride);
+      cs.push_back(j.parts[1].stride);
+      continue;
+    }
+    if (auto e = thread_iter(rp, j.extent, false); !e.empty()) return e;
+    lin_base = add(lin_base,
+                   mul(thread_coord(rel, cover.back().stride, j.extent), c32(j.parts[1].stride)));
+  }
+  for (const Iter& it : ld->replica) {
+    if (it.axis == Axis::m) return operand_reason(D, "memory replicas are not supported");
+    if (auto e = thread_iter(it, it.extent, true); !e.empty()) return e;
+  }
+  if (auto e = check_thread_cover(cover, ctx.scope_threads, D.buffer->layout.str()))
+    return operand_reason(D, *e);
+
+  std::int64_t total = 1;
+  for (auto e : ext) total *= e;
+  Var f("f", i32);
+  Expr lin = add(lin_base, mixed_radix_offset(f, ext, cs));
+  Expr d_off = simplify(add(ld->mem_offset, mixed_radix_offset(f, ext, rs)), ctx.env);
+  // The register's (row, col) of D, bound once per register.
+  Var i("row", i32), j("col", i32);
+  DType acc_t = accumulate_in({&D, &A, &B});
+  Buffer acc = scratch("gemm_acc", acc_t, 1);
+  Stmt update =
+      element_update(flat_view(D.buffer), d_off, flat_view(A.buffer), *la, flat_view(B.buffer), *lb,
+                     i, j, K, acc_t, ctx.call->attrs.accum, acc, ctx.env);
+  update = make_let(i, simplify(div(lin, c32(N)), ctx.env),
+                    make_let(j, simplify(mod(lin, c32(N)), ctx.env), update));
+  Stmt s = make_allocate(acc, make_for(f, c32(0), c32(total), ForKind::serial, update));
+  return make_origin(origin_text(ctx, "gemm/fallback (in registers)"), s, ctx.call->loc);
+}
+
 Plan plan(const DispatchContext& ctx) {
   const BufferRegion& D0 = *region_arg(ctx.call, 0);
   const BufferRegion& A0 = *region_arg(ctx.call, 1);
   const BufferRegion& B0 = *region_arg(ctx.call, 2);
   auto [M, N] = *matrix_extents(D0);
   const std::int64_t K = matrix_extents(A0)->second;
+  if (spread(D0) && !spread(A0) && !spread(B0)) {
+    warn_once(ctx);
+    return in_place_fragment(ctx, D0, A0, B0, N, K);
+  }
   const std::int64_t threads = ctx.scope_threads;
   const std::int64_t groups = std::max<std::int64_t>(1, ctx.cta_threads / threads);
   Expr group = threads >= ctx.cta_threads || ctx.scope == ExecScope::thread
@@ -119,30 +240,17 @@ Plan plan(const DispatchContext& ctx) {
   if (!lb) return operand_reason(B, why);
 
   DType acc_t = accumulate_in({&D0, &A0, &B0});
-  DType dt = D.buffer->dtype;
   Buffer fd = flat_view(D.buffer), fa = flat_view(A.buffer), fb = flat_view(B.buffer);
   // A thread's own D (registers every thread keeps whole): each computes all.
   const bool private_d = D.buffer->scope == MemScope::local;
   const std::int64_t workers = private_d ? 1 : threads;
   Expr rel = private_d ? c32(0) : scope_thread_index(ctx.scope);
-  Var q("q", i32), k("k", i32);
+  Var q("q", i32);
   Expr e = workers == 1 ? Expr(q) : add(mul(q, c32(workers)), rel);
   Expr i = div(e, c32(N)), j = mod(e, c32(N));
   Buffer acc = scratch("gemm_acc", acc_t, 1);
   Expr d_off = simplify(matrix_offset(*ld, i, j), ctx.env);
-  Expr old = make_cast(acc_t, make_load(fd, {d_off}));
-  Expr prod = make_binary(
-      BinOp::Mul, make_cast(acc_t, make_load(fa, {simplify(matrix_offset(*la, i, k), ctx.env)})),
-      make_cast(acc_t, make_load(fb, {simplify(matrix_offset(*lb, k, j), ctx.env)})));
-  Expr cur = make_load(acc, {c32(0)});
-  Stmt elem = make_seq({
-      make_store(acc,
-                 accum ? old : (acc_t.is_float() ? make_float(0.0, acc_t) : make_int(0, acc_t)),
-                 {c32(0)}),
-      make_for(k, c32(0), c32(K), ForKind::serial,
-               make_store(acc, make_binary(BinOp::Add, cur, prod), {c32(0)})),
-      make_store(fd, make_cast(dt, cur), {d_off}),
-  });
+  Stmt elem = element_update(fd, d_off, fa, *la, fb, *lb, i, j, K, acc_t, accum, acc, ctx.env);
   const std::int64_t total = M * N;
   const std::int64_t rounds = (total + workers - 1) / workers;
   if (rounds * workers != total) elem = make_if(lt(e, c32(total)), elem);
@@ -155,25 +263,11 @@ Plan plan(const DispatchContext& ctx) {
   if (staged_d || (shared_d && ctx.scope != ExecScope::thread))
     body.push_back(scope_barrier(ctx.scope, ctx.call->loc));
   for (const Stmt& s : post) body.push_back(s);
-  if (ctx.in_loop && !allocs.empty())
-    body.push_back(scope_barrier(ctx.scope, ctx.call->loc));
+  if (ctx.in_loop && !allocs.empty()) body.push_back(scope_barrier(ctx.scope, ctx.call->loc));
   Stmt s = make_seq(body);
   for (const Buffer& b : allocs) s = make_allocate(b, s);
 
-  if (ctx.sm > 0) {
-    // Once per call site: a kernel rebuilt in a loop should not flood the log.
-    static std::mutex mu;
-    static std::set<std::string> warned;
-    std::string site = ctx.call->loc.str() + ":" + std::to_string(ctx.call->loc.column);
-    bool first;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      first = warned.insert(site).second;
-    }
-    if (first)
-      warn(tile_call_str(ctx.call) + " at " + ctx.call->loc.str() +
-           ": no tensor-core gemm variant applies; using gemm/fallback (FMA loops)");
-  }
+  warn_once(ctx);
   return make_origin(origin_text(ctx, "gemm/fallback"), s, ctx.call->loc);
 }
 

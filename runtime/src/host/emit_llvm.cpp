@@ -34,6 +34,7 @@
 #include <unordered_map>
 
 #include "tx/expr.hpp"
+#include "tx/printer.hpp"
 
 namespace tx::runtime::host {
 
@@ -73,7 +74,9 @@ struct ScratchLayout {
   std::int64_t bytes = 0;
 };
 
-ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body) {
+// With fibers every thread has a stack of its own: register tiles of any
+// size stay there (one copy per CTA would be shared by interleaved threads).
+ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body, bool fibers) {
   ScratchLayout L;
   for (const lowering::SharedAllocation& a : k.shared) L.offset[a.buffer->data.get()] = a.offset;
   std::int64_t end = (k.shared_bytes + 63) / 64 * 64;
@@ -81,7 +84,7 @@ ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body)
     auto* a = s.as<AllocateNode>();
     if (!a) return;
     const std::int64_t bytes = a->buffer->storage_elems() * a->buffer->dtype.bytes();
-    if (a->buffer->scope == MemScope::local && bytes <= kMaxStackTileBytes) return;
+    if (a->buffer->scope == MemScope::local && (fibers || bytes <= kMaxStackTileBytes)) return;
     const VarNode* d = a->buffer->data.get();
     if (L.offset.count(d)) return;
     L.offset[d] = end;
@@ -104,7 +107,7 @@ class Emitter {
   }
 
   std::int64_t emit_function(const Stmt& body, const std::string& name) {
-    ScratchLayout L = layout_scratch(k_, body);
+    ScratchLayout L = layout_scratch(k_, body, false);
     llvm::Type* ptr = llvm::PointerType::getUnqual(C);
     llvm::Type* i64 = B.getInt64Ty();
     auto* fty = llvm::FunctionType::get(B.getVoidTy(), {ptr, i64, i64, ptr, ptr, ptr}, false);
@@ -127,9 +130,75 @@ class Emitter {
 
     entry_ = llvm::BasicBlock::Create(C, "entry", F);
     B.SetInsertPoint(entry_);
+    bind_parameters(args, scratch, L);
+
+    // for (block = first; block < end; ++block): one CTA after another.
+    llvm::BasicBlock* header = llvm::BasicBlock::Create(C, "cta.header", F);
+    llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(C, "cta.body", F);
+    llvm::BasicBlock* exit = llvm::BasicBlock::Create(C, "cta.exit", F);
+    B.CreateBr(header);
+    B.SetInsertPoint(header);
+    llvm::PHINode* lin = B.CreatePHI(i64, 2, "cta");
+    lin->addIncoming(first, entry_);
+    B.CreateCondBr(B.CreateICmpSLT(lin, last), bodyb, exit);
+    B.SetInsertPoint(bodyb);
+    bind_block_index(lin, grid_arg);
+    if (checked_)
+      B.CreateCall(check_fn("tx_host_check_cta", B.getVoidTy(), {i64}), {checker_, lin});
+    emit(body);
+    Value* next = B.CreateAdd(lin, B.getInt64(1), "cta.next", false, true);
+    lin->addIncoming(next, B.GetInsertBlock());
+    B.CreateBr(header);
+    B.SetInsertPoint(exit);
+    B.CreateRetVoid();
+    return L.bytes;
+  }
+
+  // Fiber mode: one GPU thread of one CTA,
+  //   void <name>(void* const* args, int64 cta, void* scratch, void* fibers,
+  //               const int64* grid, int32 thread)
+  // whose barriers, mbarriers and shuffles call the fiber scheduler
+  // (fibers.hpp) with a site number into *sites.
+  std::int64_t emit_fiber_function(const Stmt& body, const std::string& name,
+                                   std::vector<WaitSite>* sites) {
+    fibers_ = true;
+    sites_ = sites;
+    ScratchLayout L = layout_scratch(k_, body, true);
+    llvm::Type* ptr = llvm::PointerType::getUnqual(C);
+    llvm::Type* i64 = B.getInt64Ty();
+    auto* fty =
+        llvm::FunctionType::get(B.getVoidTy(), {ptr, i64, ptr, ptr, ptr, B.getInt32Ty()}, false);
+    F = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, name, M);
+    F->addFnAttr(llvm::Attribute::NoUnwind);
+    Value* args = F->getArg(0);
+    Value* cta = F->getArg(1);
+    Value* scratch = F->getArg(2);
+    fibers_arg_ = F->getArg(3);
+    Value* grid_arg = F->getArg(4);
+    fiber_thread_ = F->getArg(5);
+    args->setName("args");
+    cta->setName("cta");
+    scratch->setName("scratch");
+    fibers_arg_->setName("fibers");
+    grid_arg->setName("grid");
+    fiber_thread_->setName("threadIdx.x");
+    checker_ = llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(C));
+    entry_ = llvm::BasicBlock::Create(C, "entry", F);
+    B.SetInsertPoint(entry_);
+    bind_parameters(args, scratch, L);
+    bind_block_index(cta, grid_arg);
+    emit(body);
+    B.CreateRetVoid();
+    return L.bytes;
+  }
+
+ private:
+  // args[i]: a buffer's storage, or a pointer to a scalar's value; after
+  // the parameters, one pointer per T::dim (an int32). Shared buffers and
+  // per-CTA arrays live in `scratch` at L's offsets.
+  void bind_parameters(Value* args, Value* scratch, const ScratchLayout& L) {
+    llvm::Type* ptr = llvm::PointerType::getUnqual(C);
     const auto& params = k_.lowered->params;
-    // args[i]: a buffer's storage, or a pointer to a scalar's value; after
-    // the parameters, one pointer per T::dim (an int32).
     for (std::size_t i = 0; i < params.size(); ++i) {
       Value* slot = B.CreateConstInBoundsGEP1_64(ptr, args, i);
       if (params[i].scalar.defined()) {
@@ -154,18 +223,12 @@ class Emitter {
     for (auto& [data, off] : L.offset)
       bases_[data] = B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), scratch,
                                                   static_cast<std::uint64_t>(off), data->name);
+  }
 
-    // for (block = first; block < end; ++block): one CTA after another.
-    llvm::BasicBlock* header = llvm::BasicBlock::Create(C, "cta.header", F);
-    llvm::BasicBlock* bodyb = llvm::BasicBlock::Create(C, "cta.body", F);
-    llvm::BasicBlock* exit = llvm::BasicBlock::Create(C, "cta.exit", F);
-    B.CreateBr(header);
-    B.SetInsertPoint(header);
-    llvm::PHINode* lin = B.CreatePHI(i64, 2, "cta");
-    lin->addIncoming(first, entry_);
-    B.CreateCondBr(B.CreateICmpSLT(lin, last), bodyb, exit);
-    B.SetInsertPoint(bodyb);
-    // The grid of this launch (a shape-generic kernel's is computed at launch).
+  // blockIdx from the linear CTA id and this launch's grid (a shape-generic
+  // kernel's is computed at launch).
+  void bind_block_index(Value* lin, Value* grid_arg) {
+    llvm::Type* i64 = B.getInt64Ty();
     Value* gx = B.CreateAlignedLoad(i64, grid_arg, llvm::Align(8), "gridDim.x");
     Value* gy = B.CreateAlignedLoad(i64, B.CreateConstInBoundsGEP1_64(i64, grid_arg, 1),
                                     llvm::Align(8), "gridDim.y");
@@ -173,18 +236,8 @@ class Emitter {
     block_idx_[0] = B.CreateTrunc(B.CreateURem(lin, gx), B.getInt32Ty(), "blockIdx.x");
     block_idx_[1] = B.CreateTrunc(B.CreateURem(yz, gy), B.getInt32Ty(), "blockIdx.y");
     block_idx_[2] = B.CreateTrunc(B.CreateUDiv(yz, gy), B.getInt32Ty(), "blockIdx.z");
-    if (checked_)
-      B.CreateCall(check_fn("tx_host_check_cta", B.getVoidTy(), {i64}), {checker_, lin});
-    emit(body);
-    Value* next = B.CreateAdd(lin, B.getInt64(1), "cta.next", false, true);
-    lin->addIncoming(next, B.GetInsertBlock());
-    B.CreateBr(header);
-    B.SetInsertPoint(exit);
-    B.CreateRetVoid();
-    return L.bytes;
   }
 
- private:
   // ------------------------------------------------------------- types
   llvm::Type* value_type(DType t) {
     switch (t.code) {
@@ -664,7 +717,10 @@ class Emitter {
     DType t = n->args.empty() ? i32 : n->args[0].dtype();
     switch (n->op) {
       case Intrinsic::thread_idx:
+        if (fibers_) return fiber_thread_;
+        internal(std::string(intrinsic_name(n->op)) + " left in the host form", n->loc);
       case Intrinsic::shfl_xor:
+        if (fibers_) return fiber_shfl_xor(n);
         internal(std::string(intrinsic_name(n->op)) + " left in the host form", n->loc);
       case Intrinsic::block_idx: {
         auto d = as_const_int(n->args[0]).value_or(0);
@@ -679,6 +735,9 @@ class Emitter {
       case Intrinsic::mbarrier_arrive:
       case Intrinsic::mbarrier_expect_tx:
       case Intrinsic::mbarrier_wait:
+        if (fibers_) return fiber_mbarrier(n);
+        // host_compile runs kernels with mbarriers as fibers.
+        internal(std::string(intrinsic_name(n->op)) + " left in the region form", n->loc);
       case Intrinsic::fence_barrier_init:
       case Intrinsic::fence_proxy_async:
       case Intrinsic::wgmma_fence:
@@ -686,8 +745,10 @@ class Emitter {
       case Intrinsic::wgmma_wait:
       case Intrinsic::setmaxnreg:
       case Intrinsic::register_fence:
-        // host_compile refuses these kernels first (is_sm90_async_intrinsic).
-        internal(std::string(intrinsic_name(n->op)) + " left in the host form", n->loc);
+        // Ordering and register hints only: a fiber's writes are visible to
+        // the next fiber that runs, and the host's MMA (gemm/fallback) has
+        // completed when the call returns. Nothing to do.
+        return B.getInt32(0);
       case Intrinsic::check_access: {
         if (!checked_) internal("check_access outside the checked mode", n->loc);
         llvm::Type* i32t = B.getInt32Ty();
@@ -821,6 +882,67 @@ class Emitter {
     internal(std::string("intrinsic ") + intrinsic_name(n->op), n->loc);
   }
 
+  // ------------------------------------------------------------ fibers
+  // A call of tx_fiber_<...>(fibers, params..., site): the site, a number
+  // into *sites_, names the op and line in a deadlock report.
+  Value* fiber_call(const char* name, llvm::Type* ret, std::vector<llvm::Type*> params,
+                    std::vector<Value*> args, const std::string& op, SourceLoc loc,
+                    std::string operand = {}) {
+    params.insert(params.begin(), llvm::PointerType::getUnqual(C));
+    params.push_back(B.getInt32Ty());
+    args.insert(args.begin(), fibers_arg_);
+    args.push_back(B.getInt32(static_cast<std::int32_t>(sites_->size())));
+    sites_->push_back({op, std::move(operand), loc});
+    auto callee = M.getOrInsertFunction(name, llvm::FunctionType::get(ret, params, false));
+    if (auto* f = llvm::dyn_cast<llvm::Function>(callee.getCallee())) f->setDoesNotThrow();
+    return B.CreateCall(callee, args);
+  }
+  // The barrier operand of an mbarrier intrinsic (a load of a shared u64
+  // element, as verify_lowered checks) as an address.
+  Value* barrier_address(const Expr& e, SourceLoc loc) {
+    auto* l = e.as<LoadNode>();
+    if (!l) internal("an mbarrier operand that is not a buffer element", loc);
+    return address(l->buffer, l->indices[0], loc);
+  }
+  Value* fiber_mbarrier(const CallNode* n) {
+    const std::string op = std::string("T.ptx.") + intrinsic_name(n->op);
+    const std::string what = to_string(n->args[0]);
+    Value* bar = barrier_address(n->args[0], n->loc);
+    llvm::Type* ptr = llvm::PointerType::getUnqual(C);
+    llvm::Type* int32 = B.getInt32Ty();
+    auto arg32 = [&](std::size_t i) -> Value* {
+      return cast(emit(n->args[i]), n->args[i].dtype(), tx::i32);
+    };
+    switch (n->op) {
+      case Intrinsic::mbarrier_init:
+        return fiber_call("tx_fiber_mbarrier_init", B.getVoidTy(), {ptr, int32}, {bar, arg32(1)},
+                          op, n->loc, what);
+      case Intrinsic::mbarrier_arrive:
+        return fiber_call("tx_fiber_mbarrier_arrive", B.getVoidTy(), {ptr}, {bar}, op, n->loc,
+                          what);
+      case Intrinsic::mbarrier_expect_tx:
+        return fiber_call("tx_fiber_mbarrier_expect_tx", B.getVoidTy(), {ptr, int32},
+                          {bar, arg32(1)}, op, n->loc, what);
+      default:
+        return fiber_call("tx_fiber_mbarrier_wait", B.getVoidTy(), {ptr, int32}, {bar, arg32(1)},
+                          op, n->loc, what);
+    }
+  }
+  // The value travels as its bits in an i64.
+  Value* fiber_shfl_xor(const CallNode* n) {
+    Value* v = emit(n->args[0]);
+    llvm::Type* vt = v->getType();
+    const unsigned bits = vt->getPrimitiveSizeInBits();
+    Value* as_int = vt->isIntegerTy() ? v : B.CreateBitCast(v, B.getIntNTy(bits));
+    Value* wide = B.CreateZExt(as_int, B.getInt64Ty());
+    Value* mask = cast(emit(n->args[1]), n->args[1].dtype(), i32);
+    Value* got = fiber_call("tx_fiber_shfl_xor", B.getInt64Ty(),
+                            {B.getInt32Ty(), B.getInt64Ty(), B.getInt32Ty()},
+                            {fiber_thread_, wide, mask}, "T.cuda.shfl_xor", n->loc);
+    Value* narrow_bits = B.CreateTrunc(got, B.getIntNTy(bits));
+    return vt->isIntegerTy() ? narrow_bits : B.CreateBitCast(narrow_bits, vt);
+  }
+
   // ------------------------------------------------------ checked mode
   // A tx_host_check_* function: (void* checker, params...) -> ret.
   llvm::FunctionCallee check_fn(const char* name, llvm::Type* ret,
@@ -937,6 +1059,21 @@ class Emitter {
         // The host lowers with no PTX variants (LowerOptions::host).
         internal("a PTX instruction left in the host form", s->loc);
       case StmtKind::Barrier:
+        if (fibers_) {
+          auto* b = s.as<BarrierNode>();
+          const int group = b->scope == ExecScope::warp        ? 32
+                            : b->scope == ExecScope::warpgroup ? 128
+                                                               : k_.launch.block;
+          static const char* const names[] = {"T.cuda.cta_sync", "T.cuda.warpgroup_sync",
+                                              "T.cuda.warp_sync"};
+          const char* op = b->scope == ExecScope::warp        ? names[2]
+                           : b->scope == ExecScope::warpgroup ? names[1]
+                                                              : names[0];
+          fiber_call("tx_fiber_sync", B.getVoidTy(), {B.getInt32Ty(), B.getInt32Ty()},
+                     {fiber_thread_, B.getInt32(group)}, op, b->loc);
+          return;
+        }
+        [[fallthrough]];
       case StmtKind::TileCall:
       case StmtKind::ScopeIdBind:
         internal("GPU-only statement left in the host form", s->loc);
@@ -1117,6 +1254,10 @@ class Emitter {
   bool checked_ = false;
   Value* checker_ = nullptr;
   bool inside_thread_loop_ = false;  // emitting the body of the thread loop
+  bool fibers_ = false;              // emit_fiber_function
+  Value* fibers_arg_ = nullptr;
+  Value* fiber_thread_ = nullptr;
+  std::vector<WaitSite>* sites_ = nullptr;
   llvm::Function* F = nullptr;
   llvm::BasicBlock* entry_ = nullptr;
   std::unordered_map<const VarNode*, Value*> vars_;
@@ -1125,6 +1266,16 @@ class Emitter {
 };
 
 }  // namespace
+
+EmittedModule emit_llvm_fibers(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
+                               const Stmt& body, const std::string& function_name,
+                               std::vector<WaitSite>* sites) {
+  EmittedModule out;
+  out.module = std::make_unique<llvm::Module>(function_name, ctx);
+  Emitter em(ctx, *out.module, k, Var("thread", i32), false);
+  out.scratch_bytes = em.emit_fiber_function(body, function_name, sites);
+  return out;
+}
 
 EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
                         const Stmt& host_body, const Var& thread, const std::string& function_name,

@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "fibers.hpp"
 #include "tx/lowering/lower.hpp"
 
 namespace llvm {
@@ -37,5 +39,16 @@ using HostEntry = void (*)(void* const* args, std::int64_t first_block, std::int
 EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
                         const Stmt& host_body, const Var& thread, const std::string& function_name,
                         bool checked = false);
+
+// Fiber mode (fibers.hpp): the function runs one thread of one CTA,
+//
+//   void <name>(void* const* args, int64 cta, void* scratch, void* fibers,
+//               const int64* grid, int32 thread)
+//
+// from the lowered body itself (no region split); barriers, mbarriers and
+// shuffles call tx_fiber_*, each call site appended to *sites.
+EmittedModule emit_llvm_fibers(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
+                               const Stmt& body, const std::string& function_name,
+                               std::vector<WaitSite>* sites);
 
 }  // namespace tx::runtime::host

@@ -5,6 +5,11 @@
 //                 the thread loops)
 //              -> ORC LLJIT -> a function that runs a range of CTAs
 //
+// Kernels that synchronize through mbarriers (pipelines, warp
+// specialization) take the fiber schedule instead (fibers.hpp): the lowered
+// IR -> emit_llvm_fibers -> a function that runs one thread, which the fiber
+// scheduler runs once per thread of each CTA, switching at every wait.
+//
 // One LLJIT serves the process (a function-local static, never destroyed so
 // that no kernel outlives it at exit). Compiles are serialized by one mutex
 // and cached in memory under the GPU cache's key (kernel_cache_key: SHA-256
@@ -40,6 +45,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -138,6 +144,12 @@ Jit& jit() {
     helper("tx_host_check_cta", &tx_host_check_cta);
     helper("tx_host_check_divzero", &tx_host_check_divzero);
     helper("tx_host_check_index", &tx_host_check_index);
+    helper("tx_fiber_sync", &tx_fiber_sync);
+    helper("tx_fiber_mbarrier_init", &tx_fiber_mbarrier_init);
+    helper("tx_fiber_mbarrier_arrive", &tx_fiber_mbarrier_arrive);
+    helper("tx_fiber_mbarrier_expect_tx", &tx_fiber_mbarrier_expect_tx);
+    helper("tx_fiber_mbarrier_wait", &tx_fiber_mbarrier_wait);
+    helper("tx_fiber_shfl_xor", &tx_fiber_shfl_xor);
     if (llvm::Error e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(helpers))) {
       s->error = "LLVM ORC tx helpers: " + llvm_message(std::move(e));
       return s;
@@ -198,11 +210,23 @@ class JitKernel : public HostKernel {
         scratch_bytes_(scratch_bytes),
         name_(std::move(name)),
         plan_(std::move(plan)) {}
+  // The fiber schedule: `fiber` runs one thread.
+  JitKernel(host::FiberEntry fiber, host::FiberPlan fibers, const lowering::LaunchConfig& launch)
+      : fiber_(fiber),
+        fibers_(std::move(fibers)),
+        launch_(launch),
+        block_(launch.block),
+        scratch_bytes_(fibers_.scratch_bytes),
+        name_(fibers_.kernel) {}
 
   void run(const HostLaunch& l) const override {
     void* const* args = l.args;
     const std::int64_t* grid = l.grid.data();
     const std::int64_t blocks = l.grid[0] * l.grid[1] * l.grid[2];
+    if (fiber_) {
+      run_fibers(l, blocks);
+      return;
+    }
     if (plan_) {
       // Checked: one CTA after another (the cross-CTA shadow is one map),
       // then the report.
@@ -241,6 +265,38 @@ class JitKernel : public HostKernel {
   }
 
  private:
+  // As the region schedule's CTAs: contiguous ranges over worker threads,
+  // each worker with its own shared memory and fibers. An error (a
+  // deadlock) in a worker is rethrown here, the first one by CTA order.
+  void run_fibers(const HostLaunch& l, std::int64_t blocks) const {
+    const int workers = choose_workers(blocks);
+    const std::int64_t per = (blocks + workers - 1) / workers;
+    std::vector<std::unique_ptr<Scratch>> scratch;
+    for (int w = 0; w < workers && w * per < blocks; ++w)
+      scratch.push_back(std::make_unique<Scratch>(scratch_bytes_));
+    std::vector<std::exception_ptr> errors(scratch.size());
+    auto range = [&](std::size_t w) {
+      const std::int64_t b = static_cast<std::int64_t>(w) * per, e = std::min(blocks, b + per);
+      try {
+        host::run_fiber_ctas(fiber_, fibers_, l.args, b, e, scratch[w]->p, l.grid.data(), l.loc);
+      } catch (...) {
+        errors[w] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> pool;
+    for (std::size_t w = 1; w < scratch.size(); ++w) {
+      try {
+        pool.emplace_back(range, w);
+      } catch (const std::system_error&) {
+        range(w);
+      }
+    }
+    range(0);
+    for (std::thread& t : pool) t.join();
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+
   struct Scratch {
     void* p = nullptr;
     explicit Scratch(std::int64_t bytes) {
@@ -270,7 +326,9 @@ class JitKernel : public HostKernel {
     return static_cast<int>(std::min<std::int64_t>(cap, blocks));
   }
 
-  host::HostEntry fn_;
+  host::HostEntry fn_ = nullptr;
+  host::FiberEntry fiber_ = nullptr;
+  host::FiberPlan fibers_;
   lowering::LaunchConfig launch_;
   std::int64_t block_ = 1;
   std::int64_t scratch_bytes_ = 0;
@@ -362,6 +420,69 @@ std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKern
                                      name, plan);
 }
 
+// Kernels that wait on mbarriers run as fibers: no region split orders a
+// producer and consumers that wait on each other inside their own loops.
+// The first mbarrier intrinsic in a kernel, or null.
+const CallNode* first_mbarrier_call(const lowering::LoweredKernel& k) {
+  struct Find : IRVisitor {
+    const CallNode* found = nullptr;
+    using IRVisitor::visit_node;
+    void visit_node(const CallNode* n) override {
+      if (!found && (n->op == Intrinsic::mbarrier_init || n->op == Intrinsic::mbarrier_wait ||
+                     n->op == Intrinsic::mbarrier_arrive || n->op == Intrinsic::mbarrier_expect_tx))
+        found = n;
+      IRVisitor::visit_node(n);
+    }
+  } f;
+  f.visit(k.lowered->body);
+  return f.found;
+}
+bool needs_fibers(const lowering::LoweredKernel& k) { return first_mbarrier_call(k) != nullptr; }
+
+// A fiber's stack: its register tiles (all of them, as LLVM allocas) and
+// room for spills and the calls into the scheduler.
+std::int64_t fiber_stack_bytes(const Stmt& body) {
+  std::int64_t locals = 0;
+  for_each_stmt(body, [&](const Stmt& s) {
+    if (auto* a = s.as<AllocateNode>(); a && a->buffer->scope == MemScope::local)
+      locals += a->buffer->storage_elems() * a->buffer->dtype.bytes();
+  });
+  return 2 * locals + 128 * 1024;
+}
+
+std::shared_ptr<HostKernel> compile_fibers(Jit& j, const lowering::LoweredKernel& k) {
+  const std::string& name = k.source->name;
+  SourceLoc loc = k.source->loc;
+  auto ctx = std::make_unique<llvm::LLVMContext>();
+  std::string fname =
+      "tx_fibers_" + lowering::sanitize_identifier(name) + "_" + std::to_string(j.next_id++);
+  host::FiberPlan plan;
+  plan.kernel = name;
+  plan.block = k.launch.block;
+  plan.stack_bytes = fiber_stack_bytes(k.lowered->body);
+  host::EmittedModule em = host::emit_llvm_fibers(*ctx, k, k.lowered->body, fname, &plan.sites);
+  plan.scratch_bytes = em.scratch_bytes;
+  llvm::Module& m = *em.module;
+  m.setDataLayout(j.jit->getDataLayout());
+  m.setTargetTriple(j.jit->getTargetTriple().str());
+  std::string verify;
+  llvm::raw_string_ostream vos(verify);
+  if (llvm::verifyModule(m, &vos)) {
+    std::string ir;
+    llvm::raw_string_ostream ios(ir);
+    m.print(ios, nullptr);
+    fail("tx.host_jit", name, loc, "invalid LLVM IR: " + verify, ir);
+  }
+  optimize(m, j.tm.get(), j.libmvec);
+  if (env_flag("TX_HOST_DUMP_LLVM")) m.print(llvm::errs(), nullptr);
+  if (llvm::Error e =
+          j.jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(em.module), std::move(ctx))))
+    fail("tx.host_jit", name, loc, llvm_message(std::move(e)));
+  auto sym = j.jit->lookup(fname);
+  if (!sym) fail("tx.host_jit", name, loc, llvm_message(sym.takeError()));
+  return std::make_shared<JitKernel>(sym->toPtr<host::FiberEntry>(), std::move(plan), k.launch);
+}
+
 std::vector<std::pair<std::int64_t, std::int64_t>> shared_layout(const lowering::LoweredKernel& k) {
   std::vector<std::pair<std::int64_t, std::int64_t>> v;
   for (const auto& a : k.shared) v.emplace_back(a.offset, a.bytes);
@@ -378,42 +499,23 @@ bool host_jit_available(std::string* why) {
 }
 
 namespace {
-// Threads that wait on each other inside loops (mbarrier pipelines, warp
-// specialization) and the warpgroup MMA have no host form yet: the host runs
-// a CTA's threads one after another between CTA barriers, and a thread
-// waiting on an mbarrier that a later thread arrives on would wait forever.
-void refuse_gpu_only(const lowering::LoweredKernel& k) {
-  struct Find : IRVisitor {
-    SourceLoc at;
-    std::string what;
-    bool found = false;
-    using IRVisitor::visit_node;
-    void note(const std::string& w, SourceLoc l) {
-      if (found) return;
-      found = true;
-      what = w;
-      at = l;
-    }
-    void visit_node(const CallNode* n) override {
-      if (is_sm90_async_intrinsic(n->op))
-        note(std::string("T.ptx.") + intrinsic_name(n->op), n->loc);
-      IRVisitor::visit_node(n);
-    }
-    void visit_node(const TmaCopyNode* n) override { note("T.ptx.tma_load", n->loc); }
-    void visit_node(const WgmmaNode* n) override { note("T.ptx.wgmma", n->loc); }
-  } f;
-  f.visit(k.lowered->body);
-  if (f.found)
-    fail(f.what, k.source->name, f.at,
-         "mbarrier pipelines and warpgroup MMA run on the GPU only: the host runs a CTA's "
-         "threads one after another between CTA barriers, which cannot wait on an mbarrier "
-         "that another thread arrives on later");
+// The checked mode's race detector orders accesses by barrier epochs; it
+// does not follow mbarrier phases, so it would report every pipeline stage
+// as a race.
+void refuse_checked_fibers(const lowering::LoweredKernel& k) {
+  const CallNode* first = first_mbarrier_call(k);
+  if (first)
+    fail(std::string("T.ptx.") + intrinsic_name(first->op), k.source->name, first->loc,
+         "the checked mode (TX_CHECK=1) does not run mbarrier pipelines: its race detector "
+         "orders accesses by barriers and would not follow the mbarrier phases; run the kernel "
+         "unchecked on the host, or under compute-sanitizer on the GPU");
 }
 }  // namespace
 
 std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
                                          const std::string& cuda_source, bool checked) {
-  refuse_gpu_only(k);
+  const bool fibers = needs_fibers(k);
+  if (fibers && checked) refuse_checked_fibers(k);
   Jit& j = jit();
   if (!j.jit) fail("tx.host_jit", k.source->name, k.source->loc, j.error);
   bool use_cache =
@@ -441,7 +543,8 @@ std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
     auto it = j.cache.find(key);
     if (it != j.cache.end()) return it->second;
   }
-  std::shared_ptr<HostKernel> kernel = compile_uncached(j, k, checked);
+  std::shared_ptr<HostKernel> kernel =
+      fibers ? compile_fibers(j, k) : compile_uncached(j, k, checked);
   if (use_cache) j.cache.emplace(key, kernel);
   return kernel;
 }

@@ -1,0 +1,73 @@
+// The host fallback's second schedule: a CTA's threads as fibers.
+//
+// The region schedule (split_regions) runs a CTA's threads one after another
+// between CTA barriers. Kernels that synchronize through mbarriers -- a
+// producer warpgroup filling a ring of stages while consumer warpgroups
+// drain it, each side waiting on the other inside its own loop -- have no
+// such split: a consumer's wait at position 5 needs the producer to have
+// run to position 5, which needs the consumers to have released position 1.
+// Those kernels run here: every thread of the CTA is a fiber (its own stack,
+// its registers in its own frame), and the fibers are scheduled
+// cooperatively on one OS thread. A fiber runs until it must wait (a barrier
+// not every thread of its group has reached, an mbarrier phase that has not
+// completed, a shuffle partner that has not written its lane); then the next
+// fiber runs. A round over every waiting fiber in which nothing changed is a
+// deadlock: on the GPU the kernel would hang; here it is a tx error naming
+// the waits.
+//
+// Synchronization runs through the tx_fiber_* functions the JIT-compiled
+// thread function calls (emit_llvm, fiber mode):
+//   tx_fiber_sync            bar.sync of a group (the CTA, a warpgroup, a
+//                            warp); threads that returned count as arrived,
+//                            as exited threads do on the GPU
+//   tx_fiber_mbarrier_*      an mbarrier in the CTA's shared scratch: init,
+//                            arrive, expect_tx, wait on a phase parity
+//   tx_fiber_shfl_xor        a warp shuffle: write the lane, sync the warp,
+//                            read the partner, sync again
+// CTAs still run in parallel over worker threads, each with its own fibers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tx/ir.hpp"
+
+namespace tx::runtime::host {
+
+// A place where a fiber can wait, for the deadlock report.
+struct WaitSite {
+  std::string op;       // "T.ptx.mbarrier_wait", "T.cuda.cta_sync", ...
+  std::string operand;  // the barrier as written ("pipe_full[T.floormod(it, 2)]"), or empty
+  SourceLoc loc;
+};
+
+struct FiberPlan {
+  std::string kernel;
+  int block = 1;                   // threads per CTA
+  std::int64_t stack_bytes = 0;    // per fiber
+  std::int64_t scratch_bytes = 0;  // per CTA (its shared memory): zeroed before each CTA
+  std::vector<WaitSite> sites;
+};
+
+// The JIT-compiled thread function: thread `thread` of CTA `cta` (linear id).
+using FiberEntry = void (*)(void* const* args, std::int64_t cta, void* scratch, void* fibers,
+                            const std::int64_t* grid, std::int32_t thread);
+
+// Runs CTAs [first, end) one after another, each as plan.block fibers.
+// A deadlock or a misused mbarrier is a tx error (fail()).
+void run_fiber_ctas(FiberEntry fn, const FiberPlan& plan, void* const* args, std::int64_t first,
+                    std::int64_t end, void* scratch, const std::int64_t* grid, SourceLoc launch);
+
+}  // namespace tx::runtime::host
+
+// Called by JIT-compiled fiber kernels (bound by address in host_jit.cpp).
+extern "C" {
+void tx_fiber_sync(void* fibers, std::int32_t thread, std::int32_t group, std::int32_t site);
+void tx_fiber_mbarrier_init(void* fibers, void* bar, std::int32_t count, std::int32_t site);
+void tx_fiber_mbarrier_arrive(void* fibers, void* bar, std::int32_t site);
+void tx_fiber_mbarrier_expect_tx(void* fibers, void* bar, std::int32_t bytes, std::int32_t site);
+void tx_fiber_mbarrier_wait(void* fibers, void* bar, std::int32_t parity, std::int32_t site);
+std::int64_t tx_fiber_shfl_xor(void* fibers, std::int32_t thread, std::int64_t bits,
+                               std::int32_t mask, std::int32_t site);
+}
