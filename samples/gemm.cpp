@@ -27,7 +27,7 @@ constexpr std::int64_t PAD = 8;  // row padding of the shared tiles, in elements
 PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, GemmConfig c = {}) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
   const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / 16;
-  const std::int64_t tiles_n = N / BN, G = std::gcd(c.group, M / BM);  // G | tile rows
+  const auto sched = T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN, .group = c.group});
   if (KK % 2 != 0)  // the two fragment sets alternate in step across stages
     fail("gemm", "bk", {}, "bk = " + std::to_string(BK) + ": a multiple of 32 (two k slices)");
   return T::prim_func("gemm_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
@@ -35,9 +35,9 @@ PrimFunc gemm(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16, Ge
     auto B = T::match_buffer(B_ptr, {K, N}, t);
     auto C = T::match_buffer(C_ptr, {M, N}, t);
     T::device_entry();
-    // Tile `tile` of C: groups of G tile rows, walked column by column.
-    auto tile = T::cta_id({(M / BM) * tiles_n});
-    auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
+    // This CTA's tile of C: groups of tile rows, walked column by column (L2 reuse).
+    const auto tile = sched.tile(T::cta_id({sched.ctas()}));
+    const Var bm = tile.m, bn = tile.n;
     auto warp = T::warp_id({warps});
     auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
 

@@ -16,9 +16,6 @@
 //
 // On the CPU (--device=host) the same kernel runs through the host JIT with
 // every thread as a fiber, the copies synchronous and the MMA as FMA loops.
-#include <algorithm>
-#include <numeric>
-
 #include "sample_main.hpp"
 
 using namespace tx;
@@ -33,16 +30,16 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
                      HopperGemmConfig c = {}) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
   const std::int64_t consumers = BM / 64, KT = K / BK;
-  const std::int64_t tiles_m = M / BM, tiles_n = N / BN, tiles = tiles_m * tiles_n;
-  const std::int64_t ctas = std::min(c.ctas, tiles), rounds = (tiles + ctas - 1) / ctas;
-  const std::int64_t G = std::gcd(c.group, tiles_m);  // G | tile rows
+  // Persistent CTAs over the output tiles, in groups of tile rows (L2 reuse).
+  const auto sched =
+      T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN, .group = c.group, .ctas = c.ctas});
   return T::prim_func("gemm_hopper_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr,
                                                            Handle C_ptr) {
     auto A = T::match_buffer(A_ptr, {M, K}, t);
     auto B = T::match_buffer(B_ptr, {K, N}, t);
     auto C = T::match_buffer(C_ptr, {M, N}, t);
     T::device_entry();
-    auto cta = T::cta_id({ctas});
+    auto cta = T::cta_id({sched.ctas()});
     auto wg = T::warpgroup_id({1 + consumers});
     auto tid = T::thread_id_in_wg({128});
     // Stages of A (BM x BK) and B (BK x BN) tiles, 128-byte swizzled rows.
@@ -52,20 +49,11 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
                               layouts::swizzled_tiles({STAGES, BK, BN}, t));
     auto pipe = T::pipeline(
         {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(consumers)});
-    // Round r's tile of this CTA, as (tile row, tile column) of C; past the
-    // last tile (`valid` false) the clamp keeps the indices provably in range.
-    auto tile_of = [&](const Var& r) {
-      auto valid = T::let(cta + r * ctas < tiles);
-      auto tile = T::let(min(cta + r * ctas, tiles - 1));
-      auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
-      return std::make_tuple(valid, bm, bn);
-    };
-
     T::if_(wg == 0,
            [&] {  // the producer
              T::cuda::decrease_registers(40);
-             for (Var r : T::serial(rounds, "r")) {
-               auto [valid, bm, bn] = tile_of(r);
+             for (Var r : T::serial(sched.rounds(), "r")) {
+               auto [valid, bm, bn] = sched.tile(cta, r);
                T::if_(valid, [&] {
                  for (Var kt : T::serial(KT, "kt")) {
                    auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
@@ -87,8 +75,8 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
           auto out = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_c(64, BN));
           // wg >= 1 here; the max states it where the range analysis does not look.
           auto row0 = T::let(max(wg - 1, 0) * 64);
-          for (Var r : T::serial(rounds, "r")) {
-            auto [valid, bm, bn] = tile_of(r);
+          for (Var r : T::serial(sched.rounds(), "r")) {
+            auto [valid, bm, bn] = sched.tile(cta, r);
             T::if_(valid, [&] {
               Tx::warpgroup::fill(acc, 0.0f);
               for (Var kt : T::serial(KT, "kt")) {

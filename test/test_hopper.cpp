@@ -240,6 +240,43 @@ TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator ch
   CHECK_THROWS_WITH_AS(frag::wgmma_c(32, 64), doctest::Contains("m = 32"), Error);
 }
 
+TEST_CASE("T::tile_scheduler: persistent CTAs cover every tile once, in groups of tile rows") {
+  // 6 x 5 tiles, groups of 4 rows (clamped to gcd(4, 6) = 2), on 7 CTAs: 5
+  // rounds, the last one partial. Each CTA writes (cta, round) into its tiles.
+  const auto sched = T::tile_scheduler({.tiles_m = 6, .tiles_n = 5, .group = 4, .ctas = 7});
+  CHECK(sched.group() == 2);
+  CHECK(sched.ctas() == 7);
+  CHECK(sched.rounds() == 5);
+  CHECK(T::tile_scheduler({.tiles_m = 3, .tiles_n = 2}).ctas() == 6);  // one CTA per tile
+  CHECK_THROWS_WITH_AS(T::tile_scheduler({.tiles_m = 0, .tiles_n = 2}),
+                       doctest::Contains("needs 1 to 2^31 - 1 tiles"), Error);
+  PrimFunc f = T::prim_func("schedule", [&](Handle o_ptr) {
+    auto O = T::match_buffer(o_ptr, {6, 5}, i32);
+    T::device_entry();
+    auto cta = T::cta_id({sched.ctas()});
+    T::thread_id({1});
+    for (Var r : T::serial(sched.rounds(), "r")) {
+      auto [valid, m, n] = sched.tile(cta, r);
+      T::if_(valid, [&] { O(m, n) = cta * 100 + r; });
+    }
+  });
+  std::string why;
+  if (!runtime::host_jit_available(&why)) {
+    MESSAGE("not run on the host: " << why);
+    return;
+  }
+  Kernel k = compile(f, {.device = Device::host()});
+  Tensor O = Tensor::empty({6, 5}, i32, Device::host());
+  O.fill_bits(tx::test::poison_bits(i32));
+  k(O);
+  std::vector<double> got = O.to_doubles();
+  for (std::int64_t t = 0; t < 30; ++t) {
+    // Tile t in the swizzled order: group t / 10 of 2 rows, column-major inside it.
+    const std::int64_t m = t / 10 * 2 + t % 2, n = t % 10 / 2;
+    CHECK(got[static_cast<std::size_t>(m * 5 + n)] == static_cast<double>(t % 7 * 100 + t / 7));
+  }
+}
+
 // ---------------------------------------------------------------- the host
 // Kernels with mbarriers run on the host with every thread as a fiber.
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <regex>
 #include <unordered_map>
 
@@ -874,6 +875,32 @@ Pipeline pipeline(PipelineConfig c, Name name, Loc loc) {
       loc);
   cuda::cta_sync(loc);
   return p;
+}
+
+TileScheduler::TileScheduler(TileSchedulerConfig c) : c_(c) {
+  c_.group = std::gcd(std::max<std::int64_t>(c.group, 1), c.tiles_m);
+  ctas_ = c.ctas > 0 ? std::min(c.ctas, tiles()) : tiles();
+  rounds_ = (tiles() + ctas_ - 1) / ctas_;
+}
+
+ScheduledTile TileScheduler::tile(Value cta, Value round, Loc loc) const {
+  auto c = [](std::int64_t v) { return Expr(static_cast<int>(v)); };
+  const Expr linear = cta.value + round.value * c(ctas_);
+  Var valid = let(Value(linear < c(tiles()), loc), Name("valid"), loc);
+  Var t = let(Value(min(linear, c(tiles() - 1)), loc), Name("tile"), loc);
+  const Expr g = c(c_.group), per_group = c(c_.group * c_.tiles_n);
+  Var m = let(Value(t / per_group * g + t % g, loc), Name("tile_m"), loc);
+  Var n = let(Value(t % per_group / g, loc), Name("tile_n"), loc);
+  return {valid, m, n};
+}
+
+TileScheduler tile_scheduler(TileSchedulerConfig c, Loc loc) {
+  if (c.tiles_m < 1 || c.tiles_n < 1 || c.ctas < 0 || c.tiles_m * c.tiles_n >= (1LL << 31))
+    fail("T.tile_scheduler", "", loc,
+         "tiles_m = " + std::to_string(c.tiles_m) + ", tiles_n = " + std::to_string(c.tiles_n) +
+             ", ctas = " + std::to_string(c.ctas) +
+             ": the tile grid needs 1 to 2^31 - 1 tiles and ctas >= 0");
+  return TileScheduler(c);
 }
 
 }  // namespace T

@@ -32,15 +32,15 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
   const std::int64_t KS = t.is_fp8() ? 32 : 16;
   const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / KS, KT = K / BK;
   const DType out_t = t.is_fp8() ? f32 : t;
-  const std::int64_t tiles_n = N / BN, G = std::gcd(std::int64_t{8}, M / BM);
+  const auto sched = T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN});
   constexpr std::int64_t pad = 8;
   return T::prim_func("matmul_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
     auto A = T::match_buffer(a, {M, K}, t);
     auto B = T::match_buffer(b, {K, N}, t);
     auto C = T::match_buffer(cp, {M, N}, out_t);
     T::device_entry();
-    auto tile = T::cta_id({(M / BM) * tiles_n});
-    auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
+    const auto tile = sched.tile(T::cta_id({sched.ctas()}));
+    const Var bm = tile.m, bn = tile.n;
     auto warp = T::warp_id({warps});
     auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
     auto ring = [&](std::int64_t rows, std::int64_t cols) {
@@ -112,15 +112,13 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                        const MatmulTiling& c, std::int64_t sms) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
   const std::int64_t consumers = BM / 64, KT = K / BK;
-  const std::int64_t tiles_m = M / BM, tiles_n = N / BN, tiles = tiles_m * tiles_n;
-  const std::int64_t ctas = std::min(sms, tiles), rounds = (tiles + ctas - 1) / ctas;
-  const std::int64_t G = std::gcd(std::int64_t{8}, tiles_m);
+  const auto sched = T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN, .ctas = sms});
   return T::prim_func("matmul_wgmma_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
     auto A = T::match_buffer(a, {M, K}, t);
     auto B = T::match_buffer(b, {K, N}, t);
     auto C = T::match_buffer(cp, {M, N}, t);
     T::device_entry();
-    auto cta = T::cta_id({ctas});
+    auto cta = T::cta_id({sched.ctas()});
     auto wg = T::warpgroup_id({1 + consumers});
     auto tid = T::thread_id_in_wg({128});
     auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared,
@@ -129,16 +127,10 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                               layouts::swizzled_tiles({STAGES, BK, BN}, t));
     auto pipe = T::pipeline(
         {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(consumers)});
-    auto tile_of = [&](const Var& r) {
-      auto valid = T::let(cta + r * ctas < tiles);
-      auto tile = T::let(min(cta + r * ctas, tiles - 1));
-      auto bm = T::let(tile / (G * tiles_n) * G + tile % G), bn = T::let(tile % (G * tiles_n) / G);
-      return std::make_tuple(valid, bm, bn);
-    };
     T::if_(wg == 0, [&] {
       T::cuda::decrease_registers(40);
-      for (Var r : T::serial(rounds, "r")) {
-        auto [valid, bm, bn] = tile_of(r);
+      for (Var r : T::serial(sched.rounds(), "r")) {
+        auto [valid, bm, bn] = sched.tile(cta, r);
         T::if_(valid, [&] {
           for (Var kt : T::serial(KT, "kt")) {
             auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
@@ -158,8 +150,8 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
       auto acc = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
       auto out = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_c(64, BN));
       auto row0 = T::let(max(wg - 1, 0) * 64);
-      for (Var r : T::serial(rounds, "r")) {
-        auto [valid, bm, bn] = tile_of(r);
+      for (Var r : T::serial(sched.rounds(), "r")) {
+        auto [valid, bm, bn] = sched.tile(cta, r);
         T::if_(valid, [&] {
           Tx::warpgroup::fill(acc, 0.0f);
           for (Var kt : T::serial(KT, "kt")) {

@@ -456,6 +456,46 @@ class Pipeline {
 // CTA barrier): call it where every thread of the CTA passes.
 Pipeline pipeline(PipelineConfig config, Name name = {}, Loc loc = Loc::current());
 
+// Output tiles of a tiles_m x tiles_n grid, in an order that shares operand
+// panels in L2: groups of `group` tile rows, walked column by column inside
+// a group (consecutive tiles share a B panel; a group's rows share A panels).
+// `group` is clamped to gcd(group, tiles_m), so every group is whole.
+// Persistent CTAs: with `ctas` > 0 the grid has min(ctas, tiles) CTAs and
+// CTA c takes tiles c, c + ctas, c + 2 ctas, ... in rounds; 0 is one CTA per
+// tile (one round).
+//
+//   auto sched = T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN, .ctas = 132});
+//   auto cta = T::cta_id({sched.ctas()});
+//   for (Var r : T::serial(sched.rounds(), "r")) {
+//     auto tile = sched.tile(cta, r);  // tile.valid, tile.m, tile.n
+//     T::if_(tile.valid, [&] { ... C[region(span(tile.m * BM, BM), span(tile.n * BN, BN))] ... });
+//   }
+struct TileSchedulerConfig {
+  std::int64_t tiles_m = 1, tiles_n = 1;
+  std::int64_t group = 8;  // tile rows per group
+  std::int64_t ctas = 0;   // persistent CTAs (the SM count); 0: one CTA per tile
+};
+// One round's tile of a CTA: `valid` is false past the last tile, where m and
+// n stay clamped to the last tile (indices provably in range either way).
+struct ScheduledTile {
+  Var valid, m, n;
+};
+class TileScheduler {
+ public:
+  explicit TileScheduler(TileSchedulerConfig c);
+  std::int64_t tiles() const { return c_.tiles_m * c_.tiles_n; }
+  std::int64_t ctas() const { return ctas_; }      // the grid
+  std::int64_t rounds() const { return rounds_; }  // tiles per CTA, at most
+  std::int64_t group() const { return c_.group; }  // after clamping
+  // The tile CTA `cta` takes in round `round` (three T::let bindings).
+  ScheduledTile tile(Value cta, Value round = Value(0), Loc loc = Loc::current()) const;
+
+ private:
+  TileSchedulerConfig c_;
+  std::int64_t ctas_ = 1, rounds_ = 1;
+};
+TileScheduler tile_scheduler(TileSchedulerConfig config, Loc loc = Loc::current());
+
 }  // namespace T
 
 // ------------------------------------------------------------ tile primitives
