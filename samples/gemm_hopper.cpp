@@ -25,14 +25,18 @@ struct HopperGemmConfig {
   std::int64_t ctas = 132;  // persistent CTAs: the GPU's SM count
 };
 
-// t: bf16 or f16. M % bm, N % bn, K % bk == 0.
+// t: bf16 or f16. Any M; N and K multiples of 8 (the TMA's 16-byte row
+// pitch). The last tiles may reach past C, A and B: partial tiles, which the
+// TMA fills with zeros when it loads them and the store masks.
 PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = bf16,
                      HopperGemmConfig c = {}) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
-  const std::int64_t consumers = BM / 64, KT = K / BK;
+  const std::int64_t consumers = BM / 64, KT = (K + BK - 1) / BK;
   // Persistent CTAs over the output tiles, in groups of tile rows (L2 reuse).
-  const auto sched =
-      T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN, .group = c.group, .ctas = c.ctas});
+  const auto sched = T::tile_scheduler({.tiles_m = (M + BM - 1) / BM,
+                                        .tiles_n = (N + BN - 1) / BN,
+                                        .group = c.group,
+                                        .ctas = c.ctas});
   return T::prim_func("gemm_hopper_" + t.short_name(), [&](Handle A_ptr, Handle B_ptr,
                                                            Handle C_ptr) {
     auto A = T::match_buffer(A_ptr, {M, K}, t);
@@ -60,10 +64,10 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
                    pipe.producer_acquire(it);
                    Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
                                              A[region(span(bm * BM, BM), span(kt * BK, BK))],
-                                             {.barrier = pipe.full(it)});
+                                             {.barrier = pipe.full(it), .partial = true});
                    Tx::warpgroup::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
                                              B[region(span(kt * BK, BK), span(bn * BN, BN))],
-                                             {.barrier = pipe.full(it)});
+                                             {.barrier = pipe.full(it), .partial = true});
                    T::if_(tid == 0, [&] { pipe.producer_commit(it); });
                  }
                });
@@ -92,7 +96,8 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
               T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
               // Epilogue: round to t and store this warpgroup's 64 x BN rows.
               Tx::warpgroup::cast(out, acc);
-              Tx::warpgroup::copy(C[region(span(bm * BM + row0, 64), span(bn * BN, BN))], out);
+              Tx::warpgroup::copy(C[region(span(bm * BM + row0, 64), span(bn * BN, BN))], out,
+                                  {.partial = true});
             });
           }
         });

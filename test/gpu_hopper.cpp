@@ -109,6 +109,10 @@ TEST_CASE("samples/gemm_hopper: the warp-specialized wgmma GEMM against float64"
       {1024, 1024, 512, {.ctas = 3}},  // 32 tiles on 3 CTAs: 11 rounds
       {256, 512, 256, {.bm = 64, .bn = 256, .bk = 64, .stages = 4, .ctas = 5}},
       {384, 256, 448, {.bm = 128, .bn = 128, .bk = 64, .stages = 6, .ctas = 4}},
+      // Partial tiles in M, N and K (TMA zero fill, masked stores).
+      {200, 264, 136, {.bm = 128, .bn = 128, .bk = 64, .stages = 4, .ctas = 3}},
+      {72, 520, 200, {.ctas = 2}},
+      {1000, 1000, 1000, {}},
   };
   for (DType t : {bf16, f16})
     for (const Case& c : cases) {

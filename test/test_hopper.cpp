@@ -277,6 +277,42 @@ TEST_CASE("T::tile_scheduler: persistent CTAs cover every tile once, in groups o
   }
 }
 
+TEST_CASE("partial tiles on sm_90: TMA boxes past the end, masked stores, reasons elsewhere") {
+  // 72 x 520 x 200: the one tile row is 128 rows of a 72-row A and C, the
+  // last K step reaches past K = 200, the last tile column past N = 520.
+  lowering::LoweredKernel k = lower90(gemm_hopper(72, 520, 200, bf16, {.ctas = 2}));
+  CHECK(variant_of(k, "copy_async") == "copy_async/tma");
+  CHECK(variant_of(k, "copy/") == "copy/reg");
+  const std::string cuda = lowering::codegen_cuda(k, {"g", false});
+  CHECK(cuda.find("< 72") != std::string::npos);   // rows of C masked
+  CHECK(cuda.find("< 520") != std::string::npos);  // columns of C masked
+  // Without partial=, a region past the end is refused with every reason;
+  // partial= applies to copies only.
+  auto tail = [](bool partial) {
+    return T::prim_func("tail", [&](Handle g_ptr, Handle o_ptr) {
+      auto G = T::match_buffer(g_ptr, {100}, f32);
+      auto O = T::match_buffer(o_ptr, {128}, f32);
+      T::device_entry();
+      T::thread_id({128});
+      auto R = T::alloc_buffer({128}, f32, scope::local, TileLayout(S({128}, {1 * axes::tx})));
+      auto blk = T::cta_id({1});
+      Tx::cta::copy(R, G[region(span(blk * 64, 128))], {.partial = partial});
+      Tx::cta::copy(O.all(), R);
+    });
+  };
+  CHECK_THROWS_WITH_AS(lower90(tail(false)), doctest::Contains("outside the extent 100"), Error);
+  lowering::LoweredKernel ok = lower90(tail(true));
+  CHECK(variant_of(ok, "copy/") == "copy/reg");
+  CHECK_THROWS_WITH_AS(
+      T::prim_func("bad",
+                   [&](Handle g_ptr) {
+                     auto G = T::match_buffer(g_ptr, {100}, f32);
+                     T::thread_id({1});
+                     Tx::sqrt(G[region({0, 100})], G[region({0, 100})], {.partial = true});
+                   }),
+      doctest::Contains("applies to copy and copy_async"), Error);
+}
+
 // ---------------------------------------------------------------- the host
 // Kernels with mbarriers run on the host with every thread as a fiber.
 
@@ -314,6 +350,9 @@ TEST_CASE("samples/gemm_hopper on the host: fibers, synchronous copies, MMA in r
       {128, 256, 64, {.ctas = 1}},  // one tile, one K step
       {256, 512, 256, {.bm = 64, .bn = 256, .bk = 64, .stages = 4, .ctas = 5}},
       {384, 256, 448, {.bm = 128, .bn = 128, .bk = 64, .stages = 6, .ctas = 4}},  // 2 rounds
+      // Partial tiles in M, N and K: zeros loaded past the ends, masked stores.
+      {200, 264, 136, {.bm = 128, .bn = 128, .bk = 64, .stages = 4, .ctas = 3}},
+      {72, 520, 200, {.ctas = 2}},
   };
   for (DType t : {bf16, f16})
     for (const Case& c : cases) {

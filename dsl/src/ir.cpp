@@ -770,9 +770,14 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
     args.emplace_back(std::move(*sb->tile));
     sb->tile.reset();
   }
+  if (attrs.partial && op != "copy" && op != "copy_async")
+    fail(qn, "", loc,
+         "partial= (tiles reaching past a tensor's end) applies to copy and copy_async");
   for (const TileArg& a : args) {
     if (auto* r = std::get_if<BufferRegion>(&a)) {
       if (!r->buffer) fail(qn, "", loc, "undefined buffer operand");
+      // A partial tile of a global tensor may reach past its end, not before its start.
+      const bool may_reach_past = attrs.partial && r->buffer->scope == MemScope::global;
       if (r->ranges.size() != r->buffer->shape.size())
         fail(qn, r->buffer->name, loc,
              "region has " + std::to_string(r->ranges.size()) + " dimensions but the buffer has " +
@@ -786,7 +791,7 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
         if (!rg.start || !rg.start.dtype().is_integer())
           fail(qn, r->buffer->name, loc, "region start must be an integer");
         if (auto s = as_const_int(rg.start)) {
-          if (*s < 0 || *s + rg.extent > r->buffer->shape[d])
+          if (*s < 0 || (*s + rg.extent > r->buffer->shape[d] && !may_reach_past))
             fail(qn, r->buffer->name, loc,
                  "region [" + std::to_string(*s) + ":" + std::to_string(*s + rg.extent) +
                      "] in dimension " + std::to_string(d) + " is out of bounds of extent " +

@@ -390,15 +390,16 @@ class SelectNode : public ExprNode {
   X(log, 1)                                                                                       \
   X(log2, 1)                                                                                      \
   X(log1p, 1)                                                                                     \
-  X(expm1, 1) X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1)         \
-      X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1)           \
-          X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2)             \
-              X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)               \
-                  X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0) \
-                      X(cp_async_wait, 1) X(mbarrier_init, 2) X(mbarrier_arrive, 1)               \
-                          X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2) X(fence_barrier_init, 0)   \
-                              X(fence_proxy_async, 0) X(wgmma_fence, 0) X(wgmma_commit, 0)        \
-                                  X(wgmma_wait, 1) X(setmaxnreg, 2) X(register_fence, 1)
+  X(expm1, 1)                                                                                     \
+  X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1)          \
+      X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1)       \
+          X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0)           \
+              X(block_idx, 1) X(reinterpret, 1) X(check_access, 5) X(check_barrier, 2)            \
+                  X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0) X(cp_async_wait, 1) \
+                      X(mbarrier_init, 2) X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2)          \
+                          X(mbarrier_wait, 2) X(fence_barrier_init, 0) X(fence_proxy_async, 0)    \
+                              X(wgmma_fence, 0) X(wgmma_commit, 0) X(wgmma_wait, 1)               \
+                                  X(setmaxnreg, 2) X(register_fence, 1)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -624,6 +625,13 @@ struct TileAttrs {
   // (0: the product is in the accumulator; 1: this call's group may still
   // run, so the caller may overlap it with the next stage's wait).
   int pending = 0;
+  // copy / copy_async: partial tiles. A global operand's region may reach
+  // past the tensor's end (the last tile of a shape that is not a multiple
+  // of the tile): elements of a global source outside it read as zero (the
+  // TMA's out-of-bounds fill), elements of a global destination outside it
+  // are not written. Only variants that mask accept such regions
+  // (copy_async/tma, copy/reg, copy/fallback).
+  bool partial = false;
   DType dtype = void_t;  // cast: destination dtype is the buffer's; kept for printing
   // Where make_tile_call put a tile scale / bias: its index in the call's
   // args (-1: none), so every pass that walks the operands sees it.

@@ -56,8 +56,10 @@ Check operands_in(const DispatchContext& ctx, MemScope scope) {
   return ok();
 }
 
-Check regions_in_bounds(const DispatchContext& ctx) {
+namespace {
+Check in_bounds(const DispatchContext& ctx, bool masks_partial_tiles) {
   for (const BufferRegion* r : region_args(ctx.call)) {
+    const bool partial = ctx.call->attrs.partial && r->buffer->scope == MemScope::global;
     for (std::size_t d = 0; d < r->ranges.size(); ++d) {
       Interval s = ctx.env->bound(r->ranges[d].start);
       std::int64_t dim = r->buffer->shape[d];
@@ -69,6 +71,12 @@ Check regions_in_bounds(const DispatchContext& ctx) {
                                 "region in dimension " + std::to_string(d) + " may start below 0");
         continue;
       }
+      if (partial && s.lo >= 0 && s.hi + r->ranges[d].extent > dim) {
+        if (masks_partial_tiles) continue;
+        return operand_reason(*r, "partial tile: the region may reach past the extent " +
+                                      std::to_string(dim) + " in dimension " + std::to_string(d) +
+                                      ", and this variant does not mask");
+      }
       if (s.lo < 0 || s.hi + r->ranges[d].extent > dim) {
         std::string range = s.bounded() ? "[" + std::to_string(s.lo) + ", " +
                                               std::to_string(s.hi + r->ranges[d].extent) + ")"
@@ -79,6 +87,62 @@ Check regions_in_bounds(const DispatchContext& ctx) {
     }
   }
   return ok();
+}
+}  // namespace
+
+Check regions_in_bounds(const DispatchContext& ctx) { return in_bounds(ctx, false); }
+
+BufferRegion partial_view(const DispatchContext& ctx, const BufferRegion& r) {
+  const Buffer& b = r.buffer;
+  if (!ctx.call->attrs.partial || b->scope != MemScope::global || b->symbolic() ||
+      !(b->layout == TileLayout::row_major(b->shape)))
+    return r;
+  std::vector<std::int64_t> shape = b->shape;
+  bool wider = false;
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (r.ranges[d].extent > shape[d]) {
+      shape[d] = r.ranges[d].extent;
+      wider = true;
+    }
+  if (!wider) return r;
+  std::vector<Iter> iters;
+  std::int64_t stride = 1;
+  std::vector<Iter> rev;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    rev.push_back(Iter{shape[d], stride, Axis::m});
+    stride *= b->shape[d];
+  }
+  iters.assign(rev.rbegin(), rev.rend());
+  std::vector<Expr> dims;
+  for (std::int64_t e : shape) dims.push_back(c32(e));
+  Buffer view(std::make_shared<const BufferNode>(b->name, b->dtype, shape, b->scope,
+                                                 TileLayout(iters), b->data, b->loc, dims));
+  return BufferRegion{view, r.ranges};
+}
+
+Expr partial_inside(const DispatchContext& ctx, const BufferRegion& r, const Expr& idx) {
+  if (!ctx.call->attrs.partial || r.buffer->scope != MemScope::global) return Expr();
+  Expr cond;
+  std::int64_t inner = 1;
+  for (std::size_t d = r.ranges.size(); d-- > 0;) {
+    const std::int64_t e = r.ranges[d].extent, dim = r.buffer->shape[d];
+    Interval s = ctx.env->bound(r.ranges[d].start);
+    if (r.buffer->dims[d].as<IntImmNode>() && !(s.bounded() && s.hi + e <= dim)) {
+      Expr coord = e == 1 ? c32(0) : mod(div(idx, c32(inner)), c32(e));
+      Expr in = lt(add(r.ranges[d].start, coord), c32(dim));
+      cond = cond.defined() ? land(in, cond) : in;
+    }
+    inner *= e;
+  }
+  return cond.defined() ? simplify(cond, ctx.env) : cond;
+}
+Check regions_in_bounds_or_masked(const DispatchContext& ctx) { return in_bounds(ctx, true); }
+
+std::vector<std::pair<std::string, Predicate>> common_predicates_masking() {
+  auto p = common_predicates();
+  for (auto& [name, check] : p)
+    if (name == "regions_in_bounds") check = regions_in_bounds_or_masked;
+  return p;
 }
 
 // Layouts of buffers with extents known at launch are exact in one

@@ -29,9 +29,25 @@ Check all_threads_active(const DispatchContext& ctx);
 Check operands_in(const DispatchContext& ctx, MemScope scope);
 // Every region operand's start is inside its buffer (static or by range analysis).
 Check regions_in_bounds(const DispatchContext& ctx);
+// The same, except that a global operand of a partial= copy may reach past
+// its extent: for variants that mask such tiles.
+Check regions_in_bounds_or_masked(const DispatchContext& ctx);
 
 // The predicates all variants start with, in order.
 std::vector<std::pair<std::string, Predicate>> common_predicates();
+// A partial= copy: whether element `idx` (row-major in the region) of a
+// global operand lies inside its tensor, as a condition over the dimensions
+// where the region may reach past the extent; undefined when the region
+// stays inside (or the call is not partial=, or r is not global).
+Expr partial_inside(const DispatchContext& ctx, const BufferRegion& r, const Expr& idx);
+// A partial= region larger than its tensor in some dimension (a 128-row
+// tile of a 72-row matrix) has no layout over the tensor's shape. The view
+// widens those dimensions and keeps the tensor's row-major strides, so
+// every element inside the tensor has its own offset (the masked ones are
+// never accessed). Other regions come back unchanged.
+BufferRegion partial_view(const DispatchContext& ctx, const BufferRegion& r);
+// common_predicates() with regions_in_bounds_or_masked: variants that mask partial tiles.
+std::vector<std::pair<std::string, Predicate>> common_predicates_masking();
 
 // A per-thread (local) scratch buffer of n elements and its Allocate.
 Buffer scratch(const std::string& name, DType dtype, std::int64_t n);

@@ -75,7 +75,7 @@ void register_copy_async_sync(Registry& r) {
   v.family = "copy_async";
   v.name = "sync";
   v.priority = 0;
-  v.when = common_predicates();
+  v.when = common_predicates_masking();
   v.when.push_back({"copy_operands_match", copy_operands_match});
   v.plan = plan;
   r.add("copy_async", v);

@@ -200,7 +200,7 @@ void register_copy_async_tma(Registry& r) {
   v.family = "copy_async";
   v.name = "tma";
   v.priority = 30;
-  v.when = common_predicates();
+  v.when = common_predicates_masking();
   v.when.push_back({"copy_operands_match", copy_operands_match});
   v.when.push_back({"barrier_and_operands", barrier_and_operands});
   v.plan = plan;

@@ -32,9 +32,9 @@ Plan plan(const DispatchContext& ctx) {
   const BufferRegion& dst = *region_arg(ctx.call, 0);
   const BufferRegion& src = *region_arg(ctx.call, 1);
   std::string why;
-  auto ld = region_layout(dst, *ctx.env, &why, {.allow_swizzle = true});
+  auto ld = region_layout(partial_view(ctx, dst), *ctx.env, &why, {.allow_swizzle = true});
   if (!ld) return operand_reason(dst, why);
-  auto ls = region_layout(src, *ctx.env, &why, {.allow_swizzle = true});
+  auto ls = region_layout(partial_view(ctx, src), *ctx.env, &why, {.allow_swizzle = true});
   if (!ls) return operand_reason(src, why);
   std::int64_t n = dst.numel();
 
@@ -72,6 +72,15 @@ Plan plan(const DispatchContext& ctx) {
         Expr inside = lt(add(r->ranges[0].start, idx), r->buffer->dims[0]);
         guard = guard.defined() ? land(guard, inside) : inside;
       }
+  // partial=: a source element past its tensor's end reads as zero, a
+  // destination element past it is not written.
+  if (Expr in = partial_inside(ctx, src, idx); in.defined()) {
+    DType t = dst.buffer->dtype;
+    Expr zero = t.is_float() ? make_float(0.0, t) : make_int(0, t);
+    body = make_if(in, body, make_store(fd, zero, {simplify(offset(*ld, idx), ctx.env)}));
+  }
+  if (Expr in = partial_inside(ctx, dst, idx); in.defined())
+    guard = guard.defined() ? land(guard, in) : in;
   if (guard.defined()) body = make_if(guard, body);
   // A loop over a thread's registers is unrolled (a few dozen rounds at
   // most): indexed by a loop variable, the register array would live in
@@ -90,7 +99,8 @@ Plan plan(const DispatchContext& ctx) {
     std::lock_guard<std::mutex> lock(mu);
     first = warned.insert(site).second;
   }
-  if (first && !ctx.mask_symbolic)  // a partial tile is this variant's job, not a miss
+  if (first && !ctx.mask_symbolic &&
+      !ctx.call->attrs.partial)  // a partial tile is this variant's job, not a miss
     warn(tile_call_str(ctx.call) + " at " + ctx.call->loc.str() +
          ": no vectorized copy variant applies; using copy/fallback (a scalar loop)");
   return make_origin(origin_text(ctx, "copy/fallback"), s, ctx.call->loc);
@@ -107,7 +117,7 @@ void register_copy_fallback(Registry& r) {
   v.family = "copy";
   v.name = "fallback";
   v.priority = 0;
-  v.when = common_predicates();
+  v.when = common_predicates_masking();
   v.when.push_back({"copy_operands_match", copy_operands_match});
   v.when.push_back({"no_distributed_registers", no_distributed_registers});
   v.plan = plan;

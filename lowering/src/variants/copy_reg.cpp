@@ -37,7 +37,7 @@ Check one_local(const DispatchContext& ctx) {
 }
 
 struct ThreadPart {
-  std::int64_t extent, nstride, mem_stride;
+  std::int64_t extent, nstride, mem_stride, idx_stride;
 };
 
 Plan plan(const DispatchContext& ctx) {
@@ -49,7 +49,7 @@ Plan plan(const DispatchContext& ctx) {
   std::string why;
   auto lr = region_layout(R, *ctx.env, &why);
   if (!lr) return operand_reason(R, why);
-  auto lm = region_layout(M, *ctx.env, &why, {.allow_swizzle = true});
+  auto lm = region_layout(partial_view(ctx, M), *ctx.env, &why, {.allow_swizzle = true});
   if (!lm) return operand_reason(M, why);
   for (int a = 1; a < kNumAxes; ++a)
     if (lr->thread_offset[a] != 0)
@@ -57,7 +57,13 @@ Plan plan(const DispatchContext& ctx) {
                                    axis_name(static_cast<Axis>(a)) + " offset " +
                                    std::to_string(lr->thread_offset[a]) + ")");
   std::int64_t n = R.numel();
-  auto joint = joint_refine({lr->flat(), lm->flat()}, n, &why);
+  // A partial= tile that may reach past the tensor's end: the region's own
+  // row-major index rides along as a third operand, so each transfer knows
+  // its coordinates and is guarded (a load past the end yields zeros).
+  const bool masked = partial_inside(ctx, M, c32(0)).defined();
+  std::vector<std::vector<Iter>> operands = {lr->flat(), lm->flat()};
+  if (masked) operands.push_back({Iter{n, 1, Axis::m}});
+  auto joint = joint_refine(operands, n, &why);
   if (!joint) return operand_reason(M, why);
 
   // Split the joint iters into thread iters and the per-thread bundle.
@@ -82,7 +88,8 @@ Plan plan(const DispatchContext& ctx) {
       continue;
     }
     if (auto e = thread_iter(rp, j.extent, false); !e.empty()) return e;
-    threads.push_back({j.extent, cover.back().stride, j.parts[1].stride});
+    threads.push_back(
+        {j.extent, cover.back().stride, j.parts[1].stride, masked ? j.parts[2].stride : 0});
   }
   std::vector<ThreadIter> replicas;
   for (const Iter& it : lr->replica) {
@@ -107,8 +114,12 @@ Plan plan(const DispatchContext& ctx) {
   Expr rel = scope_thread_index(ctx.scope);
   Expr r_base = lr->mem_offset;
   Expr m_base = lm->mem_offset;
-  for (const ThreadPart& t : threads)
+  Expr i_base = c32(0);
+  for (const ThreadPart& t : threads) {
     m_base = add(m_base, mul(thread_coord(rel, t.nstride, t.extent), c32(t.mem_stride)));
+    if (masked)
+      i_base = add(i_base, mul(thread_coord(rel, t.nstride, t.extent), c32(t.idx_stride)));
+  }
 
   std::vector<JointIter> atoms = coalesce(bundle);
   int esize = R.buffer->dtype.bytes();
@@ -116,23 +127,28 @@ Plan plan(const DispatchContext& ctx) {
     if (v > swizzle_vector_cap(*lm)) return false;
     for (const ThreadPart& t : threads)
       if (t.mem_stride % v != 0) return false;
+    // A masked transfer is all inside or all outside: rows hold whole vectors.
+    if (masked && M.buffer->shape.back() % v != 0) return false;
     return true;
   });
 
   // Outer atoms: the bundle with its contiguous tail divided by the vector.
-  std::vector<std::int64_t> ext, rs, ms;
+  std::vector<std::int64_t> ext, rs, ms, is;
   for (std::size_t k = 0; k < atoms.size(); ++k) {
     std::int64_t e = atoms[k].extent;
     std::int64_t r = atoms[k].parts[0].stride, m = atoms[k].parts[1].stride;
+    std::int64_t x = masked ? atoms[k].parts[2].stride : 0;
     if (k + 1 == atoms.size() && vec > 1) {
       e /= vec;
       r *= vec;
       m *= vec;
+      x *= vec;
     }
     if (e == 1) continue;
     ext.push_back(e);
     rs.push_back(r);
     ms.push_back(m);
+    is.push_back(x);
   }
   std::int64_t total = 1;
   for (auto e : ext) total *= e;
@@ -144,8 +160,18 @@ Plan plan(const DispatchContext& ctx) {
     Expr mo = add(m_base, mixed_radix_offset(f, ext, ms));
     if (lm->swizzle) mo = swizzle_expr(*lm->swizzle, mo);
     mo = simplify(mo, ctx.env);
-    return r_is_dst ? make_copy_bytes(fr, ro, fm, mo, vec * esize, ctx.call->loc)
-                    : make_copy_bytes(fm, mo, fr, ro, vec * esize, ctx.call->loc);
+    Stmt move = r_is_dst ? make_copy_bytes(fr, ro, fm, mo, vec * esize, ctx.call->loc)
+                         : make_copy_bytes(fm, mo, fr, ro, vec * esize, ctx.call->loc);
+    if (!masked) return move;
+    Expr inside = partial_inside(ctx, M, add(i_base, mixed_radix_offset(f, ext, is)));
+    if (!r_is_dst) return make_if(inside, move);
+    // Past the end: the registers read zero, as the TMA fills a box.
+    DType t = R.buffer->dtype;
+    Expr zero = t.is_float() ? make_float(0.0, t) : make_int(0, t);
+    std::vector<Stmt> zeros;
+    for (int e = 0; e < vec; ++e)
+      zeros.push_back(make_store(fr, zero, {simplify(add(ro, c32(e)), ctx.env)}));
+    return make_if(inside, move, make_seq(zeros));
   };
   Stmt s;
   if (total == 1) {
@@ -176,7 +202,7 @@ void register_copy_reg(Registry& r) {
   v.family = "copy";
   v.name = "reg";
   v.priority = 10;
-  v.when = common_predicates();
+  v.when = common_predicates_masking();
   v.when.push_back({"copy_operands_match", copy_operands_match});
   v.when.push_back({"one_local", one_local});
   v.plan = plan;
