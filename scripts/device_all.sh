@@ -19,6 +19,9 @@
 #                                 and bench_elementwise --compare-exact
 #   scripts/device_all.sh shapes  the serving sweep of bench/shapes (tx
 #                                 generic and exact, torch eager and compile)
+#   scripts/device_all.sh generic shape-generic kernels in one call: gpu_shapes
+#                                 under memcheck, bench_elementwise
+#                                 --compare-exact, then the serving sweep
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -66,11 +69,12 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop)
+races | shapes | interop | generic)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
   [ "$stage" = shapes ] && targets="bench_shapes tx_aot"
+  [ "$stage" = generic ] && targets="gpu_shapes bench_elementwise bench_shapes tx_aot"
   [ "$stage" = interop ] && targets="bench_interop gpu_interop tx_peers_shim"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
@@ -96,7 +100,18 @@ races)
   echo "compare-exact exit $?"
   tail -30 "$FINAL/compare_exact.txt"
   ;;
-shapes)
+generic)
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step "gpu_shapes under memcheck"
+  timeout 150 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_shapes > "$FINAL/memcheck_gpu_shapes.txt" 2>&1
+  echo "memcheck gpu_shapes exit $?: $(grep -E 'ERROR SUMMARY|test cases|assertions' "$FINAL/memcheck_gpu_shapes.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE" "$FINAL/memcheck_gpu_shapes.txt" | head -20
+  step "generic vs exact-shape kernels (bench_elementwise --compare-exact)"
+  timeout 150 $B/bench/bench_elementwise --compare-exact > "$FINAL/compare_exact.txt" 2>&1
+  echo "compare-exact exit $?"
+  tail -12 "$FINAL/compare_exact.txt"
+  ;;&
+shapes | generic)
   step "the serving sweep (bench/shapes.sh)"
   BUILD_DIR=$B OUT=/tmp/shapes-out timeout 500 bench/shapes.sh > "$OUT/shapes.txt" 2>&1
   echo "shapes exit $?"
@@ -156,7 +171,7 @@ extras)
   grep -hE "tx_|inst_executed|sm__throughput|dram__throughput|duration" "$OUT"/ncu_*.txt | head -20
   ;;
 *)
-  echo "usage: scripts/device_all.sh check|sanitize|races|shapes|interop|bench|extras" >&2
+  echo "usage: scripts/device_all.sh check|sanitize|races|shapes|generic|interop|bench|extras" >&2
   exit 2
   ;;
 esac

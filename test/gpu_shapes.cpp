@@ -4,10 +4,13 @@
 // kernels. Skipped (exit 77) without a GPU.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 
 #include "test_support.hpp"
 #include "tx/ops/ops.hpp"
+#include "tx/runtime/cubin_cache.hpp"
+#include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -81,4 +84,73 @@ TEST_CASE("the op library's shape-generic kernels equal the exact-shape ones, bi
   }
   ops::CacheStats s1 = ops::cache_stats();
   MESSAGE("compiles: " << s1.compiles - s0.compiles << " (exact shapes included)");
+}
+
+TEST_CASE("divisions by extents known at launch: the channel broadcast, bit for bit") {
+  // (N, C, H, W) + (C, 1, 1) coalesces to rank 3: the channel of element i
+  // is (i / HW) % C, two divisions by launch values (fast_divide), checked
+  // against the exact-shape kernel, whose divisors are constants.
+  for (DType t : {f16, f32}) {
+    for (auto [n, c, hw] : std::vector<std::array<std::int64_t, 3>>{
+             {1, 3, 1}, {2, 5, 49}, {16, 256, 3136}, {3, 7, 4099}, {1, 65537, 3}}) {
+      CAPTURE(t.name());
+      CAPTURE(n);
+      CAPTURE(c);
+      CAPTURE(hw);
+      std::vector<double> x = test::random_values(static_cast<std::size_t>(n * c * hw), t);
+      std::vector<double> b = test::random_values(static_cast<std::size_t>(c), t);
+      Tensor X = Tensor::from_doubles(x, {n, c, hw}, t, Device::cuda());
+      Tensor B = Tensor::from_doubles(b, {c, 1}, t, Device::cuda());
+      Tensor g = ops::add(X, B);
+      Tensor e = ops::run("add", {X, B}, {}, {.exact_shape = true});
+      CHECK(g.to_bytes() == e.to_bytes());
+      std::vector<double> y = g.to_doubles();
+      std::int64_t wrong = 0;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        wrong +=
+            y[i] !=
+            quantize(x[i] + b[(i / static_cast<std::size_t>(hw)) % static_cast<std::size_t>(c)], t);
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("the serving sweep's kernels launch prebuilt: no IR is built for them") {
+  // tx_aot_kernels stored them with their launch descriptions; a process
+  // whose cache is empty launches them from those, as compiled when tx was
+  // built. The kernel (IR, CUDA) is built only when asked for.
+  const std::string arch = runtime::device_info(0).arch();
+  if (runtime::aot_dir().empty() || arch != "sm_90a") {
+    MESSAGE("no prebuilt kernels for " << arch << " in this build: nothing to check");
+    return;
+  }
+  ops::clear_cache();
+  for (DType t : {f16, bf16}) {
+    for (std::int64_t tokens : {1, 77, 4096}) {
+      CAPTURE(t.name());
+      CAPTURE(tokens);
+      std::vector<double> x = test::random_values(static_cast<std::size_t>(tokens * 8192), t);
+      std::vector<double> b = test::random_values(4096, t);
+      Tensor X = Tensor::from_doubles(std::vector<double>(x.begin(), x.begin() + tokens * 4096),
+                                      {tokens, 4096}, t, Device::cuda());
+      Tensor X2 = Tensor::from_doubles(x, {tokens, 8192}, t, Device::cuda());
+      Tensor B = Tensor::from_doubles(b, {4096}, t, Device::cuda());
+      for (const auto& [op, in] : std::vector<std::pair<std::string, std::vector<Tensor>>>{
+               {"gelu", {X}}, {"add", {X, B}}, {"silu_and_mul", {X2}}}) {
+        CAPTURE(op);
+        std::vector<std::vector<std::int64_t>> shapes;
+        for (const Tensor& i : in) shapes.push_back(i.shape());
+        ops::Elementwise e(op, shapes, t, {}, {}, Device::cuda());
+        CHECK(e.kernel().is_prebuilt());
+        Tensor got = e(in);
+        CHECK(e.kernel().prepare_gpu() == "memory");  // loaded by the launch
+        Tensor want = ops::run(op, in, {}, {.exact_shape = true});
+        CHECK(got.to_bytes() == want.to_bytes());
+      }
+    }
+  }
+  // Asked for, the IR is built (once) and is the kernel's.
+  ops::Elementwise add("add", {{5, 4096}, {4096}}, bf16, {}, {}, Device::cuda());
+  REQUIRE(add.kernel().is_prebuilt());
+  CHECK(add.kernel().cuda_source().find(add.kernel().name()) != std::string::npos);
 }

@@ -5,12 +5,15 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 #include <random>
+#include <sstream>
 
 #include "test_support.hpp"
 #include "tx/lowering/lower.hpp"
 #include "tx/ops/ops.hpp"
 #include "tx/runtime/cubin_cache.hpp"
+#include "tx/runtime/prebuilt.hpp"
 #include "tx/tx.hpp"
 
 #define TX_SAMPLE_NO_MAIN
@@ -305,9 +308,223 @@ TEST_CASE("the serving sweep's kernels are compiled ahead of time, when tx is bu
         CAPTURE(tokens);
         ops::Elementwise e(op, shapes, t, {}, {}, Device::cuda());
         CHECK(runtime::aot_cubin(e.kernel().cuda_source(), "sm_90a").has_value());
+        // And with its launch description, under the op library's key.
+        REQUIRE(runtime::aot_cache() != nullptr);
+        std::optional<std::vector<char>> entry =
+            runtime::aot_cache()->load(runtime::prebuilt_key(e.prebuilt_spec(), "sm_90a"));
+        REQUIRE(entry.has_value());
+        const std::string text(entry->data());  // the description ends at the first NUL
+        CHECK(text == runtime::describe_launch(e.kernel().info(), e.kernel().name()).value());
+        CHECK(entry->size() > text.size() + 1000);  // then the cubin
       }
     }
   }
   ops::Elementwise leaky("leaky_relu", {{4096}}, f16, {0.37}, {}, Device::cuda());
   CHECK_FALSE(runtime::aot_cubin(leaky.kernel().cuda_source(), "sm_90a").has_value());
+}
+
+TEST_CASE("fast_divide's magic numbers give the exact quotient") {
+  // floor(a m / 2^s) = floor(a / d) for every dividend in [0, 2^31) and
+  // divisor in [1, 2^31): the edges of both, powers of two and their
+  // neighbours, and random pairs.
+  std::vector<std::int64_t> divisors = {1,    2,     3,     5,     7,          3136,
+                                        4096, 65535, 65536, 65537, 2147483646, 2147483647};
+  for (int k = 1; k < 31; ++k)
+    for (std::int64_t delta : {-1, 0, 1}) divisors.push_back((std::int64_t{1} << k) + delta);
+  std::mt19937_64& g = test::rng();
+  std::uniform_int_distribution<std::int64_t> any(1, 2147483647);
+  for (int i = 0; i < 2000; ++i) divisors.push_back(any(g));
+  for (std::int64_t d : divisors) {
+    const lowering::FastDivisor f = lowering::fast_divisor_magic(d);
+    REQUIRE(f.shift >= 31);
+    REQUIRE(f.shift <= 62);
+    std::vector<std::int64_t> as = {0, 1, d - 1, d, d + 1, 2 * d - 1, 2147483646, 2147483647};
+    for (int i = 0; i < 50; ++i) as.push_back(any(g) - 1);
+    for (std::int64_t a : as) {
+      if (a < 0 || a > 2147483647) continue;
+      const std::uint64_t q = (static_cast<std::uint64_t>(a) * f.magic) >> f.shift;
+      if (q != static_cast<std::uint64_t>(a / d)) {
+        CAPTURE(a);
+        CAPTURE(d);
+        CHECK(q == static_cast<std::uint64_t>(a / d));
+      }
+    }
+  }
+  CHECK(lowering::fast_divisor_magic(0).shift == 0);  // outside the domain: no magic
+}
+
+namespace {
+// Y[i] = (i / w) * 1000 + i % w for i < n: a division and a remainder by an
+// extent known at launch; with `shifted`, the dividend i - 5 may be negative.
+PrimFunc divide_by_extent(bool shifted) {
+  return T::prim_func("divide_by_extent", [&](Handle Y_ptr, Handle W_ptr) {
+    auto n = T::dim("n");
+    auto w = T::dim("w");
+    auto Y = T::match_buffer(Y_ptr, {n}, i32);
+    T::match_buffer(W_ptr, {w}, i8);  // only its extent is used
+    auto bx = T::cta_id({ceildiv(n, 128)});
+    auto tid = T::thread_id({128});
+    auto i = T::let(bx * 128 + tid, "i");
+    T::if_(i < n, [&] {
+      Expr a = shifted ? Expr(i - 5) : Expr(i);
+      Y(i) = (a / w) * 1000 + a % w;
+    });
+  });
+}
+}  // namespace
+
+TEST_CASE("a division by an extent known at launch is a multiply-high by a magic number") {
+  // Lowered: the division and the remainder share one (magic, shift) pair,
+  // passed after the extents and computed at launch; no division is left.
+  lowering::LoweredKernel k = lowering::lower(divide_by_extent(false));
+  REQUIRE(k.derived.size() == 2);
+  CHECK(k.derived[0].derived == DimParam::Derived::div_magic);
+  CHECK(k.derived[1].derived == DimParam::Derived::div_shift);
+  const std::string ir = to_string(k.lowered);
+  CHECK(ir.find("T.launch_value(\"div_magic\", w)") != std::string::npos);
+  CHECK(ir.find(" / w") == std::string::npos);
+  CHECK(ir.find(" % w") == std::string::npos);
+  // A dividend that may be negative keeps its (floor) division.
+  lowering::LoweredKernel kept = lowering::lower(divide_by_extent(true));
+  CHECK(kept.derived.empty());
+  if (!host_ready()) return;
+  for (bool shifted : {false, true}) {
+    Kernel kern = compile(divide_by_extent(shifted), {.device = Device::host()});
+    for (auto [n, w] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+             {1, 1}, {300, 1}, {300, 7}, {5000, 3136}, {5000, 4096}, {70000, 65537}, {9, 100}}) {
+      CAPTURE(shifted);
+      CAPTURE(n);
+      CAPTURE(w);
+      Tensor Y = Tensor::empty({n}, i32, Device::host());
+      Y.fill_bits(0x7f7f7f7f);
+      Tensor W = Tensor::empty({w}, i8, Device::host());
+      kern(Y, W);
+      std::vector<double> y = Y.to_doubles();
+      std::int64_t wrong = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t a = shifted ? i - 5 : i;
+        const std::int64_t q = a / w, r = a % w;  // truncating, as C (T's / and %)
+        wrong += y[static_cast<std::size_t>(i)] != static_cast<double>(q * 1000 + r);
+      }
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+namespace {
+// What a launch reads of a kernel, printed: the description's fields.
+std::string launch_fields(const lowering::LoweredKernel& k) {
+  std::ostringstream os;
+  os << k.launch.block << " " << k.shared_bytes << " " << k.launch.symbolic_grid;
+  for (const auto& p : k.params) {
+    os << " | " << p.name << " " << p.dtype.name() << " " << p.is_scalar << " " << p.align_bytes
+       << " " << p.symbolic << " " << p.min << " " << p.max << " " << p.multiple_of;
+    for (const Expr& d : p.dims) os << " " << to_string(d);
+    for (std::int64_t e : p.shape) os << " " << e;
+  }
+  for (const auto& d : k.dims)
+    os << " | " << d.var.name() << " " << d.min << " " << d.max << " " << d.multiple_of << " "
+       << d.loc.str();
+  for (const auto& d : k.derived) os << " | " << d.var.name() << " " << to_string(d.of);
+  return os.str();
+}
+}  // namespace
+
+TEST_CASE("a launch description round-trips what a launch reads of the kernel") {
+  std::vector<std::pair<std::string, Kernel>> kernels;
+  for (const auto& [op, shapes] :
+       std::vector<std::pair<std::string, std::vector<std::vector<std::int64_t>>>>{
+           {"gelu", {{7, 4096}}},
+           {"add", {{9, 4096}, {4096}}},
+           {"add", {{4, 16, 9, 9}, {16, 1, 1}}},  // divisions: launch values
+           {"silu_and_mul", {{3, 512}}},
+           {"where", {{5, 6}, {5, 6}, {6}}}}) {
+    ops::Elementwise e(op, shapes, bf16, {}, {}, Device::host());
+    kernels.emplace_back(op, e.kernel());
+  }
+  kernels.emplace_back("scale_bias_rows", compile(scale_bias_rows(), {.device = Device::host()}));
+  kernels.emplace_back("divide_by_extent",
+                       compile(divide_by_extent(false), {.device = Device::host()}));
+  for (const auto& [what, k] : kernels) {
+    CAPTURE(what);
+    std::optional<std::string> text = runtime::describe_launch(k.info(), k.name());
+    REQUIRE(text.has_value());
+    runtime::LaunchDescription d = runtime::parse_launch(*text);
+    CHECK(d.kernel_name == k.name());
+    CHECK(launch_fields(d.info) == launch_fields(k.info()));
+    CHECK(runtime::describe_launch(d.info, d.kernel_name) == text);  // a fixed point
+    // The grid as the launch computes it, for random extents.
+    std::mt19937_64& g = test::rng();
+    for (int trial = 0; trial < 20; ++trial) {
+      std::map<std::string, std::int64_t> values;
+      auto value = [&](const VarNode* v) -> std::optional<std::int64_t> {
+        auto [it, fresh] = values.emplace(v->name, 0);
+        if (fresh) it->second = std::uniform_int_distribution<std::int64_t>(1, 1 << 20)(g);
+        return it->second;
+      };
+      for (std::size_t a = 0; a < 3; ++a) {
+        if (!k.info().launch.symbolic_grid) break;
+        CHECK(lowering::evaluate_int(d.info.launch.grid_exprs[a], value, true) ==
+              lowering::evaluate_int(k.info().launch.grid_exprs[a], value, true));
+      }
+      for (std::size_t j = 0; j < k.info().derived.size(); ++j)
+        CHECK(lowering::evaluate_int(d.info.derived[j].of, value) ==
+              lowering::evaluate_int(k.info().derived[j].of, value));
+    }
+  }
+  // Malformed descriptions are tx errors naming tx.prebuilt.
+  for (const std::string bad :
+       {"", "tx-launch 2\n", "tx-launch 1\nname k\nblock 32\n",
+        "tx-launch 1\nname k\nblock 32\ngrid 1 1 1 1\ngridexpr 0 (add $n 1)\nend\n",
+        "tx-launch 1\nname k\nblock 32\ngrid 1 1 1 1\ngridexpr 0 (frobnicate 1 1)\nend\n",
+        "tx-launch 1\nname k\nblock 32\nwhat 3\nend\n"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(runtime::parse_launch(bad),
+                      doctest::Contains("malformed launch description"));
+  }
+}
+
+HOST_CASE("a prebuilt kernel launches from its description and builds its IR on request") {
+  // The channel broadcast (divisions by extents: launch values) as a
+  // prebuilt kernel: its launch checks and computes from the description;
+  // the host runs the kernel `build` makes.
+  const std::vector<std::vector<std::int64_t>> shapes = {{3, 16, 9, 9}, {16, 1, 1}};
+  ops::Elementwise e("add", shapes, f32, {}, {}, Device::host());
+  int builds = 0;
+  Kernel built = e.kernel();
+  runtime::LaunchDescription d =
+      runtime::parse_launch(runtime::describe_launch(built.info(), built.name()).value());
+  Kernel k = Kernel::prebuilt(d.info, d.kernel_name, {}, Device::host(), [&] {
+    ++builds;
+    return built;
+  });
+  CHECK(k.is_prebuilt());
+  CHECK(builds == 0);
+  // The kernel's arguments, as ops::Elementwise passes them: flat tensors,
+  // then the coalesced extents (16, 81).
+  std::vector<double> x = test::random_values(3 * 16 * 81, f32);
+  std::vector<double> b = test::random_values(16, f32);
+  Tensor X = Tensor::from_doubles(x, {3 * 16 * 81}, f32, Device::host());
+  Tensor B = Tensor::from_doubles(b, {16}, f32, Device::host());
+  Tensor Y = Tensor::empty({3 * 16 * 81}, f32, Device::host());
+  Y.fill_bits(test::poison_bits(f32));
+  k(X, B, Y, 16, 81);
+  CHECK(builds == 1);
+  std::vector<double> y = Y.to_doubles();
+  std::int64_t wrong = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    wrong += y[i] != quantize(x[i] + b[(i / 81) % 16], f32);
+  CHECK(wrong == 0);
+  CHECK(k.cuda_source() == built.cuda_source());
+  CHECK(builds == 1);
+  // Errors come from the description as from the kernel: tensors that
+  // disagree, named.
+  Tensor Y2 = Tensor::empty({3 * 16 * 81 + 1}, f32, Device::host());
+  CHECK_THROWS_WITH(k(X, B, Y2, 16, 81), doctest::Contains("the tensors disagree"));
+  CHECK_THROWS_WITH(k(X, B, Y, 0, 81),
+                    doctest::Contains("breaks the facts the kernel was compiled"));
+  // A build that gives another kernel is refused.
+  Kernel wrong_k = Kernel::prebuilt(d.info, d.kernel_name, {}, Device::host(),
+                                    [&] { return compile(scale_bias_rows()); });
+  CHECK_THROWS_WITH(wrong_k.cuda_source(), doctest::Contains("the kernel built for it is"));
 }

@@ -95,6 +95,13 @@ class Printer : public IRVisitor {
     line(sig + "):");
     ++indent_;
     for (const DimParam& d : f->dims) {
+      if (d.derived != DimParam::Derived::none) {
+        // fast_divide's launch values: computed from the divisor at launch.
+        line(var_name(d.var) + " = T.launch_value(\"" +
+             (d.derived == DimParam::Derived::div_magic ? "div_magic" : "div_shift") + "\", " +
+             expr(d.of) + ")");
+        continue;
+      }
       std::string s = var_name(d.var) + " = T.dim(\"" + d.var.name() + "\"";
       if (d.min != 1) s += ", min=" + std::to_string(d.min);
       if (d.max != 2147483647) s += ", max=" + std::to_string(d.max);

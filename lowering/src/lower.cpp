@@ -104,7 +104,15 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   step("legalize_low_precision", s);
   s = simplify_stmt(s, k.launch);
   step("simplify_stmt", s);
+  s = fast_divide(s, k.launch, &k.derived);
+  step("fast_divide", s);
   k.lowered = f.with_body(s, true);
+  if (!k.derived.empty()) {
+    std::vector<DimParam> dims = f->dims;
+    dims.insert(dims.end(), k.derived.begin(), k.derived.end());
+    k.lowered = PrimFunc(std::make_shared<const PrimFuncNode>(f->name, f->params, s, f->loc,
+                                                              /*lowered=*/true, std::move(dims)));
+  }
   verify_lowered(k.lowered, k.launch);
 
   Facts facts;

@@ -13,6 +13,7 @@
 // halves (T, 2H) of *_and_mul ops. No GPU is needed (NVRTC only).
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "tx/ops/registry.hpp"
 #include "tx/runtime/cubin_cache.hpp"
 #include "tx/runtime/nvrtc.hpp"
+#include "tx/runtime/prebuilt.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -39,7 +41,7 @@ int main(int argc, char** argv) {
       {{8 * 4096}, {8 * 4096}}, {{4097}, {4097}}, {{8, 4096}, {4096}}};
   const std::vector<Shapes> gated = {{{8, 2 * 4096}}};
   std::set<std::string> done;
-  int kernels = 0, skipped = 0;
+  int kernels = 0, described = 0, skipped = 0;
   try {
     for (const ops::OpInfo& op : ops::all_ops()) {
       if (op.params > 0 || op.inputs < 1 || op.inputs > 2) continue;
@@ -47,11 +49,14 @@ int main(int argc, char** argv) {
       const std::vector<Shapes>& classes = is_gated ? gated : op.inputs == 1 ? unary : binary;
       for (DType t : {f16, bf16, f32}) {
         for (const Shapes& shapes : classes) {
-          std::string cuda, name;
+          std::string cuda, name, spec;
+          std::optional<std::string> description;
           try {
             ops::Elementwise e(op.name, shapes, t, {}, {}, Device::cuda());
             cuda = e.kernel().cuda_source();
             name = e.kernel().name();
+            spec = e.prebuilt_spec();
+            description = runtime::describe_launch(e.kernel().info(), name);
           } catch (const Error&) {
             ++skipped;  // a dtype or shape the op does not take
             continue;
@@ -63,6 +68,14 @@ int main(int argc, char** argv) {
                 runtime::nvrtc_compile(cuda, name + ".cu", arch, runtime::NvrtcTarget::cubin).cubin;
             if (!cache.store(key, bin)) return 1;
             ++kernels;
+            // With its launch description, under the op library's key: a
+            // fresh process launches it without building the kernel.
+            if (!spec.empty() && description) {
+              if (!cache.store(runtime::prebuilt_key(spec, arch),
+                               runtime::pack_prebuilt(*description, bin)))
+                return 1;
+              ++described;
+            }
           }
         }
       }
@@ -72,8 +85,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "tx_aot_kernels: %d kernels for %zu arch(s) in %s (%d op/dtype/class combinations "
-      "not taken)\n",
-      kernels, archs.size(), out.c_str(), skipped);
+      "tx_aot_kernels: %d kernels for %zu arch(s) in %s, %d with launch descriptions (%d "
+      "op/dtype/class combinations not taken)\n",
+      kernels, archs.size(), out.c_str(), described, skipped);
   return 0;
 }

@@ -99,22 +99,24 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
       table_s = T::alloc_buffer({256}, s.out_dtype, scope::shared, std::nullopt, "table_s");
     }
 
+    // The coalesced coordinates of flat output index idx: c[d] = q % e[d],
+    // q = q / e[d] from the innermost dimension out, c[0] the last quotient.
+    // Each division is by one extent, which lowering's fast_divide turns
+    // into a multiply-high by a magic number the launch computes.
+    auto coords = [&](const Expr& idx) {
+      std::vector<Expr> c(rank);
+      Expr q = idx;
+      for (std::size_t d = rank; d-- > 1;) {
+        c[d] = Expr(q % e[d]);
+        q = Expr(q / e[d]);
+      }
+      c[0] = q;
+      return c;
+    };
     // Offset of flat output index idx in operand o: the sum over coalesced
-    // dimensions of ((idx / inner) % extent) * stride.
+    // dimensions of its coordinate times the operand's stride.
     auto offset_of = [&](const GenericOperand& o, const Expr& idx) -> Expr {
       if (o.flat) return lowering::simplify(idx);
-      if (o.strided) {
-        const auto& st = strides[static_cast<std::size_t>(&o - s.operands.data())];
-        Expr off = make_int(0);
-        Expr inner = make_int(1);
-        for (std::size_t d = rank; d-- > 0;) {
-          Expr c = is_const_int(inner, 1) ? idx : Expr(idx / inner);
-          if (d != 0) c = c % e[d];
-          off = d + 1 == rank && o.unit_inner ? Expr(off + c) : Expr(off + c * st[d]);
-          if (d != 0) inner = is_const_int(inner, 1) ? e[d] : Expr(inner * e[d]);
-        }
-        return lowering::simplify(off);
-      }
       if (o.gated != Gated::none) {
         // (M, 2N) -> gate | value: row * 2N + col (+ N).
         const Expr& half = e[rank - 1];
@@ -122,18 +124,19 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
         if (o.gated == Gated::value) off = Expr(off + half);
         return lowering::simplify(off);
       }
+      std::vector<Expr> c = coords(idx);
       Expr off = make_int(0);
-      Expr inner = make_int(1);
+      if (o.strided) {
+        const auto& st = strides[static_cast<std::size_t>(&o - s.operands.data())];
+        for (std::size_t d = rank; d-- > 0;)
+          off = d + 1 == rank && o.unit_inner ? Expr(off + c[d]) : Expr(off + c[d] * st[d]);
+        return lowering::simplify(off);
+      }
       Expr stride = make_int(1);  // the operand's own row-major stride
       for (std::size_t d = rank; d-- > 0;) {
-        Expr ext = d == 0 ? Expr() : e[d];
-        if (o.present[d]) {
-          Expr c = is_const_int(inner, 1) ? idx : Expr(idx / inner);
-          if (d != 0) c = c % ext;
-          off = is_const_int(stride, 1) ? Expr(off + c) : Expr(off + c * stride);
-          if (d != 0) stride = is_const_int(stride, 1) ? ext : Expr(stride * ext);
-        }
-        if (d != 0) inner = is_const_int(inner, 1) ? ext : Expr(inner * ext);
+        if (!o.present[d]) continue;
+        off = is_const_int(stride, 1) ? Expr(off + c[d]) : Expr(off + c[d] * stride);
+        if (d != 0) stride = is_const_int(stride, 1) ? e[d] : Expr(stride * e[d]);
       }
       return lowering::simplify(off);
     };

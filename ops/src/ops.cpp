@@ -21,6 +21,7 @@
 #include "tx/ir_functor.hpp"
 #include "tx/ops/broadcast.hpp"
 #include "tx/ops/registry.hpp"
+#include "tx/runtime/prebuilt.hpp"
 
 namespace tx::ops {
 
@@ -327,17 +328,24 @@ std::string key_of(const std::string& op, DType dtype,
   return k.str();
 }
 
-// The key of a shape-generic kernel: what key_of says but the shapes, which
-// the class replaces.
-std::string class_key_of(const std::string& op, DType dtype, const std::vector<DType>& dtypes,
-                         const Params& params, const Config& cfg, Device d,
-                         const std::string& class_key) {
+// What identifies a shape-generic kernel on any device: what key_of says
+// but the shapes (which the class replaces) and the device. Also its key
+// among the prebuilt kernels (runtime/prebuilt.hpp).
+std::string generic_spec_of(const std::string& op, DType dtype, const std::vector<DType>& dtypes,
+                            const Params& params, const Config& cfg, const std::string& class_key) {
   std::ostringstream k;
-  k << op << "|" << dtype.name() << "|" << d.str() << "|" << strategy_name(*cfg.strategy) << "|"
-    << cfg.threads << "|" << cfg.num_per_thread << "|generic|" << class_key;
+  k << op << "|" << dtype.name() << "|" << strategy_name(*cfg.strategy) << "|" << cfg.threads << "|"
+    << cfg.num_per_thread << "|generic|" << class_key;
   for (DType t : dtypes) k << "|" << t.name();
   for (double p : params) k << "|" << std::hexfloat << p;
   return k.str();
+}
+
+// The key of a shape-generic kernel in the memory cache.
+std::string class_key_of(const std::string& op, DType dtype, const std::vector<DType>& dtypes,
+                         const Params& params, const Config& cfg, Device d,
+                         const std::string& class_key) {
+  return generic_spec_of(op, dtype, dtypes, params, cfg, class_key) + "|" + d.str();
 }
 
 // The in-memory kernel cache: least recently used out at the capacity.
@@ -588,7 +596,7 @@ Tensor gather_contiguous(const Tensor& t) {
 Kernel get_kernel(const OpInfo& op, DType dtype,
                   const std::vector<std::vector<std::int64_t>>& shapes,
                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
-                  Device device, Plan* out_plan) {
+                  Device device, Plan* out_plan, std::string* out_spec) {
   Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
   if (out_plan) *out_plan = p;
   bool approx = approx_math_for(op, dtype, p.out_dtype);
@@ -596,9 +604,15 @@ Kernel get_kernel(const OpInfo& op, DType dtype,
     return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device), [&] {
       return compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
     });
-  return cached(class_key_of(op.name, dtype, dtypes, params, cfg, device, p.class_key), [&] {
-    return compile(detail::build_nary_generic(p.generic),
-                   {.device = device, .approx_math = approx});
+  const std::string spec = generic_spec_of(op.name, dtype, dtypes, params, cfg, p.class_key);
+  if (out_spec) *out_spec = spec;
+  return cached(spec + "|" + device.str(), [&] {
+    auto build = [g = p.generic, device, approx] {
+      return compile(detail::build_nary_generic(g), {.device = device, .approx_math = approx});
+    };
+    // Compiled when tx was built, with its launch description: no lowering.
+    if (std::optional<Kernel> k = runtime::load_prebuilt(spec, device, build)) return *k;
+    return build();
   });
 }
 
@@ -750,7 +764,7 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
                   : resolve(cfg, dtype, &info);
   cfg_ = resolve(cfg_, dtype, &info);
   Plan p;
-  kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, &p);
+  kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, &p, &prebuilt_spec_);
   out_shape_ = p.out_shape;
   out_dtype_ = p.out_dtype;
   if (!cfg_.exact_shape) scalars_ = p.scalars;

@@ -22,7 +22,7 @@ std::string aot_dir() {
 #endif
 }
 
-std::optional<std::vector<char>> aot_cubin(const std::string& cuda, const std::string& arch) {
+const DiskCache* aot_cache() {
   // Read once: the folder and whether it is trusted (owned by this user or
   // by root, as an installed package is).
   static const std::optional<DiskCache> cache = []() -> std::optional<DiskCache> {
@@ -32,6 +32,11 @@ std::optional<std::vector<char>> aot_cubin(const std::string& cuda, const std::s
     if (st.st_uid != 0 && st.st_uid != ::geteuid()) return std::nullopt;
     return DiskCache(dir, st.st_uid);
   }();
+  return cache ? &*cache : nullptr;
+}
+
+std::optional<std::vector<char>> aot_cubin(const std::string& cuda, const std::string& arch) {
+  const DiskCache* cache = aot_cache();
   if (!cache) return std::nullopt;
   return cache->load(aot_key(cuda, arch));
 }

@@ -43,6 +43,13 @@ struct Kernel::State {
   };
   mutable std::mutex maps_mu;
   mutable std::vector<std::pair<runtime::TensorMapSpec, MapBlob>> maps;
+  // A prebuilt kernel (Kernel::prebuilt): `info` holds its launch
+  // description only; `full`, made by `build` on first need, has the rest.
+  bool prebuilt = false;
+  std::vector<char> cubin;
+  std::function<Kernel()> build;
+  mutable std::once_flag built_once;
+  mutable std::shared_ptr<State> full;
 };
 
 namespace {
@@ -115,6 +122,21 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   return k;
 }
 
+Kernel Kernel::prebuilt(lowering::LoweredKernel info, std::string kernel_name,
+                        std::vector<char> cubin, Device device, std::function<Kernel()> build) {
+  if (!build) fail("tx.prebuilt", kernel_name, {}, "a prebuilt kernel needs a way to build it");
+  auto st = std::make_shared<Kernel::State>();
+  st->info = std::move(info);
+  st->kernel_name = std::move(kernel_name);
+  st->device = device;
+  st->prebuilt = true;
+  st->cubin = std::move(cubin);
+  st->build = std::move(build);
+  Kernel k;
+  k.state_ = st;
+  return k;
+}
+
 namespace {
 // The state of a compiled kernel; a default-constructed Kernel has none.
 const Kernel::State& state_of(const std::shared_ptr<Kernel::State>& st, const char* method) {
@@ -125,20 +147,34 @@ const Kernel::State& state_of(const std::shared_ptr<Kernel::State>& st, const ch
 }
 }  // namespace
 
+// With its IR and CUDA: a prebuilt kernel builds them on first need.
+const Kernel::State& Kernel::full_state(const char* method) const {
+  const State& s = state_of(state_, method);
+  if (!s.prebuilt) return s;
+  std::call_once(s.built_once, [&] {
+    Kernel k = s.build();
+    if (!k.state_ || k.state_->prebuilt || k.state_->kernel_name != s.kernel_name)
+      fail("tx.prebuilt", s.kernel_name, {},
+           "the kernel built for it is " +
+               (k.state_ ? "'" + k.state_->kernel_name + "'" : std::string("empty")));
+    s.full = k.state_;
+  });
+  return *s.full;
+}
+
 const std::string& Kernel::name() const { return state_of(state_, "name").kernel_name; }
 Device Kernel::device() const { return state_of(state_, "device").device; }
-const PrimFunc& Kernel::source() const { return state_of(state_, "source").info.source; }
-const PrimFunc& Kernel::lowered() const { return state_of(state_, "lowered").info.lowered; }
-const lowering::LoweredKernel& Kernel::info() const { return state_of(state_, "info").info; }
-std::string Kernel::tirx() const { return to_string(state_of(state_, "tirx").info.source); }
-std::string Kernel::lowered_ir() const {
-  return to_string(state_of(state_, "lowered_ir").info.lowered);
-}
-std::string Kernel::cuda_source() const { return state_of(state_, "cuda_source").cuda; }
+const PrimFunc& Kernel::source() const { return full_state("source").info.source; }
+const PrimFunc& Kernel::lowered() const { return full_state("lowered").info.lowered; }
+const lowering::LoweredKernel& Kernel::info() const { return full_state("info").info; }
+std::string Kernel::tirx() const { return to_string(full_state("tirx").info.source); }
+std::string Kernel::lowered_ir() const { return to_string(full_state("lowered_ir").info.lowered); }
+std::string Kernel::cuda_source() const { return full_state("cuda_source").cuda; }
 bool Kernel::checked() const { return state_of(state_, "checked").checked; }
+bool Kernel::is_prebuilt() const { return state_of(state_, "is_prebuilt").prebuilt; }
 
 std::string Kernel::ptx(const std::string& arch) const {
-  const State& s = state_of(state_, "ptx");
+  const State& s = full_state("ptx");
   return runtime::nvrtc_compile(s.cuda, s.kernel_name + ".cu", arch, runtime::NvrtcTarget::ptx).ptx;
 }
 
@@ -147,6 +183,24 @@ std::string Kernel::prepare_gpu() const {
   State& s = *state_;
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.function) return "memory";
+  if (s.prebuilt) {
+    // Its own binary; a driver that refuses it gets the kernel built.
+    try {
+      s.module = runtime::Module::load(s.cubin, s.kernel_name, s.device.index);
+      s.function = s.module->function(s.kernel_name);
+      return "prebuilt";
+    } catch (const Error& e) {
+      warn("the prebuilt binary of " + s.kernel_name + " does not load on this GPU (" + e.reason() +
+           "); building it");
+    }
+    const State& f = full_state("prepare_gpu");
+    Kernel full;
+    full.state_ = s.full;
+    std::string origin = full.prepare_gpu();
+    s.module = f.module;
+    s.function = f.function;
+    return origin;
+  }
   const runtime::DeviceInfo& dev = runtime::device_info(s.device.index);
   std::string arch = s.arch.empty() ? dev.arch() : s.arch;
   // The modules of this process, by source, options and GPU. Not by NVRTC
@@ -265,8 +319,10 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
   if (n != params.size())
     bad(params.size(),
         "takes " + std::to_string(params.size()) + " arguments, got " + std::to_string(n));
-  // Kernel arguments: one slot per parameter, then one per T::dim.
-  const std::size_t slots = n + dims.size();
+  // Kernel arguments: one slot per parameter, one per T::dim, then one per
+  // value the launch computes (fast_divide's magic numbers).
+  const auto& derived = s.info.derived;
+  const std::size_t slots = n + dims.size() + derived.size();
   std::array<void*, 32> small{};
   std::array<ScalarSlot, 32> ssmall{};
   std::array<std::int64_t, 32> esmall{};
@@ -427,18 +483,37 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
     put(values[n + d], static_cast<std::int32_t>(v));
     ptrs[n + d] = values[n + d].bytes;
   }
+  // The values of T::dim extents and scalar parameters, for what the launch
+  // computes from them.
+  auto value_of = [&](const VarNode* v) -> std::optional<std::int64_t> {
+    for (std::size_t d = 0; d < dims.size(); ++d)
+      if (dims[d].var.get() == v) return dim_value[d];
+    for (std::size_t i = 0; i < n; ++i)
+      if (params[i].is_scalar && s.info.source->params[i].scalar.get() == v)
+        return args[i].is_int() ? args[i].as_int() : static_cast<std::int64_t>(args[i].as_double());
+    return std::nullopt;
+  };
+  // fast_divide's magic numbers for this launch's divisors (lowering proved
+  // each in [1, 2^31 - 1] from the facts checked above).
+  for (std::size_t j = 0; j < derived.size(); ++j) {
+    const DimParam& dp = derived[j];
+    auto d = lowering::evaluate_int(dp.of, value_of);
+    if (!d || *d < 1 || *d > 2147483647)
+      fail("launch " + s.kernel_name, dp.var.name(), loc,
+           "divisor " + to_string(dp.of) + " is " +
+               (d ? std::to_string(*d) : std::string("not computable")) +
+               " at this launch, outside [1, 2^31 - 1]");
+    const lowering::FastDivisor f = lowering::fast_divisor_magic(*d);
+    const std::size_t slot = n + dims.size() + j;
+    put(values[slot], dp.derived == DimParam::Derived::div_magic
+                          ? static_cast<std::int32_t>(f.magic)
+                          : static_cast<std::int32_t>(f.shift));
+    ptrs[slot] = values[slot].bytes;
+    elems[slot] = 0;
+  }
   // The grid, where it is known only now.
   std::array<std::int64_t, 3> grid = s.info.launch.grid;
   if (s.info.launch.symbolic_grid) {
-    auto value_of = [&](const VarNode* v) -> std::optional<std::int64_t> {
-      for (std::size_t d = 0; d < dims.size(); ++d)
-        if (dims[d].var.get() == v) return dim_value[d];
-      for (std::size_t i = 0; i < n; ++i)
-        if (params[i].is_scalar && s.info.source->params[i].scalar.get() == v)
-          return args[i].is_int() ? args[i].as_int()
-                                  : static_cast<std::int64_t>(args[i].as_double());
-      return std::nullopt;
-    };
     for (std::size_t g = 0; g < 3; ++g) {
       const Expr& e = s.info.launch.grid_exprs[g];
       if (!e.defined() || e.as<IntImmNode>()) continue;
@@ -548,7 +623,8 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
       std::string why;
       if (!runtime::host_jit_available(&why))
         fail("launch " + s.kernel_name, "", loc, "cannot run on the host: " + why);
-      s.host = runtime::host_compile(s.info, s.cuda, s.checked);
+      const State& f = s.prebuilt ? full_state("launch") : s;
+      s.host = runtime::host_compile(f.info, f.cuda, s.checked);
     }
   }
   s.host->run({ptrs, grid, elems, loc});

@@ -906,6 +906,13 @@ struct DimParam {
   std::int64_t max = 2147483647;
   std::int64_t multiple_of = 1;
   SourceLoc loc;
+  // Only in a lowered kernel, after the T::dim extents: a value the launch
+  // computes from `of` (an expression of extents and scalar parameters)
+  // instead of binding it from a tensor -- the magic multiplier (as the bits
+  // of an int) or the shift of a division by `of` (lowering's fast_divide).
+  enum class Derived : std::uint8_t { none, div_magic, div_shift };
+  Derived derived = Derived::none;
+  Expr of{};
 };
 
 class PrimFuncNode {

@@ -13,6 +13,7 @@
 //   widen_indices          offsets into buffers of 2^31+ elements computed in 64 bits
 //   legalize_low_precision f16/bf16/fp8 arithmetic computed in f32
 //   simplify_stmt          constant folding, unit loops, dead branches
+//   fast_divide            divisions by launch-time extents as multiply-high and shift
 //   verify_lowered         what code generators may rely on
 //   check_limits           shared memory per CTA, registers per thread vs the target
 #pragma once
@@ -86,6 +87,9 @@ struct LoweredKernel {
   std::vector<TileCallRecord> dispatched;
   // The T::dim variables: passed after the parameters, as ints, bound at launch.
   std::vector<DimParam> dims;
+  // Values the launch computes (fast_divide's magic numbers), passed after
+  // the dims, as ints; lowered->dims is dims followed by these.
+  std::vector<DimParam> derived;
   // TMA tensor maps, passed after the dims in this order.
   std::vector<TensorMapParam> tensor_maps;
   // Some extent or the grid is known only at launch.
@@ -133,6 +137,16 @@ Stmt flatten_buffers(const Stmt& s);
 Stmt widen_indices(const Stmt& s);
 Stmt legalize_low_precision(const Stmt& s);
 Stmt simplify_stmt(const Stmt& s, const LaunchConfig& launch);
+// Divisions by launch-time extents as multiply-high and shift; appends the
+// launch values it needs (two per divisor) to `derived`.
+Stmt fast_divide(const Stmt& s, const LaunchConfig& launch, std::vector<DimParam>* derived);
+// The magic multiplier and shift fast_divide's code uses for divisor d in
+// [1, 2^31 - 1] (both 0 outside it).
+struct FastDivisor {
+  std::uint32_t magic = 0;
+  int shift = 0;
+};
+FastDivisor fast_divisor_magic(std::int64_t d);
 void verify_lowered(const PrimFunc& f, const LaunchConfig& launch);
 void check_limits(const LoweredKernel& k, const std::string& arch);
 

@@ -99,6 +99,9 @@ class Elementwise {
   const std::vector<std::int64_t>& out_shape() const { return out_shape_; }
   DType out_dtype() const { return out_dtype_; }
   const Kernel& kernel() const { return kernel_; }
+  // The key of its kernel among prebuilt ones (runtime/prebuilt.hpp), which
+  // tx_aot_kernels stores them under; empty for exact-shape kernels.
+  const std::string& prebuilt_spec() const { return prebuilt_spec_; }
   Config config() const { return cfg_; }  // as resolved (strategy, threads, npt)
 
  private:
@@ -115,6 +118,7 @@ class Elementwise {
   Config cfg_;
   Device device_;
   Kernel kernel_;
+  std::string prebuilt_spec_;
   // The shape-generic fp8 kernels of unary ops look results up in a table
   // of the op on every 8-bit input, made at the first launch (building an
   // Elementwise runs nothing).

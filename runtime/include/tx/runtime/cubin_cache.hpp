@@ -38,5 +38,7 @@ std::string nvrtc_version_string();
 std::string aot_key(const std::string& cuda, const std::string& arch);
 std::string aot_dir();
 std::optional<std::vector<char>> aot_cubin(const std::string& cuda, const std::string& arch);
+// The ahead-of-time folder as a cache (read once), or null.
+const DiskCache* aot_cache();
 
 }  // namespace tx::runtime

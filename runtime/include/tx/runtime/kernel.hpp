@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -60,6 +61,8 @@ class Kernel {
   // PTX from NVRTC for `arch` (needs no GPU).
   std::string ptx(const std::string& arch = "sm_90a") const;
   bool checked() const;  // runs in the checked host mode
+  // Made by Kernel::prebuilt (its IR is built when asked for).
+  bool is_prebuilt() const;
 
   // One argument of a launch: a tensor for a T::match_buffer parameter, or a
   // number for a T::match_scalar one.
@@ -120,12 +123,21 @@ class Kernel {
   }
 
   // Builds (or fetches from cache) the GPU binary now; returns where it came
-  // from: "memory", "aot" (compiled when tx was built), "disk" or "nvrtc".
+  // from: "memory", "aot" (compiled when tx was built), "prebuilt" (compiled
+  // ahead of time with its launch description), "disk" or "nvrtc".
   std::string prepare_gpu() const;
+
+  // A kernel compiled ahead of time, from its launch description and GPU
+  // binary (runtime/prebuilt.hpp): launches on the GPU need nothing else.
+  // `build` makes the full kernel -- its IR and CUDA, and what a host launch
+  // runs -- the first time one of those is asked for.
+  static Kernel prebuilt(lowering::LoweredKernel info, std::string kernel_name,
+                         std::vector<char> cubin, Device device, std::function<Kernel()> build);
 
   struct State;
 
  private:
+  const State& full_state(const char* method) const;
   friend Kernel compile(const PrimFunc& f, const CompileOptions& opt);
   std::shared_ptr<State> state_;
 };
