@@ -19,8 +19,8 @@
 #                                 and bench_elementwise --compare-exact
 #   scripts/device_all.sh shapes  the serving sweep of bench/shapes (tx
 #                                 generic and exact, torch eager and compile)
-#   scripts/device_all.sh generic shape-generic kernels in one call: gpu_shapes
-#                                 under memcheck, bench_elementwise
+#   scripts/device_all.sh generic shape-generic kernels in one call: gpu_shapes,
+#                                 bench_elementwise
 #                                 --compare-exact, then the serving sweep
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
@@ -101,11 +101,10 @@ races)
   tail -30 "$FINAL/compare_exact.txt"
   ;;
 generic)
-  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  step "gpu_shapes under memcheck"
-  timeout 150 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_shapes > "$FINAL/memcheck_gpu_shapes.txt" 2>&1
-  echo "memcheck gpu_shapes exit $?: $(grep -E 'ERROR SUMMARY|test cases|assertions' "$FINAL/memcheck_gpu_shapes.txt" | tr '\n' ' ')"
-  grep -E "ERROR:|MESSAGE" "$FINAL/memcheck_gpu_shapes.txt" | head -20
+  step "gpu_shapes"
+  timeout 150 $B/test/gpu_shapes > "$FINAL/gpu_shapes.txt" 2>&1
+  echo "gpu_shapes exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_shapes.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE|values:" "$FINAL/gpu_shapes.txt" | head -20
   step "generic vs exact-shape kernels (bench_elementwise --compare-exact)"
   timeout 150 $B/bench/bench_elementwise --compare-exact > "$FINAL/compare_exact.txt" 2>&1
   echo "compare-exact exit $?"
