@@ -7,7 +7,15 @@ A and B loaded with tl.load, tl.dot, f32 accumulation, grouped launch order),
 autotuned over a short list of configurations. TFLOP/s = 2 M N K / time;
 timing as bench_gemm (CUDA events, 10 warm-ups, median of 50). Writes
 OUT_PREFIX.json and OUT_PREFIX.md.
+
+Where the tx_torch extension loads (torch.ops.tx.matmul: tx::ops::matmul on
+torch's tensors), a second table times tx::ops::matmul, cuBLAS and Triton in
+this one process, in alternating rounds (7 rounds of 20 runs each, the median
+of the rounds' medians): the three see the same clocks and power state, which
+move by several percent between the C++ and the Python halves of the run at
+8192^3.
 """
+import os
 import json
 import sys
 
@@ -16,6 +24,15 @@ import triton
 import triton.language as tl
 
 from torch_timing import time_ms  # bench/ is on sys.path
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tx_torch",
+                                "python"))
+try:
+    import tx_torch  # noqa: F401 -- registers torch.ops.tx
+    TX_MM = torch.ops.tx.matmul
+except Exception as e:  # noqa: BLE001 -- the alternating table is left out, saying why
+    TX_MM = None
+    TX_MM_WHY = str(e)[:200]
 
 DT = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -87,6 +104,22 @@ def main():
             row["triton_ms"] = time_ms(triton_mm, (a, b, c), warm=10, reps=50)
         except Exception as e:  # noqa: BLE001 -- report, keep going
             row["triton_error"] = str(e)[:200]
+        if TX_MM is not None:
+            # tx::ops::matmul checked once against the f32 product, then the
+            # three implementations in alternating rounds.
+            ref = a.float() @ b.float()
+            got = TX_MM(a, b).float()
+            row["alt_tx_rel_err"] = ((got - ref).norm() / ref.norm()).item()
+            impls = {"tx": lambda: TX_MM(a, b), "cublas": lambda: torch.matmul(a, b)}
+            if "triton_ms" in row:
+                impls["triton"] = lambda: triton_mm(a, b, c)
+            rounds = {key: [] for key in impls}
+            for _ in range(7):
+                for key, f in impls.items():
+                    rounds[key].append(time_ms(f, (), warm=3, reps=20))
+            for key, ms in rounds.items():
+                row["alt_" + key + "_ms"] = sorted(ms)[len(ms) // 2]
+                row["alt_" + key + "_tflops"] = flops / (row["alt_" + key + "_ms"] * 1e-3) / 1e12
         for key in ("cublas", "triton"):
             if key + "_ms" in row:
                 row[key + "_tflops"] = flops / (row[key + "_ms"] * 1e-3) / 1e12
@@ -109,6 +142,22 @@ def main():
             md.write("| %s | %s | %.1f (%s) | %.1f | %.1f | %.3f | %.3f | %.1f (%s) |\n"
                      % (tuple(r["shape"]), r["dtype"], tx_t, r["tiling"], cb, tr, tx_t / cb,
                         tx_t / tr, ops_t, r["ops_matmul_plan"]))
+        md.write("\n")
+        if TX_MM is None:
+            md.write("No alternating table: tx_torch did not load (%s).\n" % TX_MM_WHY)
+        else:
+            md.write("Same process, alternating rounds (tx::ops::matmul through "
+                     "torch.ops.tx.matmul; median of 7 rounds of 20 runs):\n\n"
+                     "| (M, N, K) | dtype | tx::ops::matmul TFLOP/s | cuBLAS TFLOP/s "
+                     "| Triton TFLOP/s | tx / cuBLAS | tx / Triton | tx rel. error |\n"
+                     "|---|---|---|---|---|---|---|---|\n")
+            for r in rows:
+                tx_t = r["alt_tx_tflops"]
+                cb = r["alt_cublas_tflops"]
+                tr = r.get("alt_triton_tflops", float("nan"))
+                md.write("| %s | %s | %.1f | %.1f | %.1f | %.3f | %.3f | %.1e |\n"
+                         % (tuple(r["shape"]), r["dtype"], tx_t, cb, tr, tx_t / cb, tx_t / tr,
+                            r["alt_tx_rel_err"]))
     print(open(prefix + ".md").read())
 
 

@@ -25,22 +25,30 @@ using SourceLoc = std::source_location;
 // tiles in groups of 8 tile rows; a ring of `stages` shared tiles filled by
 // cp.async STAGES - 1 tiles ahead; ldmatrix fragments one 16-wide k-slice
 // ahead of mma.sync. samples/gemm.cpp explains it line by line.
+// With splits > 1 (split-K): CTA (tile, s) sums the s-th of `splits` equal
+// parts of K and writes its f32 partial tile to C, a (splits * M, N)
+// workspace that splitk_reduce_kernel sums.
 PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
-                            const MatmulTiling& c) {
+                            const MatmulTiling& c, std::int64_t splits = 1) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, WM = c.wm, WN = c.wn, STAGES = c.stages;
   // k slices of one mma: 16 (f16 / bf16, m16n8k16) or 32 (fp8, m16n8k32).
   const std::int64_t KS = t.is_fp8() ? 32 : 16;
-  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / KS, KT = K / BK;
-  const DType out_t = t.is_fp8() ? f32 : t;
+  const std::int64_t warps_n = BN / WN, warps = (BM / WM) * warps_n, KK = BK / KS;
+  const std::int64_t KT = K / BK / splits;  // k tiles per CTA
+  const DType out_t = t.is_fp8() || splits > 1 ? f32 : t;
   const auto sched = T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN});
   constexpr std::int64_t pad = 8;
-  return T::prim_func("matmul_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
+  const std::string name = "matmul_" + t.short_name() + (splits > 1 ? "_splitk" : "");
+  return T::prim_func(name, [&](Handle a, Handle b, Handle cp) {
     auto A = T::match_buffer(a, {M, K}, t);
     auto B = T::match_buffer(b, {K, N}, t);
-    auto C = T::match_buffer(cp, {M, N}, out_t);
+    auto C = T::match_buffer(cp, {splits * M, N}, out_t);
     T::device_entry();
-    const auto tile = sched.tile(T::cta_id({sched.ctas()}));
+    auto cta = T::cta_id({sched.ctas(), splits});
+    const auto tile = sched.tile(cta);
     const Var bm = tile.m, bn = tile.n;
+    // This CTA's part of K, in k tiles, and its rows of the workspace.
+    auto k0 = T::let(cta[1] * KT), c_row0 = T::let(cta[1] * M);
     auto warp = T::warp_id({warps});
     auto wm = T::let(warp / warps_n), wn = T::let(warp % warps_n);
     auto ring = [&](std::int64_t rows, std::int64_t cols) {
@@ -58,9 +66,9 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
     auto load_stage = [&](const auto& kt) {
       auto s = T::let(kt % STAGES);
       Tx::cta::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
-                          A[region(span(bm * BM, BM), span(kt * BK, BK))]);
+                          A[region(span(bm * BM, BM), span((k0 + kt) * BK, BK))]);
       Tx::cta::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
-                          B[region(span(kt * BK, BK), span(bn * BN, BN))]);
+                          B[region(span((k0 + kt) * BK, BK), span(bn * BN, BN))]);
     };
     auto load_fragments = [&](int i, const auto& stage, std::int64_t kk) {
       Tx::warp::copy(Af[i], As[region(span(stage, 1), span(wm * WM, WM), {kk * KS, kk * KS + KS})]);
@@ -91,8 +99,8 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
         Tx::warp::gemm(acc, Af[kk % 2], Bf[kk % 2], {.accum = true});
       }
     }
-    auto c_tile = C[region(span(bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))];
-    if (out_t == f32) {  // fp8 in, f32 out
+    auto c_tile = C[region(span(c_row0 + bm * BM + wm * WM, WM), span(bn * BN + wn * WN, WN))];
+    if (out_t == f32) {  // fp8 in, or a split-K partial: f32 out
       Tx::warp::copy(c_tile, acc);
     } else {
       auto out = T::alloc_buffer({WM, WN}, t, scope::local, frag::mma_c(WM, WN));
@@ -108,15 +116,20 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
 // of the CTA tile, releasing a stage once the next MMA is in flight; `ctas`
 // persistent CTAs walk the tiles in groups of 8 tile rows.
 // samples/gemm_hopper.cpp explains it line by line.
+// With splits > 1 (split-K) the scheduler's tile rows are (part of K, tile
+// row) pairs and each writes its f32 partial tile to C, a (splits * M, N)
+// workspace that splitk_reduce_kernel sums.
 PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
-                       const MatmulTiling& c, std::int64_t sms) {
+                       const MatmulTiling& c, std::int64_t sms, std::int64_t splits = 1) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
-  const std::int64_t consumers = BM / 64, KT = K / BK;
-  const auto sched = T::tile_scheduler({.tiles_m = M / BM, .tiles_n = N / BN, .ctas = sms});
-  return T::prim_func("matmul_wgmma_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
+  const std::int64_t consumers = BM / 64, KT = K / BK / splits, TM = M / BM;
+  const DType out_t = splits > 1 ? f32 : t;
+  const auto sched = T::tile_scheduler({.tiles_m = TM * splits, .tiles_n = N / BN, .ctas = sms});
+  const std::string name = "matmul_wgmma_" + t.short_name() + (splits > 1 ? "_splitk" : "");
+  return T::prim_func(name, [&](Handle a, Handle b, Handle cp) {
     auto A = T::match_buffer(a, {M, K}, t);
     auto B = T::match_buffer(b, {K, N}, t);
-    auto C = T::match_buffer(cp, {M, N}, t);
+    auto C = T::match_buffer(cp, {splits * M, N}, out_t);
     T::device_entry();
     auto cta = T::cta_id({sched.ctas()});
     auto wg = T::warpgroup_id({1 + consumers});
@@ -130,16 +143,17 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
     T::if_(wg == 0, [&] {
       T::cuda::decrease_registers(40);
       for (Var r : T::serial(sched.rounds(), "r")) {
-        auto [valid, bm, bn] = sched.tile(cta, r);
+        auto [valid, row, bn] = sched.tile(cta, r);
+        auto bm = T::let(row % TM), k0 = T::let(row / TM * KT);
         T::if_(valid, [&] {
           for (Var kt : T::serial(KT, "kt")) {
             auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
             pipe.producer_acquire(it);
             Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
-                                      A[region(span(bm * BM, BM), span(kt * BK, BK))],
+                                      A[region(span(bm * BM, BM), span((k0 + kt) * BK, BK))],
                                       {.barrier = pipe.full(it)});
             Tx::warpgroup::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
-                                      B[region(span(kt * BK, BK), span(bn * BN, BN))],
+                                      B[region(span((k0 + kt) * BK, BK), span(bn * BN, BN))],
                                       {.barrier = pipe.full(it)});
             T::if_(tid == 0, [&] { pipe.producer_commit(it); });
           }
@@ -151,7 +165,9 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
       auto out = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_c(64, BN));
       auto row0 = T::let(max(wg - 1, 0) * 64);
       for (Var r : T::serial(sched.rounds(), "r")) {
-        auto [valid, bm, bn] = sched.tile(cta, r);
+        auto [valid, row, bn] = sched.tile(cta, r);
+        // Output rows: the tile's, in the workspace part of its K part.
+        auto c_row = T::let(row / TM * M + row % TM * BM);
         T::if_(valid, [&] {
           Tx::warpgroup::fill(acc, 0.0f);
           for (Var kt : T::serial(KT, "kt")) {
@@ -164,8 +180,12 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
           }
           T::cuda::wgmma_wait(0, acc);
           T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
-          Tx::warpgroup::cast(out, acc);
-          Tx::warpgroup::copy(C[region(span(bm * BM + row0, 64), span(bn * BN, BN))], out);
+          if (splits > 1) {
+            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], acc);
+          } else {
+            Tx::warpgroup::cast(out, acc);
+            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], out);
+          }
         });
       }
     });
@@ -188,6 +208,34 @@ PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DT
       sum(0) = 0.0f;
       for (Var k : T::serial(K, "k")) sum(0) = sum(0) + cast(A(i, k), f32) * cast(B(k, j), f32);
       C(i, j) = cast(sum(0), out_t);
+    });
+  });
+}
+
+// Split-K's second step: C = the sum of the `splits` f32 partial products
+// in W (splits * M * N, part after part), added in part order (the same
+// sum on every run) and rounded once to C's dtype. Four elements per
+// thread, in 16-byte vectors (M * N is a multiple of 64: N % 64).
+PrimFunc splitk_reduce_kernel(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t) {
+  const std::int64_t MN = M * N;
+  return T::prim_func("matmul_splitk_reduce_" + out_t.short_name(), [&](Handle w, Handle cp) {
+    auto W = T::match_buffer(w, {splits * MN}, f32);
+    auto C = T::match_buffer(cp, {MN}, out_t);
+    T::device_entry();
+    auto cta = T::cta_id({(MN / 4 + 255) / 256});
+    auto tid = T::thread_id({256});
+    auto base = T::let((cta * 256 + tid) * 4);
+    T::if_(base < MN, [&] {
+      auto sum = T::alloc_buffer({4}, f32, scope::local);
+      auto part = T::alloc_buffer({4}, f32, scope::local);
+      Tx::thread::copy(sum, W[region(span(base, 4))]);
+      for (Var s : T::unroll(splits - 1, "s")) {
+        Tx::thread::copy(part, W[region(span((s + 1) * MN + base, 4))]);
+        for (Var j : T::unroll(4, "j")) sum(j) = sum(j) + part(j);
+      }
+      auto out = T::alloc_buffer({4}, out_t, scope::local);
+      for (Var j : T::unroll(4, "j")) out(j) = cast(sum(j), out_t);
+      Tx::thread::copy(C[region(span(base, 4))], out);
     });
   });
 }
@@ -234,19 +282,52 @@ std::string shape_key(DType t, std::int64_t M, std::int64_t N, std::int64_t K) {
 }
 
 Kernel tensor_core_for(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
-                       const MatmulTiling& c, const Device& d) {
-  char key[160];
-  std::snprintf(key, sizeof key, "matmul|%s|%lldx%lldx%lld|%s|%s", t.name().c_str(),
+                       const MatmulTiling& c, const Device& d, std::int64_t splits = 1) {
+  char key[192];
+  std::snprintf(key, sizeof key, "matmul|%s|%lldx%lldx%lld|%s|%s|split%lld", t.name().c_str(),
                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
-                c.str().c_str(), d.str().c_str());
+                c.str().c_str(), d.str().c_str(), static_cast<long long>(splits));
   if (c.wgmma) {
     const std::int64_t sms = runtime::current_device().sm_count;
     return detail::special_cached(key + std::string("|ctas") + std::to_string(sms), [&] {
-      return compile(hopper_kernel(M, N, K, t, c, sms), {.device = d});
+      return compile(hopper_kernel(M, N, K, t, c, sms, splits), {.device = d});
     });
   }
   return detail::special_cached(
-      key, [&] { return compile(tensor_core_kernel(M, N, K, t, c), {.device = d}); });
+      key, [&] { return compile(tensor_core_kernel(M, N, K, t, c, splits), {.device = d}); });
+}
+
+// Split-K for skinny M: when the tiling's tiles leave SMs idle, K is cut
+// into `splits` equal parts, each CTA sums one part into an f32 workspace
+// and a second kernel adds the parts (reading B, the large operand, at the
+// rate of every SM instead of a few). The most parts, of 2, 4 or 8, that
+// keep at most one round of the persistent Hopper kernel's CTAs (two CTAs
+// per SM for the warp-MMA kernel), at least 4 k tiles per part, and a
+// workspace under 2^31 elements; 1 (no split) for M >= 256 or when the
+// tiles already fill the SMs.
+std::int64_t splits_for(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K) {
+  const std::int64_t sms = runtime::current_device().sm_count;
+  const std::int64_t ctas = (M / c.bm) * (N / c.bn), KT = K / c.bk;
+  if (M >= 256 || ctas >= sms) return 1;
+  const std::int64_t most = c.wgmma ? sms : 2 * sms;
+  std::int64_t best = 1;
+  for (std::int64_t s : {2, 4, 8})
+    if (KT % s == 0 && KT / s >= 4 && ctas * s <= most && s * M * N < 2147483647) best = s;
+  return best;
+}
+
+Kernel splitk_reduce_for(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t,
+                         const Device& d) {
+  char key[160];
+  std::snprintf(key, sizeof key, "matmul_splitk_reduce|%s|%lldx%lld|%lld|%s", out_t.name().c_str(),
+                static_cast<long long>(M), static_cast<long long>(N),
+                static_cast<long long>(splits), d.str().c_str());
+  return detail::special_cached(
+      key, [&] { return compile(splitk_reduce_kernel(M, N, splits, out_t), {.device = d}); });
+}
+
+std::string split_str(std::int64_t splits) {
+  return splits > 1 ? ", split-K " + std::to_string(splits) : "";
 }
 
 // The tiling for a shape: remembered, tuned now, or the first that divides.
@@ -360,6 +441,17 @@ Operands check(const Tensor& a, const Tensor& b, SourceLoc loc) {
 
 }  // namespace
 
+namespace detail {
+PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                       const MatmulTiling& tiling, std::int64_t splits, std::int64_t ctas) {
+  return tiling.wgmma ? hopper_kernel(M, N, K, t, tiling, ctas, splits)
+                      : tensor_core_kernel(M, N, K, t, tiling, splits);
+}
+PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t) {
+  return splitk_reduce_kernel(M, N, splits, out_t);
+}
+}  // namespace detail
+
 std::string MatmulTiling::str() const {
   if (wgmma)
     return "wgmma " + std::to_string(bm) + "x" + std::to_string(bn) + "x" + std::to_string(bk) +
@@ -389,7 +481,8 @@ std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt) {
   Operands o = check(a, b, SourceLoc::current());
   std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, a.device());
   if (!no.empty()) return "SIMT (" + no + ")";
-  return "tensor cores " + choose(o.M, o.N, o.K, o.t, a.device(), opt.tune).str();
+  const MatmulTiling& c = choose(o.M, o.N, o.K, o.t, a.device(), opt.tune);
+  return "tensor cores " + c.str() + split_str(splits_for(c, o.M, o.N, o.K));
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, SourceLoc loc) {
@@ -404,7 +497,16 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, SourceLoc loc
   std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, d);
   Kernel k;
   if (no.empty()) {
-    k = tensor_core_for(o.M, o.N, o.K, o.t, choose(o.M, o.N, o.K, o.t, d, opt.tune), d);
+    const MatmulTiling& tiling = choose(o.M, o.N, o.K, o.t, d, opt.tune);
+    const std::int64_t splits = splits_for(tiling, o.M, o.N, o.K);
+    k = tensor_core_for(o.M, o.N, o.K, o.t, tiling, d, splits);
+    if (splits > 1) {
+      Tensor w = Tensor::empty({splits * o.M, o.N}, f32, d);
+      k(a, b, w);
+      Tensor flat_w = w.reshape({splits * o.M * o.N}), flat_c = c.reshape({o.M * o.N});
+      splitk_reduce_for(o.M, o.N, splits, o.out_t, d)(flat_w, flat_c);
+      return c;
+    }
   } else {
     if (d.is_cuda())
       warn("tx.ops.matmul at " + std::string(loc.file_name()) + ":" + std::to_string(loc.line()) +

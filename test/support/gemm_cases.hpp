@@ -257,6 +257,64 @@ TEST_CASE("gemm/fallback: thread scope, odd shapes, operands in global memory") 
   CHECK(gemm_error(a, b, D.to_doubles(), M, N, K, 0x1p-24) <= 1.0);
 }
 
+TEST_CASE("split-K: the parts of K in an f32 workspace, then their sum, against float64") {
+  // matmul's kernels with K cut into parts (what it picks for skinny M): the
+  // warp-MMA kernel and, on sm_90 and the host, the Hopper kernel; each part
+  // checked on its own, then the sum rounded once.
+  const bool hopper = !on_gpu() || runtime::current_device().cc_major == 9;
+  struct Case {
+    std::int64_t m, n, k, splits;
+    ops::MatmulTiling tiling;
+  };
+  std::vector<Case> cases = {{16, 128, 512, 4, ops::matmul_tilings().back()},
+                             {32, 64, 256, 2, ops::matmul_tilings().back()}};
+  if (hopper) cases.push_back({64, 256, 512, 2, ops::matmul_tilings()[1]});  // wgmma 64x256x64
+  for (DType t : {bf16, f16})
+    for (const Case& c : cases) {
+      CAPTURE(t.name());
+      CAPTURE(c.m);
+      CAPTURE(c.splits);
+      CAPTURE(c.tiling.str());
+      auto a = random_values(static_cast<std::size_t>(c.m * c.k), t, -1, 1);
+      auto b = random_values(static_cast<std::size_t>(c.k * c.n), t, -1, 1);
+      Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, device());
+      Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, device());
+      Tensor W = Tensor::empty({c.splits * c.m, c.n}, f32, device());
+      W.fill_bits(0x7fc00000);  // NaN until written
+      compile(ops::detail::matmul_kernel(c.m, c.n, c.k, t, c.tiling, c.splits, 4),
+              {.device = device()})(A, B, W);
+      // Part p is A[:, p K/s : (p+1) K/s] B[p K/s : (p+1) K/s, :] in f32.
+      std::vector<double> w = W.to_doubles();
+      const std::int64_t kp = c.k / c.splits;
+      for (std::int64_t p = 0; p < c.splits; ++p) {
+        std::vector<double> ap, bp(b.begin() + p * kp * c.n, b.begin() + (p + 1) * kp * c.n);
+        for (std::int64_t i = 0; i < c.m; ++i)
+          ap.insert(ap.end(), a.begin() + i * c.k + p * kp, a.begin() + i * c.k + (p + 1) * kp);
+        std::vector<double> wp(w.begin() + p * c.m * c.n, w.begin() + (p + 1) * c.m * c.n);
+        CHECK(gemm_error(ap, bp, wp, c.m, c.n, kp, 0x1p-24) <= 1.0);
+      }
+      Tensor C = Tensor::empty({c.m * c.n}, t, device());
+      C.fill_bits(test::poison_bits(t));
+      compile(ops::detail::matmul_splitk_reduce(c.m, c.n, c.splits, t), {.device = device()})(
+          W.reshape({c.splits * c.m * c.n}), C);
+      CHECK(gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k, ulp_of(t)) <= 1.0);
+    }
+  if (!on_gpu()) return;
+  // What matmul picks for skinny M on this GPU, and its result.
+  const std::int64_t sms = runtime::current_device().sm_count;
+  for (auto [m, k] : std::vector<std::pair<std::int64_t, std::int64_t>>{{16, 4096}, {128, 2048}}) {
+    CAPTURE(m);
+    auto a = random_values(static_cast<std::size_t>(m * k), bf16, -1, 1);
+    auto b = random_values(static_cast<std::size_t>(k * 4096), bf16, -1, 1);
+    Tensor A = Tensor::from_doubles(a, {m, k}, bf16, device());
+    Tensor B = Tensor::from_doubles(b, {k, 4096}, bf16, device());
+    const std::string plan = ops::matmul_plan(A, B);
+    CAPTURE(plan);
+    if (sms >= 120) CHECK(plan.find("split-K") != std::string::npos);
+    CHECK(gemm_error(a, b, ops::matmul(A, B).to_doubles(), m, 4096, k, ulp_of(bf16)) <= 1.0);
+  }
+}
+
 TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, and its errors") {
   struct Case {
     std::int64_t m, n, k;

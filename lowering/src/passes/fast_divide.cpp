@@ -63,8 +63,9 @@ class FastDivide : public ScopedMutator {
     constexpr std::int64_t kMax = 2147483647;
     if (a.lo < 0 || a.hi > kMax || d.lo < 1 || d.hi > kMax) return out;
     const auto& [magic, shift] = values_for(b->b);
-    Expr wide = make_binary(BinOp::Mul, make_cast(u64, b->a, n->loc),
-                            make_cast(u64, make_cast(u32, magic, n->loc), n->loc), n->loc);
+    // Both factors zero-extended (through u32): one 32x32->64 multiply.
+    auto widen = [&](const Expr& x) { return make_cast(u64, make_cast(u32, x, n->loc), n->loc); };
+    Expr wide = make_binary(BinOp::Mul, widen(b->a), widen(magic), n->loc);
     Expr q = make_cast(i32, make_binary(BinOp::Shr, wide, make_cast(u64, shift, n->loc), n->loc),
                        n->loc);
     if (quotient) return q;

@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "tx/ir.hpp"
 #include "tx/runtime/tensor.hpp"
 
 namespace tx::ops {
@@ -71,7 +72,20 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt = {},
               std::source_location loc = std::source_location::current());
 
 // Which kernel matmul(a, b) runs for these operands, in words ("tensor cores
-// 128x256x64 w64x64 s3", or "SIMT (<reason>)"), without running it.
+// 128x256x64 w64x64 s3", "tensor cores 16x64x32 w16x16 s4, split-K 4", or
+// "SIMT (<reason>)"), without running it.
 std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt = {});
+
+namespace detail {
+// matmul's kernels, for tests that run them where matmul would not pick
+// them (the host): the tensor-core kernel of `tiling` (`ctas` persistent
+// CTAs for a wgmma tiling) whose output, with splits > 1, is the f32
+// (splits * M, N) workspace of split-K's parts; and the kernel that adds
+// the parts into C (flat views: (splits * M * N,) and (M * N,)).
+PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                       const MatmulTiling& tiling, std::int64_t splits = 1,
+                       std::int64_t ctas = 132);
+PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t);
+}  // namespace detail
 
 }  // namespace tx::ops
