@@ -284,11 +284,12 @@ void jit_disk(std::ostream& os, std::int64_t n) {
 
 // The shape-generic kernels against one kernel per exact shape, on the
 // large cases of the benchmark: tx's bandwidth with each, in one run.
-void compare_exact(std::ostream& os) {
+void compare_exact(std::ostream& os, const std::string& only) {
   os << "{\"gpu\": \"" << runtime::current_device().name << "\", \"results\": [\n";
   bool first = true;
   for (const Case& c : cases()) {
     if (c.small || c.op == "cast") continue;
+    if (!only.empty() && (c.label + "|" + c.dtype.name()).find(only) == std::string::npos) continue;
     // Three rounds, generic and exact alternating, the best of each: a
     // 20-microsecond kernel varies by several percent from run to run.
     Result g = run_case(c, false), e = run_case(c, true);
@@ -347,7 +348,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       if (a == "--compare-exact") {
-        compare_exact(std::cout);
+        compare_exact(std::cout, only);  // --only before --compare-exact filters
         return 0;
       }
       if (a == "--out" && i + 1 < argc) out_path = argv[++i];

@@ -7,6 +7,7 @@
 //
 //   bench_shapes --sizes                       the 200 token counts (JSON)
 //   bench_shapes --run generic|exact OP DTYPE  one cold sweep; prints a JSON line
+//   bench_shapes --first-calls OP DTYPE        a fresh process's first calls, step by step
 //
 // OP: gelu (T, 4096), add (T, 4096) + (4096,), silu_and_mul (T, 8192).
 #include <chrono>
@@ -82,6 +83,47 @@ int run(const std::string& mode, const std::string& op, DType t) {
   return 0;
 }
 
+// Where a fresh process's first calls of an op spend their time, step by
+// step: building the op (planning, and the kernel: prebuilt, or lowered and
+// generated), loading its GPU binary, the first launch; for the first token
+// count's class and for the single-token one; then a warm call.
+int first_calls(const std::string& op, DType t) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
+  std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"steps\": [", op.c_str(),
+              t.name().c_str());
+  bool first = true;
+  for (std::int64_t tokens : {std::int64_t{37}, std::int64_t{1}, std::int64_t{37}}) {
+    const std::int64_t cols = op == "silu_and_mul" ? 2 * kHidden : kHidden;
+    Tensor x = Tensor::empty({tokens, cols}, t, Device::cuda());
+    x.fill_bits(0x3a00);
+    Tensor bias = Tensor::empty({kHidden}, t, Device::cuda());
+    bias.fill_bits(0x3c00);
+    std::vector<Tensor> in = op == "add" ? std::vector<Tensor>{x, bias} : std::vector<Tensor>{x};
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const Tensor& i : in) shapes.push_back(i.shape());
+    Tensor out = Tensor::empty({tokens, kHidden}, t, Device::cuda());
+    runtime::synchronize("bench");
+    auto t0 = clock::now();
+    ops::Elementwise e(op, shapes, t, {}, {}, Device::cuda());
+    auto t1 = clock::now();
+    std::string origin = e.kernel().prepare_gpu();
+    auto t2 = clock::now();
+    e(in, out);
+    runtime::synchronize("bench");
+    auto t3 = clock::now();
+    std::printf("%s{\"tokens\": %lld, \"build_ms\": %.3f, \"load_ms\": %.3f, \"origin\": \"%s\", "
+                "\"prebuilt\": %s, \"launch_ms\": %.3f}",
+                first ? "" : ", ", static_cast<long long>(tokens), ms(t0, t1), ms(t1, t2),
+                origin.c_str(), e.kernel().is_prebuilt() ? "true" : "false", ms(t2, t3));
+    first = false;
+  }
+  std::printf("]}\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,7 +145,17 @@ int main(int argc, char** argv) {
       }
       return run(argv[2], argv[3], dtype_from_string(argv[4]));
     }
-    std::fprintf(stderr, "usage: bench_shapes --sizes | --run generic|exact OP DTYPE\n");
+    if (a == "--first-calls" && argc == 4) {
+      std::string why;
+      if (!runtime::cuda_available(&why)) {
+        std::printf("SKIPPED: bench_shapes needs a GPU: %s\n", why.c_str());
+        return 77;
+      }
+      return first_calls(argv[2], dtype_from_string(argv[3]));
+    }
+    std::fprintf(stderr,
+                 "usage: bench_shapes --sizes | --run generic|exact OP DTYPE | --first-calls OP "
+                 "DTYPE\n");
     return 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -25,5 +25,12 @@ for op in gelu add silu_and_mul; do
     done
   done
 done
+# Where the first calls of a fresh process spend their time (tx generic).
+: > "$OUT/first_calls.jsonl"
+for op in add gelu; do
+  for dt in float16 bfloat16; do
+    TX_CACHE_DIR=/tmp/tx-shapes-cache timeout 60 $B --first-calls $op $dt >> "$OUT/first_calls.jsonl" 2>> "$OUT/shapes.err"
+  done
+done
 python3 bench/shapes_report.py "$OUT/shapes.jsonl" > "$OUT/shapes.md"
 cat "$OUT/shapes.md"

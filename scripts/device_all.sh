@@ -114,7 +114,8 @@ shapes | generic)
   step "the serving sweep (bench/shapes.sh)"
   BUILD_DIR=$B OUT=/tmp/shapes-out timeout 500 bench/shapes.sh > "$OUT/shapes.txt" 2>&1
   echo "shapes exit $?"
-  cp /tmp/shapes-out/shapes.md /tmp/shapes-out/shapes.jsonl "$FINAL/" 2>/dev/null
+  cp /tmp/shapes-out/shapes.md /tmp/shapes-out/shapes.jsonl /tmp/shapes-out/first_calls.jsonl "$FINAL/" 2>/dev/null
+  cat /tmp/shapes-out/first_calls.jsonl 2>/dev/null
   cp /tmp/shapes-out/shapes.err "$OUT/" 2>/dev/null
   cat /tmp/shapes-out/shapes.md 2>/dev/null | head -60
   ;;

@@ -1,5 +1,6 @@
 #include "tx/lowering/codegen_cuda.hpp"
 
+#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -530,7 +531,14 @@ class CudaEmitter : public IRVisitor {
       }
       const Buffer& b = f->params[i].buffer;
       bool ro = !written_.count(b->data.get());
-      sig << (ro ? "const " : "") << c_type(b->dtype) << "* " << name_of(b->data.get(), b->name);
+      // TX_EXPERIMENT_RESTRICT=1: pointers declared __restrict__ (an
+      // experiment: buffers are not checked for overlap).
+      static const bool restrict_ptrs = [] {
+        const char* v = std::getenv("TX_EXPERIMENT_RESTRICT");
+        return v && std::string(v) == "1";
+      }();
+      sig << (ro ? "const " : "") << c_type(b->dtype) << "* " << (restrict_ptrs ? "__restrict__ " : "")
+          << name_of(b->data.get(), b->name);
     }
     for (std::size_t i = 0; i < f->dims.size(); ++i)
       sig << (f->params.empty() && i == 0 ? "" : ", ") << "int "
