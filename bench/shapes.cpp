@@ -92,8 +92,7 @@ int first_calls(const std::string& op, DType t) {
   auto ms = [](clock::time_point a, clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
-  std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"steps\": [", op.c_str(),
-              t.name().c_str());
+  std::printf("{\"op\": \"%s\", \"dtype\": \"%s\", \"steps\": [", op.c_str(), t.name().c_str());
   bool first = true;
   for (std::int64_t tokens : {std::int64_t{37}, std::int64_t{1}, std::int64_t{37}}) {
     const std::int64_t cols = op == "silu_and_mul" ? 2 * kHidden : kHidden;
@@ -114,10 +113,11 @@ int first_calls(const std::string& op, DType t) {
     e(in, out);
     runtime::synchronize("bench");
     auto t3 = clock::now();
-    std::printf("%s{\"tokens\": %lld, \"build_ms\": %.3f, \"load_ms\": %.3f, \"origin\": \"%s\", "
-                "\"prebuilt\": %s, \"launch_ms\": %.3f}",
-                first ? "" : ", ", static_cast<long long>(tokens), ms(t0, t1), ms(t1, t2),
-                origin.c_str(), e.kernel().is_prebuilt() ? "true" : "false", ms(t2, t3));
+    std::printf(
+        "%s{\"tokens\": %lld, \"build_ms\": %.3f, \"load_ms\": %.3f, \"origin\": \"%s\", "
+        "\"prebuilt\": %s, \"launch_ms\": %.3f}",
+        first ? "" : ", ", static_cast<long long>(tokens), ms(t0, t1), ms(t1, t2), origin.c_str(),
+        e.kernel().is_prebuilt() ? "true" : "false", ms(t2, t3));
     first = false;
   }
   std::printf("]}\n");

@@ -528,3 +528,80 @@ HOST_CASE("a prebuilt kernel launches from its description and builds its IR on 
                                     [&] { return compile(scale_bias_rows()); });
   CHECK_THROWS_WITH(wrong_k.cuda_source(), doctest::Contains("the kernel built for it is"));
 }
+
+namespace {
+// Y = 2 X + B over n elements, its buffers declared not to overlap.
+PrimFunc axpb_no_alias() {
+  return T::prim_func("axpb_no_alias", [&](Handle X_ptr, Handle B_ptr, Handle Y_ptr) {
+    T::no_alias();
+    auto n = T::dim("n");
+    auto X = T::match_buffer(X_ptr, {n}, f32);
+    auto B = T::match_buffer(B_ptr, {n}, f32);
+    auto Y = T::match_buffer(Y_ptr, {n}, f32);
+    auto bx = T::cta_id({ceildiv(n, 128)});
+    auto tid = T::thread_id({128});
+    auto i = T::let(bx * 128 + tid, "i");
+    T::if_(i < n, [&] { Y(i) = X(i) * 2.0f + B(i); });
+  });
+}
+}  // namespace
+
+TEST_CASE("T::no_alias: restrict pointers, and a launch whose buffers overlap is an error") {
+  Kernel k = compile(axpb_no_alias(), {.device = Device::host()});
+  CHECK(k.tirx().find("T.func_attr({\"tir.noalias\": True})") != std::string::npos);
+  CHECK(k.cuda_source().find("const float* __restrict__ X") != std::string::npos);
+  CHECK(k.cuda_source().find("float* __restrict__ Y") != std::string::npos);
+  // The launch description keeps it, and what the kernel writes.
+  runtime::LaunchDescription d =
+      runtime::parse_launch(runtime::describe_launch(k.info(), k.name()).value());
+  CHECK(d.info.source->no_alias);
+  CHECK(d.info.params[2].written);
+  CHECK_FALSE(d.info.params[0].written);
+  if (!host_ready()) return;
+  std::vector<double> x = test::random_values(300, f32), b = test::random_values(300, f32);
+  Tensor X = Tensor::from_doubles(x, {300}, f32, Device::host());
+  Tensor B = Tensor::from_doubles(b, {300}, f32, Device::host());
+  Tensor Y = Tensor::empty({300}, f32, Device::host());
+  Y.fill_bits(test::poison_bits(f32));
+  k(X, B, Y);
+  std::vector<double> y = Y.to_doubles();
+  for (std::size_t i = 0; i < y.size(); ++i) CHECK(y[i] == quantize(2 * x[i] + b[i], f32));
+  // Two inputs may share bytes (nothing writes them); the output may not.
+  CHECK_NOTHROW(k(X, X, Y));
+  int line = __LINE__ + 2;
+  try {
+    k(X, B, X);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.op() == "launch axpb_no_alias");
+    CHECK(e.operand() == "Y (argument 2)");
+    CHECK(e.reason() ==
+          "overlaps X (argument 0) in memory, but the kernel assumes its buffers do not "
+          "(T::no_alias)");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+  // A partial overlap too: Y starts inside B.
+  Tensor big = Tensor::empty({600}, f32, Device::host());
+  CHECK_THROWS_WITH(k(X, big.as_strided({300}, {1}, 0), big.as_strided({300}, {1}, 150)),
+                    doctest::Contains("overlaps B (argument 1)"));
+}
+
+HOST_CASE("the op library in place: the output overlapping an input takes the aliasing kernel") {
+  // The library's generic kernels assume no overlap; x += b (out is x)
+  // runs the kernel built without that assumption, and is right.
+  for (DType t : {f32, bf16}) {
+    CAPTURE(t.name());
+    std::vector<double> x = test::random_values(7 * 96, t), b = test::random_values(96, t);
+    Tensor X = Tensor::from_doubles(x, {7, 96}, t, Device::host());
+    Tensor B = Tensor::from_doubles(b, {96}, t, Device::host());
+    ops::Elementwise add("add", {{7, 96}, {96}}, t, {}, {}, Device::host());
+    CHECK(add.kernel().cuda_source().find("__restrict__") != std::string::npos);
+    ops::CacheStats s0 = ops::cache_stats();
+    add({X, B}, X);
+    CHECK(ops::cache_stats().compiles == s0.compiles + 1);  // the in-place kernel
+    std::vector<double> y = X.to_doubles();
+    for (std::size_t i = 0; i < y.size(); ++i) CHECK(y[i] == quantize(x[i] + b[i % 96], t));
+    add({X, B}, X);  // again: no new kernel
+    CHECK(ops::cache_stats().compiles == s0.compiles + 1);
+  }
+}

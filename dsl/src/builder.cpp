@@ -51,6 +51,7 @@ struct BuildState {
   std::uint64_t writes = 0;  // statements emitted so far that may write memory
   std::unordered_map<const VarNode*, Part> parts;
   std::vector<DimParam> dims;  // T::dim, in order
+  bool no_alias = false;       // T::no_alias
   void open_frame() {
     frames.emplace_back();
     frames.back().id = ++next_frame_id;
@@ -329,8 +330,8 @@ PrimFunc FuncScope::finish() {
            "parameter is never bound to a buffer (T::match_buffer) or a scalar (T::match_scalar)");
   Stmt body = pop_frame();
   finished_ = true;
-  return PrimFunc(
-      std::make_shared<const PrimFuncNode>(s.name, s.params, body, s.loc, false, s.dims));
+  return PrimFunc(std::make_shared<const PrimFuncNode>(s.name, s.params, body, s.loc, false, s.dims,
+                                                       s.no_alias));
 }
 
 }  // namespace detail
@@ -671,6 +672,8 @@ TileBuffer alloc_buffer(Shape shape, DType dtype, MemScope scope, std::optional<
 }
 
 void device_entry(Loc loc) { state("T.device_entry", loc); }
+
+void no_alias(Loc loc) { state("T.no_alias", loc).no_alias = true; }
 
 IdVars cta_id(Extents e, Name n, Loc loc) {
   std::vector<Expr> ex;

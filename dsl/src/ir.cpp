@@ -965,7 +965,8 @@ Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {
 
 PrimFunc PrimFunc::with_body(Stmt body, bool lowered) const {
   return PrimFunc(std::make_shared<const PrimFuncNode>(node_->name, node_->params, std::move(body),
-                                                       node_->loc, lowered, node_->dims));
+                                                       node_->loc, lowered, node_->dims,
+                                                       node_->no_alias));
 }
 
 }  // namespace tx

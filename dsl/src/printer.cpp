@@ -94,6 +94,7 @@ class Printer : public IRVisitor {
       sig += (i ? ", " : "") + var_name(f->params[i].handle) + ": T.handle";
     line(sig + "):");
     ++indent_;
+    if (f->no_alias) line("T.func_attr({\"tir.noalias\": True})");
     for (const DimParam& d : f->dims) {
       if (d.derived != DimParam::Derived::none) {
         // fast_divide's launch values: computed from the divisor at launch.

@@ -1,9 +1,9 @@
 #include "tx/lowering/codegen_cuda.hpp"
 
-#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -517,7 +517,6 @@ class CudaEmitter : public IRVisitor {
     head << "), block " << k_.launch.block << ", dynamic shared memory " << k_.shared_bytes
          << " bytes\n";
     std::ostringstream sig;
-    written_ = written_buffers(f->body);
     sig << "extern \"C\" __global__ void __launch_bounds__(" << k_.launch.block << ") "
         << kernel_name << "(";
     // Parameters in order: buffers as pointers, scalars by value, then the
@@ -530,15 +529,10 @@ class CudaEmitter : public IRVisitor {
         continue;
       }
       const Buffer& b = f->params[i].buffer;
-      bool ro = !written_.count(b->data.get());
-      // TX_EXPERIMENT_RESTRICT=1: pointers declared __restrict__ (an
-      // experiment: buffers are not checked for overlap).
-      static const bool restrict_ptrs = [] {
-        const char* v = std::getenv("TX_EXPERIMENT_RESTRICT");
-        return v && std::string(v) == "1";
-      }();
-      sig << (ro ? "const " : "") << c_type(b->dtype) << "* " << (restrict_ptrs ? "__restrict__ " : "")
-          << name_of(b->data.get(), b->name);
+      const bool ro = !k_.params[i].written;
+      // T::no_alias: the buffers do not overlap (the launch checks it).
+      sig << (ro ? "const " : "") << c_type(b->dtype) << "* "
+          << (f->no_alias ? "__restrict__ " : "") << name_of(b->data.get(), b->name);
     }
     for (std::size_t i = 0; i < f->dims.size(); ++i)
       sig << (f->params.empty() && i == 0 ? "" : ", ") << "int "
@@ -558,23 +552,6 @@ class CudaEmitter : public IRVisitor {
   }
 
  private:
-  static std::unordered_set<const VarNode*> written_buffers(const Stmt& s) {
-    struct W : IRVisitor {
-      std::unordered_set<const VarNode*> w;
-      void visit_node(const StoreNode* n) override {
-        w.insert(n->buffer->data.get());
-        IRVisitor::visit_node(n);
-      }
-      void visit_node(const CopyBytesNode* n) override {
-        w.insert(n->dst->data.get());
-        IRVisitor::visit_node(n);
-      }
-      using IRVisitor::visit_node;
-    } v;
-    v.visit(s);
-    return v.w;
-  }
-
   std::string name_of(const void* key, const std::string& base) {
     auto it = names_.find(key);
     if (it != names_.end()) return it->second;
@@ -1044,7 +1021,6 @@ class CudaEmitter : public IRVisitor {
   std::unordered_map<const void*, std::string> names_;
   std::unordered_set<std::string> used_;
   std::unordered_map<const VarNode*, std::int64_t> shared_offset_;
-  std::unordered_set<const VarNode*> written_;
 };
 
 }  // namespace

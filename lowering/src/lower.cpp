@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tx/printer.hpp"
 
@@ -22,6 +23,7 @@ bool debug_from_env() {
 class Facts : public IRVisitor {
  public:
   std::unordered_map<const VarNode*, int> widest;  // by buffer data var
+  std::unordered_set<const VarNode*> written;      // buffers the kernel stores to
   std::vector<Buffer> shared;
   using IRVisitor::visit_node;
   void visit_node(const CopyBytesNode* n) override {
@@ -29,6 +31,11 @@ class Facts : public IRVisitor {
     d = std::max(d, n->bytes);
     int& s = widest[n->src->data.get()];
     s = std::max(s, n->bytes);
+    written.insert(n->dst->data.get());
+    IRVisitor::visit_node(n);
+  }
+  void visit_node(const StoreNode* n) override {
+    written.insert(n->buffer->data.get());
     IRVisitor::visit_node(n);
   }
   void visit_node(const CpAsyncNode* n) override {
@@ -110,8 +117,8 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   if (!k.derived.empty()) {
     std::vector<DimParam> dims = f->dims;
     dims.insert(dims.end(), k.derived.begin(), k.derived.end());
-    k.lowered = PrimFunc(std::make_shared<const PrimFuncNode>(f->name, f->params, s, f->loc,
-                                                              /*lowered=*/true, std::move(dims)));
+    k.lowered = PrimFunc(std::make_shared<const PrimFuncNode>(
+        f->name, f->params, s, f->loc, /*lowered=*/true, std::move(dims), f->no_alias));
   }
   verify_lowered(k.lowered, k.launch);
 
@@ -137,6 +144,7 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
     info.symbolic = p.buffer->symbolic();
     auto it = facts.widest.find(p.buffer->data.get());
     info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
+    info.written = facts.written.count(p.buffer->data.get()) > 0;
     k.params.push_back(info);
   }
   k.dims = f->dims;

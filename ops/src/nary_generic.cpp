@@ -52,6 +52,7 @@ PrimFunc build_nary_generic(const GenericSpec& s) {
     // An input read in the output's order has the output's extent n (one
     // T::dim: the launch checks that they agree, and the kernel knows it);
     // any other input has an extent of its own.
+    if (s.no_alias) T::no_alias();
     Var n = T::dim("n");
     std::vector<TileBuffer> in;
     for (std::size_t i = 0; i < ni; ++i) {

@@ -103,6 +103,10 @@ struct GenericSpec {
   // element instead of the op's math (fp8 gelu: ~24 instructions per byte
   // moved, far past the copy limit's budget).
   bool lookup_table = false;
+  // The buffers do not overlap (T::no_alias): what Elementwise launches
+  // unless the output overlaps an input (in place), which takes the kernel
+  // built without it.
+  bool no_alias = false;
 };
 
 PrimFunc build_nary_generic(const GenericSpec& s);

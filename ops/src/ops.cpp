@@ -593,18 +593,22 @@ Tensor gather_contiguous(const Tensor& t) {
   return true;
 }();
 
+// The kernel of an op on these shapes. A shape-generic one assumes that
+// its output overlaps no input (T::no_alias) unless `in_place`.
 Kernel get_kernel(const OpInfo& op, DType dtype,
                   const std::vector<std::vector<std::int64_t>>& shapes,
                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
-                  Device device, Plan* out_plan, std::string* out_spec) {
+                  Device device, Plan* out_plan, std::string* out_spec, bool in_place = false) {
   Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
+  p.generic.no_alias = !in_place;
   if (out_plan) *out_plan = p;
   bool approx = approx_math_for(op, dtype, p.out_dtype);
   if (cfg.exact_shape)
     return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device), [&] {
       return compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
     });
-  const std::string spec = generic_spec_of(op.name, dtype, dtypes, params, cfg, p.class_key);
+  const std::string spec = generic_spec_of(op.name, dtype, dtypes, params, cfg, p.class_key) +
+                           (in_place ? "|in-place" : "");
   if (out_spec) *out_spec = spec;
   return cached(spec + "|" + device.str(), [&] {
     auto build = [g = p.generic, device, approx] {
@@ -770,6 +774,8 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
   if (!cfg_.exact_shape) scalars_ = p.scalars;
   lookup_ = !cfg_.exact_shape && p.generic.lookup_table;
   if (lookup_) table_once_ = std::make_shared<std::once_flag>();
+  in_place_once_ = std::make_shared<std::once_flag>();
+  in_place_ = std::make_shared<Kernel>();
 }
 
 Tensor Elementwise::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
@@ -840,7 +846,25 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
                    [&] { table_ = lookup_table_for(lookup(op_), dtype_, params_, device_); });
     args[n++] = table_;
   }
+  // In place (the output shares bytes with an input): the kernel built
+  // without T::no_alias.
+  bool overlap = false;
+  auto lo = [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.data_ptr()); };
+  auto hi = [&](const Tensor& t) {
+    return lo(t) + static_cast<std::uintptr_t>(t.numel() * t.dtype().bytes());
+  };
+  for (const Tensor& t : inputs) overlap = overlap || (lo(t) < hi(out) && lo(out) < hi(t));
+  if (overlap && !cfg_.exact_shape) return in_place_kernel().launch(args.data(), n);
   kernel_.launch(args.data(), n);
+}
+
+const Kernel& Elementwise::in_place_kernel() const {
+  std::call_once(*in_place_once_, [&] {
+    const OpInfo& info = lookup(op_);
+    *in_place_ = get_kernel(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()),
+                            params_, cfg_, device_, nullptr, nullptr, /*in_place=*/true);
+  });
+  return *in_place_;
 }
 
 void Elementwise::launch_views(const std::vector<Tensor>& inputs, Tensor& out) const {

@@ -461,6 +461,25 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
     ptrs[i] = t.data_ptr();
     elems[i] = t.numel();
   }
+  // T::no_alias: no two buffers share bytes where the kernel writes one.
+  if (s.info.source->no_alias) {
+    auto range = [&](std::size_t i) {
+      const Tensor& t = *args[i].tensor();
+      auto lo = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+      return std::pair{lo, lo + static_cast<std::uintptr_t>(t.numel() * t.dtype().bytes())};
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      if (params[i].is_scalar) continue;
+      for (std::size_t j = i + 1; j < n; ++j) {
+        if (params[j].is_scalar || !(params[i].written || params[j].written)) continue;
+        auto [a0, a1] = range(i);
+        auto [b0, b1] = range(j);
+        if (a0 < b1 && b0 < a1)
+          bad(j, "overlaps " + params[i].name + " (argument " + std::to_string(i) +
+                     ") in memory, but the kernel assumes its buffers do not (T::no_alias)");
+      }
+    }
+  }
   // The facts each T::dim was compiled with.
   for (std::size_t d = 0; d < dims.size(); ++d) {
     const DimParam& dp = dims[d];

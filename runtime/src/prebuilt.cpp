@@ -16,7 +16,7 @@ namespace tx::runtime {
 
 namespace {
 
-constexpr const char* kMagic = "tx-launch 1";
+constexpr const char* kMagic = "tx-launch 2";
 
 // ------------------------------------------------------------ expressions
 
@@ -161,6 +161,7 @@ std::optional<std::string> describe_launch(const lowering::LoweredKernel& k,
   os << "name " << kernel_name << "\n";
   os << "loc " << k.source->loc.line << " " << k.source->loc.file << "\n";
   os << "block " << k.launch.block << "\n";
+  if (k.source->no_alias) os << "noalias\n";
   os << "shared " << k.shared_bytes << "\n";
   os << "grid " << k.launch.grid[0] << " " << k.launch.grid[1] << " " << k.launch.grid[2] << " "
      << (k.launch.symbolic_grid ? 1 : 0) << "\n";
@@ -178,7 +179,7 @@ std::optional<std::string> describe_launch(const lowering::LoweredKernel& k,
       continue;
     }
     os << "buffer " << p.name << " " << p.dtype.name() << " " << p.elems << " " << p.align_bytes
-       << " " << (p.symbolic ? 1 : 0);
+       << " " << (p.written ? 1 : 0) << " " << (p.symbolic ? 1 : 0);
     if (p.symbolic) {
       os << " " << p.dims.size();
       for (const Expr& d : p.dims) {
@@ -223,7 +224,7 @@ LaunchDescription parse_launch(const std::string& text) {
   std::vector<std::pair<std::size_t, std::string>> grid_text;
   std::vector<std::pair<std::size_t, std::vector<std::string>>> dims_text;  // param, extents
   std::vector<std::tuple<Var, bool, std::string>> derived_text;
-  bool ended = false;
+  bool ended = false, no_alias = false;
   while (std::getline(lines, line)) {
     std::istringstream in(line);
     std::string what;
@@ -240,6 +241,8 @@ LaunchDescription parse_launch(const std::string& text) {
       kernel_loc = loc_of(l, rest_of(in));
     } else if (what == "block") {
       in >> k.launch.block;
+    } else if (what == "noalias") {
+      no_alias = true;
     } else if (what == "shared") {
       in >> k.shared_bytes;
     } else if (what == "grid") {
@@ -269,9 +272,10 @@ LaunchDescription parse_launch(const std::string& text) {
     } else if (what == "buffer") {
       lowering::KernelParamInfo p;
       std::string dt;
-      int symbolic = 0;
+      int written = 0, symbolic = 0;
       std::size_t rank = 0;
-      in >> p.name >> dt >> p.elems >> p.align_bytes >> symbolic >> rank;
+      in >> p.name >> dt >> p.elems >> p.align_bytes >> written >> symbolic >> rank;
+      p.written = written != 0;
       p.dtype = dtype_from_string(dt);
       p.symbolic = symbolic != 0;
       std::vector<std::string> extents(rank);
@@ -323,8 +327,9 @@ LaunchDescription parse_launch(const std::string& text) {
     dp.of = ExprParser{t, 0, vars}.parse();
     k.derived.push_back(dp);
   }
-  k.source = PrimFunc(std::make_shared<const PrimFuncNode>(
-      d.kernel_name, params, make_seq({}, kernel_loc), kernel_loc, /*lowered=*/false, k.dims));
+  k.source = PrimFunc(std::make_shared<const PrimFuncNode>(d.kernel_name, params,
+                                                           make_seq({}, kernel_loc), kernel_loc,
+                                                           /*lowered=*/false, k.dims, no_alias));
   return d;
 }
 

@@ -923,14 +923,18 @@ class PrimFuncNode {
   const SourceLoc loc;
   const bool lowered;  // true once tile calls are expanded
   const std::vector<DimParam> dims;
+  // T::no_alias: the buffers passed do not overlap in memory (CUDA's
+  // __restrict__; the launch checks it).
+  const bool no_alias;
   PrimFuncNode(std::string n, std::vector<Param> p, Stmt b, SourceLoc l, bool low,
-               std::vector<DimParam> d = {})
+               std::vector<DimParam> d = {}, bool noalias = false)
       : name(std::move(n)),
         params(std::move(p)),
         body(std::move(b)),
         loc(l),
         lowered(low),
-        dims(std::move(d)) {}
+        dims(std::move(d)),
+        no_alias(noalias) {}
 };
 
 class PrimFunc {

@@ -9,11 +9,12 @@
 // and a host launch build the kernel then).
 //
 // The description is text, one line per item:
-//   tx-launch 1
+//   tx-launch 2
 //   name <kernel>                    loc <line> <file>
-//   block <threads>                  shared <bytes>
+//   block <threads>                  shared <bytes>         noalias (T::no_alias)
 //   grid <x> <y> <z> <symbolic 0|1>  gridexpr <axis> <expr>
-//   buffer <name> <dtype> <elems> <align> <symbolic 0|1> <rank> <extent>... [<bound>...]
+//   buffer <name> <dtype> <elems> <align> <written 0|1> <symbolic 0|1> <rank> <extent>...
+//          [<bound>...]
 //   scalar <name> <dtype> <min> <max> <multiple_of>
 //   dim <name> <min> <max> <multiple_of> <line> <file>
 //   derived <name> div_magic|div_shift <expr>
