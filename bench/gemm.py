@@ -132,16 +132,18 @@ def main():
         md.write("GPU: %s, torch %s, triton %s\n\n"
                  % (torch.cuda.get_device_name(), torch.__version__, triton.__version__))
         md.write("| (M, N, K) | dtype | tx TFLOP/s (tiling) | cuBLAS TFLOP/s | Triton TFLOP/s "
-                 "| tx / cuBLAS | tx / Triton | tx::ops::matmul TFLOP/s (its choice) |\n"
-                 "|---|---|---|---|---|---|---|---|\n")
+                 "| tx / cuBLAS | tx / Triton | tx::ops::matmul TFLOP/s (its choice) "
+                 "| tx::ops::matmul back to back |\n"
+                 "|---|---|---|---|---|---|---|---|---|\n")
         for r in rows:
             m, n, k = r["shape"]
             tx_t = r["tx_tflops"] if r["tx_ms"] > 0 else float("nan")
             cb, tr = r.get("cublas_tflops", float("nan")), r.get("triton_tflops", float("nan"))
             ops_t = 2.0 * m * n * k / (r["ops_matmul_ms"] * 1e-3) / 1e12
-            md.write("| %s | %s | %.1f (%s) | %.1f | %.1f | %.3f | %.3f | %.1f (%s) |\n"
+            b2b_t = 2.0 * m * n * k / (r["ops_matmul_b2b_ms"] * 1e-3) / 1e12
+            md.write("| %s | %s | %.1f (%s) | %.1f | %.1f | %.3f | %.3f | %.1f (%s) | %.1f |\n"
                      % (tuple(r["shape"]), r["dtype"], tx_t, r["tiling"], cb, tr, tx_t / cb,
-                        tx_t / tr, ops_t, r["ops_matmul_plan"]))
+                        tx_t / tr, ops_t, r["ops_matmul_plan"], b2b_t))
         md.write("\n")
         if TX_MM is None:
             md.write("No alternating table: tx_torch did not load (%s).\n" % TX_MM_WHY)

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <numeric>
+#include <unordered_map>
 
 #include "autotune_file.hpp"
 #include "special_ops.hpp"
@@ -303,16 +305,22 @@ Kernel tensor_core_for(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
 // rate of every SM instead of a few). The most parts, of 2, 4 or 8, that
 // keep at most one round of the persistent Hopper kernel's CTAs (two CTAs
 // per SM for the warp-MMA kernel), at least 4 k tiles per part, and a
-// workspace under 2^31 elements; 1 (no split) for M >= 256 or when the
-// tiles already fill the SMs.
-std::int64_t splits_for(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K) {
+// workspace whose round trip (written, then read: 8 s M N bytes) is at most
+// an eighth of B's bytes: on an H100 (2026-11-27) 16 x 4096 x 4096 f16 went
+// from 21.6 to 24.6 TFLOP/s with 4 parts (1 MB of workspace), while
+// 128 x 4096 x 4096 lost 8-14% (8 MB against B's 32). 1 (no split) for
+// M >= 256 or when the tiles already fill the SMs.
+std::int64_t splits_for(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K,
+                        DType t) {
   const std::int64_t sms = runtime::current_device().sm_count;
   const std::int64_t ctas = (M / c.bm) * (N / c.bn), KT = K / c.bk;
   if (M >= 256 || ctas >= sms) return 1;
   const std::int64_t most = c.wgmma ? sms : 2 * sms;
   std::int64_t best = 1;
   for (std::int64_t s : {2, 4, 8})
-    if (KT % s == 0 && KT / s >= 4 && ctas * s <= most && s * M * N < 2147483647) best = s;
+    if (KT % s == 0 && KT / s >= 4 && ctas * s <= most && s * M * N < 2147483647 &&
+        64 * s * M <= K * t.bytes())
+      best = s;
   return best;
 }
 
@@ -482,8 +490,82 @@ std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt) {
   std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, a.device());
   if (!no.empty()) return "SIMT (" + no + ")";
   const MatmulTiling& c = choose(o.M, o.N, o.K, o.t, a.device(), opt.tune);
-  return "tensor cores " + c.str() + split_str(splits_for(c, o.M, o.N, o.K));
+  return "tensor cores " + c.str() + split_str(splits_for(c, o.M, o.N, o.K, o.t));
 }
+
+namespace {
+
+// What a call resolves to, remembered per (shape, dtype, device, tune): the
+// kernel, split-K's parts and sum, or the SIMT kernel. A repeated call then
+// costs a lookup, the output's allocation and the launches -- no tiling
+// choice, no cache keys built: at 16 x 4096 x 4096 (21 us on an H100) the
+// library's own host time is a visible part of a call.
+struct MatmulCall {
+  Kernel kernel;  // tensor-core or SIMT
+  Kernel reduce;  // split-K's sum (splits > 1)
+  std::int64_t splits = 1;
+};
+struct MatmulCallKey {
+  std::int64_t m, n, k;
+  std::uint64_t dtype_bits;
+  int device;  // index, -1 for the host
+  bool tune;
+  bool operator==(const MatmulCallKey& o) const {
+    return m == o.m && n == o.n && k == o.k && dtype_bits == o.dtype_bits && device == o.device &&
+           tune == o.tune;
+  }
+};
+struct MatmulCallHash {
+  std::size_t operator()(const MatmulCallKey& c) const noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (std::uint64_t v :
+         {static_cast<std::uint64_t>(c.m), static_cast<std::uint64_t>(c.n),
+          static_cast<std::uint64_t>(c.k), c.dtype_bits, static_cast<std::uint64_t>(c.device + 1),
+          static_cast<std::uint64_t>(c.tune)})
+      h = (h ^ v) * 0x100000001b3ull;
+    return static_cast<std::size_t>(h);
+  }
+};
+
+std::shared_ptr<const MatmulCall> resolve_call(const Operands& o, const Device& d, bool tune,
+                                               SourceLoc loc) {
+  static std::mutex mu;
+  static auto* calls =
+      new std::unordered_map<MatmulCallKey, std::shared_ptr<const MatmulCall>, MatmulCallHash>();
+  const MatmulCallKey key{.m = o.M,
+                          .n = o.N,
+                          .k = o.K,
+                          .dtype_bits = static_cast<std::uint64_t>(o.t.code) << 8 | o.t.bits,
+                          .device = d.is_cuda() ? d.index : -1,
+                          .tune = tune};
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = calls->find(key); it != calls->end()) return it->second;
+  }
+  auto call = std::make_shared<MatmulCall>();
+  std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, d);
+  if (no.empty()) {
+    const MatmulTiling& tiling = choose(o.M, o.N, o.K, o.t, d, tune);
+    call->splits = splits_for(tiling, o.M, o.N, o.K, o.t);
+    call->kernel = tensor_core_for(o.M, o.N, o.K, o.t, tiling, d, call->splits);
+    if (call->splits > 1) call->reduce = splitk_reduce_for(o.M, o.N, call->splits, o.out_t, d);
+  } else {
+    if (d.is_cuda())
+      warn("tx.ops.matmul at " + std::string(loc.file_name()) + ":" + std::to_string(loc.line()) +
+           ": no tensor-core kernel (" + no + "); using the SIMT kernel");
+    char k[160];
+    std::snprintf(k, sizeof k, "matmul_simt|%s|%lldx%lldx%lld|%s", o.t.name().c_str(),
+                  static_cast<long long>(o.M), static_cast<long long>(o.N),
+                  static_cast<long long>(o.K), d.str().c_str());
+    call->kernel = detail::special_cached(
+        k, [&] { return compile(simt_kernel(o.M, o.N, o.K, o.t, o.out_t), {.device = d}); });
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (calls->size() >= 4096) calls->clear();  // forgotten at once, rebuilt on use
+  return calls->emplace(key, std::move(call)).first->second;
+}
+
+}  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, SourceLoc loc) {
   Operands o = check(a, b, loc);
@@ -494,31 +576,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, SourceLoc loc
     c.fill_bits(0);
     return c;
   }
-  std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, d);
-  Kernel k;
-  if (no.empty()) {
-    const MatmulTiling& tiling = choose(o.M, o.N, o.K, o.t, d, opt.tune);
-    const std::int64_t splits = splits_for(tiling, o.M, o.N, o.K);
-    k = tensor_core_for(o.M, o.N, o.K, o.t, tiling, d, splits);
-    if (splits > 1) {
-      Tensor w = Tensor::empty({splits * o.M, o.N}, f32, d);
-      k(a, b, w);
-      Tensor flat_w = w.reshape({splits * o.M * o.N}), flat_c = c.reshape({o.M * o.N});
-      splitk_reduce_for(o.M, o.N, splits, o.out_t, d)(flat_w, flat_c);
-      return c;
-    }
-  } else {
-    if (d.is_cuda())
-      warn("tx.ops.matmul at " + std::string(loc.file_name()) + ":" + std::to_string(loc.line()) +
-           ": no tensor-core kernel (" + no + "); using the SIMT kernel");
-    char key[160];
-    std::snprintf(key, sizeof key, "matmul_simt|%s|%lldx%lldx%lld|%s", o.t.name().c_str(),
-                  static_cast<long long>(o.M), static_cast<long long>(o.N),
-                  static_cast<long long>(o.K), d.str().c_str());
-    k = detail::special_cached(
-        key, [&] { return compile(simt_kernel(o.M, o.N, o.K, o.t, o.out_t), {.device = d}); });
+  std::shared_ptr<const MatmulCall> call = resolve_call(o, d, opt.tune, loc);
+  if (call->splits > 1) {
+    Tensor w = Tensor::empty({call->splits * o.M, o.N}, f32, d);
+    call->kernel(a, b, w);
+    call->reduce(w.reshape({call->splits * o.M * o.N}), c.reshape({o.M * o.N}));
+    return c;
   }
-  k(a, b, c);
+  call->kernel(a, b, c);
   return c;
 }
 
