@@ -774,8 +774,7 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
   if (!cfg_.exact_shape) scalars_ = p.scalars;
   lookup_ = !cfg_.exact_shape && p.generic.lookup_table;
   if (lookup_) table_once_ = std::make_shared<std::once_flag>();
-  in_place_once_ = std::make_shared<std::once_flag>();
-  in_place_ = std::make_shared<Kernel>();
+  in_place_ = std::make_shared<InPlace>();
 }
 
 Tensor Elementwise::operator()(const std::vector<Tensor>& inputs, Loc loc) const {
@@ -859,12 +858,14 @@ void Elementwise::launch(const std::vector<Tensor>& inputs, Tensor& out) const {
 }
 
 const Kernel& Elementwise::in_place_kernel() const {
-  std::call_once(*in_place_once_, [&] {
+  std::lock_guard<std::mutex> lock(in_place_->mu);
+  if (!in_place_->kernel) {
     const OpInfo& info = lookup(op_);
-    *in_place_ = get_kernel(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()),
-                            params_, cfg_, device_, nullptr, nullptr, /*in_place=*/true);
-  });
-  return *in_place_;
+    in_place_->kernel =
+        get_kernel(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()),
+                   params_, cfg_, device_, nullptr, nullptr, /*in_place=*/true);
+  }
+  return *in_place_->kernel;
 }
 
 void Elementwise::launch_views(const std::vector<Tensor>& inputs, Tensor& out) const {

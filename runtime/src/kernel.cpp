@@ -48,7 +48,7 @@ struct Kernel::State {
   bool prebuilt = false;
   std::vector<char> cubin;
   std::function<Kernel()> build;
-  mutable std::once_flag built_once;
+  mutable std::mutex built_mu;  // a mutex, not std::call_once: `build` may throw a tx error
   mutable std::shared_ptr<State> full;
 };
 
@@ -151,14 +151,15 @@ const Kernel::State& state_of(const std::shared_ptr<Kernel::State>& st, const ch
 const Kernel::State& Kernel::full_state(const char* method) const {
   const State& s = state_of(state_, method);
   if (!s.prebuilt) return s;
-  std::call_once(s.built_once, [&] {
+  std::lock_guard<std::mutex> lock(s.built_mu);
+  if (!s.full) {
     Kernel k = s.build();
     if (!k.state_ || k.state_->prebuilt || k.state_->kernel_name != s.kernel_name)
       fail("tx.prebuilt", s.kernel_name, {},
            "the kernel built for it is " +
                (k.state_ ? "'" + k.state_->kernel_name + "'" : std::string("empty")));
     s.full = k.state_;
-  });
+  }
   return *s.full;
 }
 

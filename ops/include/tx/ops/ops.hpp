@@ -122,8 +122,11 @@ class Elementwise {
   // The kernel for calls whose output overlaps an input (built on first need):
   // kernel_ assumes no overlap (T::no_alias).
   const Kernel& in_place_kernel() const;
-  std::shared_ptr<std::once_flag> in_place_once_;
-  std::shared_ptr<Kernel> in_place_;
+  struct InPlace {
+    std::mutex mu;
+    std::optional<Kernel> kernel;
+  };
+  std::shared_ptr<InPlace> in_place_;
   // The shape-generic fp8 kernels of unary ops look results up in a table
   // of the op on every 8-bit input, made at the first launch (building an
   // Elementwise runs nothing).
