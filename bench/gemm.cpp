@@ -4,6 +4,9 @@
 // Triton kernel on the same shapes and writes the report (bench/run_gemm.sh
 // runs both).
 //
+// On sm_90 it ends with fp8 (e4m3) rows: ops::matmul's wgmma kernel with B
+// stored (N, K), the operand layout torch._scaled_mm takes.
+//
 //   bench_gemm --out tx.json
 //   TX_GEMM_QUICK=1 bench_gemm   (bf16 4096^3 only: for tuning runs; =8192: 8192^3)
 //   TX_GEMM_ONLY="128x256x32 w64x64 s3" bench_gemm   (one tiling: for profiling)
@@ -108,12 +111,12 @@ int main(int argc, char** argv) {
         if (s.m % cfg.bm || s.n % cfg.bn || s.k % cfg.bk) continue;
         try_tiling(name, gemm(s.m, s.n, s.k, t, cfg));
       }
-      const runtime::DeviceInfo& dev = runtime::device_info(0);
+      const runtime::DeviceInfo& dev0 = runtime::device_info(0);
       for (const auto& [name, cfg0] : hopper_configs()) {
-        if (dev.cc_major != 9) break;
+        if (dev0.cc_major != 9) break;
         if (only && name != only) continue;
         HopperGemmConfig cfg = cfg0;
-        cfg.ctas = dev.sm_count;
+        cfg.ctas = dev0.sm_count;
         if (s.m % cfg.bm || s.n % cfg.bn || s.k % cfg.bk) continue;
         try_tiling(name, gemm_hopper(s.m, s.n, s.k, t, cfg));
       }
@@ -169,6 +172,76 @@ int main(int argc, char** argv) {
          << "\"}";
       first = false;
     }
+  // fp8 (e4m3) on sm_90: ops::matmul's wgmma kernel over its fp8 tilings,
+  // with B stored (N, K) -- the layout torch._scaled_mm takes, passed as that
+  // tensor's transpose -- and f32 out; tx::ops::matmul on the same operands.
+  const runtime::DeviceInfo& dev = runtime::device_info(0);
+  const std::vector<GemmShape> fp8_shapes = {
+      {4096, 4096, 4096}, {8192, 8192, 8192}, {4096, 11008, 4096}};
+  for (const GemmShape& s : fp8_shapes) {
+    if (dev.cc_major != 9 || quick) break;
+    const DType t = f8e4m3;
+    char label[96];
+    std::snprintf(label, sizeof label, "(%lld, %lld, %lld)", static_cast<long long>(s.m),
+                  static_cast<long long>(s.n), static_cast<long long>(s.k));
+    Tensor A = bench::random_tensor({s.m, s.k}, t), Bnk = bench::random_tensor({s.n, s.k}, t);
+    Tensor C = Tensor::empty({s.m, s.n}, f32, Device::cuda());
+    Tensor Cbest = Tensor::empty({s.m, s.n}, f32, Device::cuda());
+    double ms = -1;
+    std::string best;
+    for (const ops::MatmulTiling& c : ops::matmul_tilings()) {
+      if (!c.wgmma || c.bk != 128 || s.m % c.bm || s.n % c.bn || s.k % c.bk) continue;
+      Kernel k = compile(ops::detail::matmul_kernel(s.m, s.n, s.k, t, c, 1, dev.sm_count, true),
+                         {.device = Device::cuda()});
+      const double one = bench::time_ms([&] { k(A, Bnk, C); }, 10, 50);
+      std::printf("  %-20s %-5s %-22s %8.3f ms\n", label, t.short_name().c_str(), c.str().c_str(),
+                  one);
+      if (ms < 0 || one < ms) {
+        ms = one;
+        best = c.str();
+        k(A, Bnk, Cbest);
+      }
+    }
+    // 64 entries against float64; f32 out: f32 accumulation and one f32 rounding.
+    std::vector<double> a = A.to_doubles(), bt = Bnk.to_doubles(), c = Cbest.to_doubles();
+    double err = 0;
+    std::uint64_t r = 12345;
+    for (int q = 0; q < 64; ++q) {
+      r = r * 6364136223846793005ull + 1442695040888963407ull;
+      std::int64_t i = static_cast<std::int64_t>((r >> 33) % static_cast<std::uint64_t>(s.m));
+      std::int64_t j = static_cast<std::int64_t>((r >> 13) % static_cast<std::uint64_t>(s.n));
+      double want = 0, mag = 0;
+      for (std::int64_t p = 0; p < s.k; ++p) {
+        const double x =
+            a[static_cast<std::size_t>(i * s.k + p)] * bt[static_cast<std::size_t>(j * s.k + p)];
+        want += x;
+        mag += std::fabs(x);
+      }
+      double tol = static_cast<double>(s.k) * 0x1p-23 * mag + 0x1p-24 * std::fabs(want) + 1e-6;
+      err = std::max(err, std::fabs(c[static_cast<std::size_t>(i * s.n + j)] - want) / tol);
+    }
+    if (!(err <= 1.0)) ++bad;
+    const double tflops = 2.0 * s.m * s.n * s.k / (ms * 1e-3) / 1e12;
+    std::printf("gemm %-20s %-5s tx %8.3f ms %7.1f TFLOP/s  [%s]  check %.3f\n", label,
+                t.short_name().c_str(), ms, tflops, best.c_str(), err);
+    const Tensor B = Bnk.transpose(0, 1);  // (K, N), as torch's b.t()
+    const std::string plan = ops::matmul_plan(A, B);
+    const double ops_ms = bench::time_ms([&] { ops::matmul(A, B); }, 10, 50);
+    const double ops_b2b_ms = bench::time_ms(
+                                  [&] {
+                                    for (int q = 0; q < 10; ++q) ops::matmul(A, B);
+                                  },
+                                  2, 15) /
+                              10;
+    std::printf("     %-20s %-5s tx::ops::matmul %8.3f ms (back to back %8.3f ms)  [%s]\n", label,
+                t.short_name().c_str(), ops_ms, ops_b2b_ms, plan.c_str());
+    js << (first ? "" : ",\n") << "  {\"shape\": [" << s.m << ", " << s.n << ", " << s.k
+       << "], \"dtype\": \"" << t.name() << "\", \"b_layout\": \"nk\", \"tx_ms\": " << ms
+       << ", \"tx_tflops\": " << tflops << ", \"tiling\": \"" << best << "\", \"check\": " << err
+       << ", \"note\": \"\", \"ops_matmul_ms\": " << ops_ms
+       << ", \"ops_matmul_b2b_ms\": " << ops_b2b_ms << ", \"ops_matmul_plan\": \"" << plan << "\"}";
+    first = false;
+  }
   js << "\n]\n";
   return bad ? 1 : 0;
 }

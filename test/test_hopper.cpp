@@ -10,6 +10,8 @@
 #include "hopper_cases.hpp"
 #include "test_support.hpp"
 #include "tx/lowering/codegen_cuda.hpp"
+#include "tx/ops/matmul.hpp"
+#include "tx/runtime/nvrtc.hpp"
 #include "tx/tx.hpp"
 
 #define TX_SAMPLE_NO_MAIN
@@ -481,4 +483,98 @@ TEST_CASE("fibers: a deadlock and misused mbarriers are tx errors naming the lin
       compile(tx::test::pipeline_phases(3), {.device = Device::host(), .checked = true})(
           Tensor::empty({1, 3, 2, 128}, i32, Device::host())),
       doctest::Contains("checked mode"), Error);
+}
+
+TEST_CASE("ops::matmul's wgmma kernel with B as (N, K): K-major tiles, fp8, a cubin, the host") {
+  auto tiling = [](const std::string& name) {
+    for (const ops::MatmulTiling& t : ops::matmul_tilings())
+      if (t.str() == name) return t;
+    FAIL("no tiling " << name);
+    return ops::matmul_tilings().front();
+  };
+  const ops::MatmulTiling fp8_tile = tiling("wgmma 128x256x128 s4");
+  const ops::MatmulTiling half_tile = tiling("wgmma 128x256x64 s4");
+  // On sm_90: both operands K-major (128-byte swizzle, LBO unused, SBO = 8
+  // rows of 128 bytes), the fp8 instruction, and PTX that ptxas accepts.
+  for (auto [t, tile, instr] : {std::tuple{f8e4m3, fp8_tile, "m64n256k32.f32.e4m3.e4m3"},
+                                std::tuple{f8e5m2, fp8_tile, "m64n256k32.f32.e5m2.e5m2"},
+                                std::tuple{bf16, half_tile, "m64n256k16.f32.bf16.bf16"}}) {
+    CAPTURE(t.name());
+    lowering::LoweredKernel k =
+        lower90(ops::detail::matmul_kernel(256, 512, 512, t, tile, 1, 4, /*b_nk=*/true));
+    CHECK(variant_of(k, "gemm") == "gemm/wgmma");
+    CHECK(variant_of(k, "copy_async") == "copy_async/tma");
+    const std::string ir = to_string(k.lowered);
+    CHECK(ir.find(std::string("T.ptx.wgmma.") + instr + "(") != std::string::npos);
+    CHECK(ir.find("mn_major=True") == std::string::npos);
+    CHECK(ir.find("B K-major, transpose_b") != std::string::npos);
+    const std::string cuda = lowering::codegen_cuda(k, {"matmul_nt", false});
+    auto out = runtime::nvrtc_compile(cuda, "matmul_nt.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+    REQUIRE(out.cubin.size() > 4);
+    CHECK(std::string(out.cubin.data() + 1, 3) == "ELF");
+  }
+  // fp8 with B as (K, N) is MN-major, which the instruction cannot read: the
+  // wgmma variant says why (forced onto it).
+  auto fp8_mn = T::prim_func("fp8_mn", [&](Handle d_ptr) {
+    auto D = T::match_buffer(d_ptr, {64, 64}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto As = T::alloc_buffer({64, 128}, f8e4m3, scope::shared,
+                              layouts::swizzled_tiles({64, 128}, f8e4m3));
+    auto Bs = T::alloc_buffer({128, 64}, f8e4m3, scope::shared,
+                              layouts::swizzled_tiles({128, 64}, f8e4m3));
+    auto acc = T::alloc_buffer({64, 64}, f32, scope::local, frag::wgmma_c(64, 64));
+    Tx::warpgroup::gemm(acc, As, Bs, {.variant = "wgmma"});
+    Tx::warpgroup::copy(D.all(), acc);
+  });
+  CHECK_THROWS_WITH_AS(lower90(fp8_mn), doctest::Contains("fp8 wgmma reads K-major operands only"),
+                       Error);
+  // transpose_b on mma.sync is refused with what to do instead.
+  auto warp_bt = T::prim_func("warp_bt", [&](Handle d_ptr) {
+    auto D = T::match_buffer(d_ptr, {16, 8}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({32});
+    auto Af = T::alloc_buffer({16, 16}, bf16, scope::local, frag::mma_a(16, 16, bf16));
+    auto Bf = T::alloc_buffer({8, 16}, bf16, scope::local);
+    auto acc = T::alloc_buffer({16, 8}, f32, scope::local, frag::mma_c(16, 8));
+    Tx::warp::gemm(acc, Af, Bf, {.variant = "mma_sync", .transpose_b = true});
+    (void)D;
+  });
+  CHECK_THROWS_WITH_AS(lower90(warp_bt), doctest::Contains("transpose_b: mma.sync reads B"), Error);
+  // transpose_b belongs to gemm.
+  CHECK_THROWS_WITH_AS(T::prim_func("bt_copy",
+                                    [&](Handle g_ptr) {
+                                      auto G = T::match_buffer(g_ptr, {64}, f32);
+                                      T::device_entry();
+                                      T::thread_id({32});
+                                      auto S = T::alloc_buffer({64}, f32, scope::shared);
+                                      Tx::warp::copy(S.all(), G.all(), {.transpose_b = true});
+                                    }),
+                       doctest::Contains("transpose_b= (B given as (N, K)) applies to gemm"),
+                       Error);
+
+  // On the host (fibers, gemm/fallback with B read transposed) against float64.
+  if (!host_jit("the wgmma kernel with B as (N, K) on the host")) return;
+  const std::int64_t M = 128, N = 256, K = 384;
+  for (auto [t, tile] :
+       {std::pair{f8e4m3, fp8_tile}, std::pair{f8e5m2, fp8_tile}, std::pair{bf16, half_tile}}) {
+    CAPTURE(t.name());
+    Kernel k = compile(ops::detail::matmul_kernel(M, N, K, t, tile, 1, 2, true),
+                       {.device = Device::host()});
+    auto a = tx::test::random_values(static_cast<std::size_t>(M * K), t, -2, 2);
+    auto bt = tx::test::random_values(static_cast<std::size_t>(N * K), t, -2, 2);
+    std::vector<double> b(bt.size());
+    for (std::int64_t j = 0; j < N; ++j)
+      for (std::int64_t p = 0; p < K; ++p)
+        b[static_cast<std::size_t>(p * N + j)] = bt[static_cast<std::size_t>(j * K + p)];
+    const DType out_t = t.is_fp8() ? f32 : t;
+    Tensor A = Tensor::from_doubles(a, {M, K}, t, Device::host());
+    Tensor Bt = Tensor::from_doubles(bt, {N, K}, t, Device::host());
+    Tensor C = Tensor::empty({M, N}, out_t, Device::host());
+    C.fill_bits(tx::test::poison_bits(out_t));
+    k(A, Bt, C);
+    CHECK(tx::test::gemm_error(a, b, C.to_doubles(), M, N, K, t == bf16 ? 0x1p-8 : 0x1p-24) <= 1.0);
+  }
 }

@@ -773,6 +773,8 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
   if (attrs.partial && op != "copy" && op != "copy_async")
     fail(qn, "", loc,
          "partial= (tiles reaching past a tensor's end) applies to copy and copy_async");
+  if (attrs.transpose_b && op != "gemm")
+    fail(qn, "", loc, "transpose_b= (B given as (N, K)) applies to gemm");
   for (const TileArg& a : args) {
     if (auto* r = std::get_if<BufferRegion>(&a)) {
       if (!r->buffer) fail(qn, "", loc, "undefined buffer operand");

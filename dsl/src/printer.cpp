@@ -182,6 +182,7 @@ class Printer : public IRVisitor {
     }
     if (a.barrier.defined()) s += ", barrier=" + expr(a.barrier);
     if (a.pending != 0) s += ", pending=" + std::to_string(a.pending);
+    if (a.transpose_b) s += ", transpose_b=True";
     if (a.partial) s += ", partial=True";
     if (!a.variant.empty()) s += ", variant=\"" + a.variant + "\"";
     return s + ")";

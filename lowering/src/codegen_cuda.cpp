@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -570,12 +572,15 @@ class CudaEmitter : public IRVisitor {
   }
 
   // ------------------------------------------------------------ exprs
+  // An expression's text: what visiting it appends to eo_, taken back off.
+  // (A stream per call cost a locale's facet lookups each time: 12 million
+  // of them printing the spilled parts of y = y * y chains, which took 30 s.)
   std::string e(const Expr& x) {
-    std::ostringstream save;
-    std::swap(save, eo_);
+    const std::size_t start = eo_.text.size();
     IRVisitor::visit(x);
-    std::swap(save, eo_);
-    return save.str();
+    std::string s = eo_.text.substr(start);
+    eo_.text.resize(start);
+    return s;
   }
   // Operand of an operator: atoms bare, compound expressions in parentheses.
   std::string op(const Expr& x) {
@@ -1016,7 +1021,25 @@ class CudaEmitter : public IRVisitor {
 
   const LoweredKernel& k_;
   bool approx_ = false;
-  std::ostringstream out_, eo_;
+  // Where expressions are printed: a string with the few insertions they use.
+  struct ExprText {
+    std::string text;
+    ExprText& operator<<(std::string_view v) {
+      text.append(v);
+      return *this;
+    }
+    ExprText& operator<<(char c) {
+      text.push_back(c);
+      return *this;
+    }
+    template <typename I>
+    requires std::is_integral_v<I> ExprText& operator<<(I v) {
+      text.append(std::to_string(v));
+      return *this;
+    }
+  };
+  std::ostringstream out_;
+  ExprText eo_;
   int indent_ = 0;
   std::unordered_map<const void*, std::string> names_;
   std::unordered_set<std::string> used_;

@@ -121,16 +121,21 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
 // With splits > 1 (split-K) the scheduler's tile rows are (part of K, tile
 // row) pairs and each writes its f32 partial tile to C, a (splits * M, N)
 // workspace that splitk_reduce_kernel sums.
+// b_nk: B arrives as its transpose, an (N, K) row-major tensor (torch's
+// b.t()); its tiles land in shared memory K-major and the MMA reads them
+// with transpose_b -- the only B wgmma takes for fp8.
 PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
-                       const MatmulTiling& c, std::int64_t sms, std::int64_t splits = 1) {
+                       const MatmulTiling& c, std::int64_t sms, std::int64_t splits = 1,
+                       bool b_nk = false) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
   const std::int64_t consumers = BM / 64, KT = K / BK / splits, TM = M / BM;
-  const DType out_t = splits > 1 ? f32 : t;
+  const DType out_t = splits > 1 || t.is_fp8() ? f32 : t;
   const auto sched = T::tile_scheduler({.tiles_m = TM * splits, .tiles_n = N / BN, .ctas = sms});
-  const std::string name = "matmul_wgmma_" + t.short_name() + (splits > 1 ? "_splitk" : "");
+  const std::string name =
+      "matmul_wgmma_" + t.short_name() + (b_nk ? "_nt" : "") + (splits > 1 ? "_splitk" : "");
   return T::prim_func(name, [&](Handle a, Handle b, Handle cp) {
     auto A = T::match_buffer(a, {M, K}, t);
-    auto B = T::match_buffer(b, {K, N}, t);
+    auto B = b_nk ? T::match_buffer(b, {N, K}, t) : T::match_buffer(b, {K, N}, t);
     auto C = T::match_buffer(cp, {splits * M, N}, out_t);
     T::device_entry();
     auto cta = T::cta_id({sched.ctas()});
@@ -138,8 +143,11 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
     auto tid = T::thread_id_in_wg({128});
     auto As = T::alloc_buffer({STAGES, BM, BK}, t, scope::shared,
                               layouts::swizzled_tiles({STAGES, BM, BK}, t));
-    auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared,
-                              layouts::swizzled_tiles({STAGES, BK, BN}, t));
+    // B's stage tile as B has it: (BK, BN), or (BN, BK) for b_nk.
+    const std::int64_t b_rows = b_nk ? BN : BK, b_cols = b_nk ? BK : BN;
+    auto Bs = T::alloc_buffer({STAGES, b_rows, b_cols}, t, scope::shared,
+                              layouts::swizzled_tiles({STAGES, b_rows, b_cols}, t));
+    auto b_stage = [&](const Expr& s) { return Bs[region(span(s, 1), {0, b_rows}, {0, b_cols})]; };
     auto pipe = T::pipeline(
         {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(consumers)});
     T::if_(wg == 0, [&] {
@@ -154,8 +162,9 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
             Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
                                       A[region(span(bm * BM, BM), span((k0 + kt) * BK, BK))],
                                       {.barrier = pipe.full(it)});
-            Tx::warpgroup::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
-                                      B[region(span((k0 + kt) * BK, BK), span(bn * BN, BN))],
+            Tx::warpgroup::copy_async(b_stage(s),
+                                      b_nk ? B[region(span(bn * BN, BN), span((k0 + kt) * BK, BK))]
+                                           : B[region(span((k0 + kt) * BK, BK), span(bn * BN, BN))],
                                       {.barrier = pipe.full(it)});
             T::if_(tid == 0, [&] { pipe.producer_commit(it); });
           }
@@ -164,7 +173,9 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
     }).else_([&] {
       T::cuda::increase_registers(232);
       auto acc = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
-      auto out = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_c(64, BN));
+      TileBuffer out;  // the rounded tile, for 16-bit outputs
+      if (out_t != f32)
+        out = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_c(64, BN), "out");
       auto row0 = T::let(max(wg - 1, 0) * 64);
       for (Var r : T::serial(sched.rounds(), "r")) {
         auto [valid, row, bn] = sched.tile(cta, r);
@@ -175,14 +186,13 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
           for (Var kt : T::serial(KT, "kt")) {
             auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
             pipe.consumer_wait(it);
-            Tx::warpgroup::gemm(acc, As[region(span(s, 1), span(row0, 64), {0, BK})],
-                                Bs[region(span(s, 1), {0, BK}, {0, BN})],
-                                {.accum = true, .pending = 1});
+            Tx::warpgroup::gemm(acc, As[region(span(s, 1), span(row0, 64), {0, BK})], b_stage(s),
+                                {.accum = true, .pending = 1, .transpose_b = b_nk});
             T::if_(tid == 0, [&] { T::if_(kt > 0, [&] { pipe.consumer_release(it - 1); }); });
           }
           T::cuda::wgmma_wait(0, acc);
           T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
-          if (splits > 1) {
+          if (out_t == f32) {  // fp8 in, or a split-K partial: f32 out
             Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], acc);
           } else {
             Tx::warpgroup::cast(out, acc);
@@ -243,13 +253,14 @@ PrimFunc splitk_reduce_kernel(std::int64_t M, std::int64_t N, std::int64_t split
 }
 
 // The tiling divides the shape, and its kernel runs on the current GPU for
-// dtype t: the Hopper kernel on sm_90 for 16-bit types (fp8 wgmma reads
-// K-major B only), the warp-MMA kernel with k steps of 32 for fp8 (bk % 64).
+// dtype t: the Hopper kernel on sm_90 with tiles of 128-byte K rows (bk 64
+// for 16-bit types, 128 for fp8: the widest swizzle, which wgmma reads
+// fastest), the warp-MMA kernel with k steps of 32 for fp8 (bk % 64).
 bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
-  if (c.wgmma && (runtime::current_device().cc_major != 9 || t.is_fp8())) return false;
+  if (c.wgmma && (runtime::current_device().cc_major != 9 || c.bk * t.bytes() != 128)) return false;
   // Two fragment sets alternate between k slices: an even number of slices
   // per stage keeps the alternation in step across stages (bk / 32 even).
-  if (t.is_fp8() && c.bk % 64 != 0) return false;
+  if (!c.wgmma && t.is_fp8() && c.bk % 64 != 0) return false;
   return M % c.bm == 0 && N % c.bn == 0 && K % c.bk == 0;
 }
 
@@ -276,23 +287,27 @@ std::string shape_key(DType t, std::int64_t M, std::int64_t N, std::int64_t K) {
     while ((std::int64_t{1} << (l + 1)) <= v) ++l;
     return l;
   };
-  // A shape class: log2 buckets of M, N, K and which tilings divide the shape.
-  std::string k = "matmul|" + t.name() + "|m2^" + std::to_string(lg(M)) + "_n2^" +
+  // A shape class: log2 buckets of M, N, K and which tilings divide the shape
+  // ("matmul2": the tilings' indices since the fp8 wgmma ones came first).
+  std::string k = "matmul2|" + t.name() + "|m2^" + std::to_string(lg(M)) + "_n2^" +
                   std::to_string(lg(N)) + "_k2^" + std::to_string(lg(K)) + "_d";
   for (const MatmulTiling& c : matmul_tilings()) k += divides(c, M, N, K, t) ? "1" : "0";
   return k + "|" + runtime::current_device().name;
 }
 
+// b_nk (wgmma tilings only): the kernel reads B as an (N, K) tensor.
 Kernel tensor_core_for(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
-                       const MatmulTiling& c, const Device& d, std::int64_t splits = 1) {
+                       const MatmulTiling& c, const Device& d, std::int64_t splits = 1,
+                       bool b_nk = false) {
   char key[192];
-  std::snprintf(key, sizeof key, "matmul|%s|%lldx%lldx%lld|%s|%s|split%lld", t.name().c_str(),
+  std::snprintf(key, sizeof key, "matmul|%s|%lldx%lldx%lld|%s|%s|split%lld%s", t.name().c_str(),
                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
-                c.str().c_str(), d.str().c_str(), static_cast<long long>(splits));
+                c.str().c_str(), d.str().c_str(), static_cast<long long>(splits),
+                b_nk ? "|nt" : "");
   if (c.wgmma) {
     const std::int64_t sms = runtime::current_device().sm_count;
     return detail::special_cached(key + std::string("|ctas") + std::to_string(sms), [&] {
-      return compile(hopper_kernel(M, N, K, t, c, sms, splits), {.device = d});
+      return compile(hopper_kernel(M, N, K, t, c, sms, splits, b_nk), {.device = d});
     });
   }
   return detail::special_cached(
@@ -380,7 +395,7 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
   }
   if (!tune) return all[first];
   Tensor A = Tensor::empty({M, K}, t, d), B = Tensor::empty({K, N}, t, d);
-  Tensor C = Tensor::empty({M, N}, t, d);
+  Tensor C = Tensor::empty({M, N}, t.is_fp8() ? f32 : t, d);
   // Small finite values: no overflow while timing (fp8: 0.5 in e4m3, 0.25 in e5m2).
   const std::uint64_t bits = t == bf16 ? 0x3c00 : t == f16 ? 0x2c00 : 0x30;
   A.fill_bits(bits);
@@ -389,13 +404,16 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
   float best_ms = 1e30f;
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (!divides(all[i], M, N, K, t)) continue;
-    Kernel k = tensor_core_for(M, N, K, t, all[i], d);
-    for (int w = 0; w < 3; ++w) k(A, B, C);
+    // fp8 on wgmma reads B as (N, K): the same constant bytes, reshaped.
+    const bool nk = all[i].wgmma && t.is_fp8();
+    Kernel k = tensor_core_for(M, N, K, t, all[i], d, 1, nk);
+    const Tensor Bk = nk ? B.reshape({N, K}) : B;
+    for (int w = 0; w < 3; ++w) k(A, Bk, C);
     std::vector<float> times;
     runtime::EventTimer timer;
     for (int r = 0; r < 9; ++r) {
       timer.start();
-      k(A, B, C);
+      k(A, Bk, C);
       timer.stop();
       times.push_back(timer.elapsed_ms());
     }
@@ -420,7 +438,15 @@ const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType
 struct Operands {
   std::int64_t M, N, K;
   DType t, out_t;
+  bool b_nk;  // b is the transpose of a row-major (N, K) tensor
 };
+
+// B given as the transpose of a row-major (N, K) tensor (torch's b.t(), the
+// layout torch._scaled_mm asks of its second operand): strides (1, K).
+bool transposed_rows(const Tensor& b) {
+  return !b.is_contiguous() && b.shape().size() == 2 && b.strides()[0] == 1 &&
+         b.strides()[1] == b.shape()[0];
+}
 
 Operands check(const Tensor& a, const Tensor& b, SourceLoc loc) {
   const std::string op = "tx.ops.matmul";
@@ -428,8 +454,10 @@ Operands check(const Tensor& a, const Tensor& b, SourceLoc loc) {
     if (!x->defined()) fail(op, name, loc, "an undefined tensor");
     if (x->shape().size() != 2)
       fail(op, name, loc, "rank " + std::to_string(x->shape().size()) + ": matmul takes matrices");
-    if (!x->is_contiguous())
-      fail(op, name, loc, "a strided view: pass .contiguous() (matmul reads row-major tensors)");
+    if (!x->is_contiguous() && !(x == &b && transposed_rows(b)))
+      fail(op, name, loc,
+           std::string("a strided view: pass .contiguous() (matmul reads row-major tensors") +
+               (x == &b ? ", and b also as the transpose of a row-major (N, K) tensor)" : ")"));
   }
   if (a.shape()[1] != b.shape()[0])
     fail(op, "b", loc,
@@ -444,15 +472,20 @@ Operands check(const Tensor& a, const Tensor& b, SourceLoc loc) {
          "dtype " + t.name() + ": matmul takes f16, bf16, float8_e4m3fn or float8_e5m2");
   if (!(a.device() == b.device()))
     fail(op, "b", loc, "on " + b.device().str() + ", a on " + a.device().str());
-  return {a.shape()[0], b.shape()[1], a.shape()[1], t, t.bytes() == 1 ? f32 : t};
+  return {a.shape()[0],      b.shape()[1], a.shape()[1], t, t.bytes() == 1 ? f32 : t,
+          transposed_rows(b)};
 }
 
 }  // namespace
 
 namespace detail {
 PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
-                       const MatmulTiling& tiling, std::int64_t splits, std::int64_t ctas) {
-  return tiling.wgmma ? hopper_kernel(M, N, K, t, tiling, ctas, splits)
+                       const MatmulTiling& tiling, std::int64_t splits, std::int64_t ctas,
+                       bool b_nk) {
+  if (b_nk && !tiling.wgmma)
+    fail("tx.ops.detail.matmul_kernel", "b", {},
+         "b as (N, K) is read by the wgmma kernel only (" + tiling.str() + ")");
+  return tiling.wgmma ? hopper_kernel(M, N, K, t, tiling, ctas, splits, b_nk)
                       : tensor_core_kernel(M, N, K, t, tiling, splits);
 }
 PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t) {
@@ -475,12 +508,16 @@ const std::vector<MatmulTiling>& matmul_tilings() {
   // then smaller tiles for shapes the large ones do not divide.
   // On sm_90 the Hopper kernel comes first (bench/gemm, H100, 2026-11-25:
   // wgmma 128x256x64 s4 0.205 ms, 64x256x64 s4 0.232, 128x128x64 s6 0.259).
+  // fp8 wgmma tilings (bk 128: 128-byte rows) come first; divides() keeps
+  // each dtype to its own.
   static const std::vector<MatmulTiling> t = {
-      {128, 256, 64, 0, 0, 4, true, true}, {64, 256, 64, 0, 0, 4, true, true},
-      {128, 128, 64, 0, 0, 6, true, true}, {128, 256, 64, 64, 64, 3, false},
-      {128, 256, 32, 64, 64, 4, false},    {256, 128, 32, 64, 64, 4, false},
-      {128, 128, 32, 64, 64, 3, true},     {64, 128, 64, 32, 64, 4, false},
-      {64, 64, 32, 32, 32, 4, true},       {16, 64, 32, 16, 16, 4, false},
+      {128, 256, 128, 0, 0, 4, true, true}, {64, 256, 128, 0, 0, 4, true, true},
+      {128, 128, 128, 0, 0, 6, true, true}, {128, 256, 64, 0, 0, 4, true, true},
+      {64, 256, 64, 0, 0, 4, true, true},   {128, 128, 64, 0, 0, 6, true, true},
+      {128, 256, 64, 64, 64, 3, false},     {128, 256, 32, 64, 64, 4, false},
+      {256, 128, 32, 64, 64, 4, false},     {128, 128, 32, 64, 64, 3, true},
+      {64, 128, 64, 32, 64, 4, false},      {64, 64, 32, 32, 32, 4, true},
+      {16, 64, 32, 16, 16, 4, false},
   };
   return t;
 }
@@ -488,9 +525,13 @@ const std::vector<MatmulTiling>& matmul_tilings() {
 std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt) {
   Operands o = check(a, b, SourceLoc::current());
   std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, a.device());
-  if (!no.empty()) return "SIMT (" + no + ")";
+  if (!no.empty()) return "SIMT (" + no + ")" + (o.b_nk ? ", B copied to row-major first" : "");
   const MatmulTiling& c = choose(o.M, o.N, o.K, o.t, a.device(), opt.tune);
-  return "tensor cores " + c.str() + split_str(splits_for(c, o.M, o.N, o.K, o.t));
+  const bool b_nk = c.wgmma && (o.b_nk || o.t.is_fp8());
+  const char* b_copy = b_nk && !o.b_nk   ? ", B transposed to (N, K) first"
+                       : !b_nk && o.b_nk ? ", B copied to row-major first"
+                                         : "";
+  return "tensor cores " + c.str() + split_str(splits_for(c, o.M, o.N, o.K, o.t)) + b_copy;
 }
 
 namespace {
@@ -504,15 +545,17 @@ struct MatmulCall {
   Kernel kernel;  // tensor-core or SIMT
   Kernel reduce;  // split-K's sum (splits > 1)
   std::int64_t splits = 1;
+  bool b_nk = false;  // the kernel reads B as a row-major (N, K) tensor
 };
 struct MatmulCallKey {
   std::int64_t m, n, k;
   std::uint64_t dtype_bits;
   int device;  // index, -1 for the host
   bool tune;
+  bool b_nk;  // B given as the transpose of an (N, K) tensor
   bool operator==(const MatmulCallKey& o) const {
     return m == o.m && n == o.n && k == o.k && dtype_bits == o.dtype_bits && device == o.device &&
-           tune == o.tune;
+           tune == o.tune && b_nk == o.b_nk;
   }
 };
 struct MatmulCallHash {
@@ -521,7 +564,7 @@ struct MatmulCallHash {
     for (std::uint64_t v :
          {static_cast<std::uint64_t>(c.m), static_cast<std::uint64_t>(c.n),
           static_cast<std::uint64_t>(c.k), c.dtype_bits, static_cast<std::uint64_t>(c.device + 1),
-          static_cast<std::uint64_t>(c.tune)})
+          static_cast<std::uint64_t>(c.tune) | static_cast<std::uint64_t>(c.b_nk) << 1})
       h = (h ^ v) * 0x100000001b3ull;
     return static_cast<std::size_t>(h);
   }
@@ -537,7 +580,8 @@ std::shared_ptr<const MatmulCall> resolve_call(const Operands& o, const Device& 
                           .k = o.K,
                           .dtype_bits = static_cast<std::uint64_t>(o.t.code) << 8 | o.t.bits,
                           .device = d.is_cuda() ? d.index : -1,
-                          .tune = tune};
+                          .tune = tune,
+                          .b_nk = o.b_nk};
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = calls->find(key); it != calls->end()) return it->second;
@@ -547,7 +591,10 @@ std::shared_ptr<const MatmulCall> resolve_call(const Operands& o, const Device& 
   if (no.empty()) {
     const MatmulTiling& tiling = choose(o.M, o.N, o.K, o.t, d, tune);
     call->splits = splits_for(tiling, o.M, o.N, o.K, o.t);
-    call->kernel = tensor_core_for(o.M, o.N, o.K, o.t, tiling, d, call->splits);
+    // The wgmma kernel reads B as given (either layout) -- fp8 always as
+    // (N, K); the warp-MMA kernel as (K, N).
+    call->b_nk = tiling.wgmma && (o.b_nk || o.t.is_fp8());
+    call->kernel = tensor_core_for(o.M, o.N, o.K, o.t, tiling, d, call->splits, call->b_nk);
     if (call->splits > 1) call->reduce = splitk_reduce_for(o.M, o.N, call->splits, o.out_t, d);
   } else {
     if (d.is_cuda())
@@ -577,13 +624,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt, SourceLoc loc
     return c;
   }
   std::shared_ptr<const MatmulCall> call = resolve_call(o, d, opt.tune, loc);
+  // B as the kernel reads it: (N, K) -- B^T's storage as given, or a
+  // transposed copy (fp8 from a row-major B) -- or (K, N), copied to row-major
+  // from a transposed B for the kernels that read rows of N.
+  const Tensor bk = call->b_nk ? (o.b_nk ? b.transpose(0, 1) : b.transpose(0, 1).contiguous())
+                               : (o.b_nk ? b.contiguous() : b);
   if (call->splits > 1) {
     Tensor w = Tensor::empty({call->splits * o.M, o.N}, f32, d);
-    call->kernel(a, b, w);
+    call->kernel(a, bk, w);
     call->reduce(w.reshape({call->splits * o.M * o.N}), c.reshape({o.M * o.N}));
     return c;
   }
-  call->kernel(a, b, c);
+  call->kernel(a, bk, c);
   return c;
 }
 

@@ -41,6 +41,14 @@ inline bool used(const Kernel& k, const std::string& variant) {
 // |D - D_exact| <= K 2^-23 sum_k |a b| + one rounding of the output (rel `ulp`):
 // f32 accumulation in any order (tensor cores align addends by truncation,
 // hence 2^-23 rather than 2^-24), products exact in f32 for 16-bit and fp8.
+// The tiling of matmul_tilings() that prints as `name` ("wgmma 64x256x64 s4").
+inline const ops::MatmulTiling& tiling_named(const std::string& name) {
+  for (const ops::MatmulTiling& t : ops::matmul_tilings())
+    if (t.str() == name) return t;
+  FAIL("no tiling " << name);
+  return ops::matmul_tilings().front();
+}
+
 inline double gemm_error(const std::vector<double>& a, const std::vector<double>& b,
                          const std::vector<double>& got, std::int64_t M, std::int64_t N,
                          std::int64_t K, double ulp) {
@@ -268,7 +276,7 @@ TEST_CASE("split-K: the parts of K in an f32 workspace, then their sum, against 
   };
   std::vector<Case> cases = {{16, 128, 512, 4, ops::matmul_tilings().back()},
                              {32, 64, 256, 2, ops::matmul_tilings().back()}};
-  if (hopper) cases.push_back({64, 256, 512, 2, ops::matmul_tilings()[1]});  // wgmma 64x256x64
+  if (hopper) cases.push_back({64, 256, 512, 2, tiling_named("wgmma 64x256x64 s4")});
   for (DType t : {bf16, f16})
     for (const Case& c : cases) {
       CAPTURE(t.name());
@@ -361,9 +369,10 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
       CHECK(C.dtype() == t);
       CHECK(gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k, ulp_of(t)) <= 1.0);
     }
-  // fp8 in, f32 out: shapes a tiling divides run on the tensor cores
-  // (mma.sync m16n8k32, k steps of 32; not wgmma, which reads K-major B
-  // only), others the SIMT kernel.
+  // fp8 in, f32 out: shapes a tiling divides run on the tensor cores --
+  // on sm_90 the wgmma kernel where K % 128 (B transposed to (N, K) first:
+  // wgmma reads 8-bit B K-major only), else mma.sync m16n8k32 (k steps of
+  // 32) -- others the SIMT kernel.
   for (DType t : {f8e4m3, f8e5m2}) {
     struct Fp8Case {
       std::int64_t m, n, k;
@@ -372,7 +381,10 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
     std::vector<Fp8Case> fp8 = {{32, 16, 64, "SIMT ("}};
     if (on_gpu() &&
         runtime::current_device().cc_major * 10 + runtime::current_device().cc_minor >= 89) {
-      fp8.push_back({256, 256, 128, "tensor cores 128x256x64 w64x64 s3"});
+      const bool hopper = runtime::current_device().cc_major == 9;
+      fp8.push_back({256, 256, 128,
+                     hopper ? "tensor cores wgmma 128x256x128 s4, B transposed to (N, K) first"
+                            : "tensor cores 128x256x64 w64x64 s3"});
       fp8.push_back({320, 128, 64, "tensor cores 64x128x64"});
       fp8.push_back({384, 384, 160, "SIMT ("});  // fp8 tilings need K % 64
     }
@@ -432,4 +444,60 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
           ops::matmul(x, Tensor::empty({8, 4}, f16, device()));
         }).find("differs from a's") != std::string::npos);
   CHECK(error_of([&] { ops::matmul(x.transpose(0, 1), x); }).find("strided") != std::string::npos);
+}
+
+TEST_CASE("tx::ops::matmul with B as the transpose of an (N, K) tensor (torch's b.t())") {
+  // B stored (N, K) row-major and passed as its (K, N) transpose: the wgmma
+  // kernel reads it as given (K-major tiles, transpose_b); the warp-MMA and
+  // SIMT kernels read a row-major copy, and matmul_plan says so.
+  struct Case {
+    std::int64_t m, n, k;
+    DType t;
+    const char* plan;  // the start of matmul_plan on the GPU
+  };
+  const bool hopper = on_gpu() && runtime::current_device().cc_major == 9;
+  std::vector<Case> cases = {{17, 9, 24, bf16, "SIMT ("}, {24, 16, 64, f8e4m3, "SIMT ("}};
+  if (hopper) {
+    cases.push_back({256, 256, 128, bf16, "tensor cores wgmma 128x256x64 s4"});
+    cases.push_back({384, 512, 256, f8e4m3, "tensor cores wgmma 128x256x128 s4"});
+    cases.push_back({256, 256, 512, f8e5m2, "tensor cores wgmma 128x256x128 s4"});
+    cases.push_back({1024, 640, 384, f16, "tensor cores wgmma 128x128x64 s6"});
+  }
+  if (on_gpu()) cases.push_back({512, 384, 96, f16, "tensor cores 256x128x32"});
+  for (const Case& c : cases) {
+    CAPTURE(c.t.name());
+    CAPTURE(c.m);
+    CAPTURE(c.n);
+    CAPTURE(c.k);
+    const double range = c.t.is_fp8() ? 2 : 1;
+    auto a = random_values(static_cast<std::size_t>(c.m * c.k), c.t, -range, range);
+    auto bt = random_values(static_cast<std::size_t>(c.n * c.k), c.t, -range, range);
+    std::vector<double> b(bt.size());  // B = bt^T, (K, N) row-major for the reference
+    for (std::int64_t j = 0; j < c.n; ++j)
+      for (std::int64_t p = 0; p < c.k; ++p)
+        b[static_cast<std::size_t>(p * c.n + j)] = bt[static_cast<std::size_t>(j * c.k + p)];
+    Tensor A = Tensor::from_doubles(a, {c.m, c.k}, c.t, device());
+    Tensor B = Tensor::from_doubles(bt, {c.n, c.k}, c.t, device()).transpose(0, 1);
+    REQUIRE(!B.is_contiguous());
+    const std::string plan = ops::matmul_plan(A, B);
+    CAPTURE(plan);
+    const std::string want = on_gpu() ? c.plan : "SIMT (the host";
+    CHECK(plan.rfind(want, 0) == 0);
+    // The wgmma kernel reads B^T's storage; the others a row-major copy.
+    const bool copied = plan.find("wgmma") == std::string::npos;
+    CHECK((plan.find("B copied to row-major first") != std::string::npos) == copied);
+    Tensor C = ops::matmul(A, B);
+    CHECK(C.dtype() == (c.t.is_fp8() ? f32 : c.t));
+    CHECK(gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k, ulp_of(c.t)) <= 1.0);
+  }
+  // Other strided views of B are refused with what to pass instead.
+  Tensor x = Tensor::empty({4, 8}, bf16, device());
+  Tensor wide = Tensor::empty({8, 8}, bf16, device());
+  try {
+    ops::matmul(x, wide.slice(1, 0, 8, 2));
+    FAIL("a strided B was accepted");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("the transpose of a row-major (N, K) tensor") !=
+          std::string::npos);
+  }
 }

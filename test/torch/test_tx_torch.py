@@ -335,6 +335,21 @@ def test_matmul(dtype, device, seed):
                                msg=lambda s: f"matmul seed={seed}: {s}")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_matmul_b_transposed(dtype, device, seed):
+    # other as b.t() of an (N, K) tensor (torch._scaled_mm's layout) goes to
+    # tx without a copy; fp8 in, f32 out.
+    m, k, n = (256, 256, 256) if device == "cuda" else (40, 64, 24)
+    a = signed((m, k), torch.float32, device).to(dtype)
+    bt = signed((n, k), torch.float32, device).to(dtype)
+    want = a.double() @ bt.double().t()
+    got = tx.matmul(a, bt.t())
+    assert got.dtype == (torch.float32 if dtype == torch.float8_e4m3fn else dtype)
+    torch.testing.assert_close(got.double().cpu(), want.cpu(), rtol=TOL[torch.bfloat16][0] * 2,
+                               atol=TOL[torch.bfloat16][1] * math.sqrt(k) * 4,
+                               msg=lambda s: f"matmul b.t() seed={seed}: {s}")
+
+
 def rope_reference(positions, q, cache, head_size, neox):
     rot = cache.shape[1]
     cos, sin = cache[positions.long()].double().chunk(2, dim=-1)

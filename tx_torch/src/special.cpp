@@ -251,7 +251,11 @@ at::Tensor matmul(const at::Tensor& self, const at::Tensor& other) {
   TORCH_CHECK(self.dim() == 2 && other.dim() == 2, op, ": self and other must be 2-D, got ",
               self.dim(), "-D and ", other.dim(), "-D");
   check_same_device(op, {&self, &other});
-  at::Tensor a = self.contiguous(), b = other.contiguous();
+  // other as the transpose of a row-major (N, K) tensor (b.t(), the layout
+  // torch._scaled_mm takes) goes to tx as it is: its wgmma kernel reads it.
+  const bool other_t = other.size(0) > 1 && other.size(1) > 1 && other.stride(0) == 1 &&
+                       other.stride(1) == other.size(0);
+  at::Tensor a = self.contiguous(), b = other_t ? other : other.contiguous();
   at::Tensor c;
   call(op, [&] {
     OnDevice on(a);

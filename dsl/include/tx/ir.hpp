@@ -625,6 +625,11 @@ struct TileAttrs {
   // (0: the product is in the accumulator; 1: this call's group may still
   // run, so the caller may overlap it with the next stage's wait).
   int pending = 0;
+  // gemm: B is given as (N, K) -- D = A B^T -- as a row-major N x K matrix
+  // (cuBLAS's transposed operand, torch's b.t() of an (N, K) tensor). A
+  // shared tile filled that way is K-major, which wgmma reads for every
+  // dtype and fp8 wgmma requires (the instruction has no 8-bit transpose).
+  bool transpose_b = false;
   // copy / copy_async: partial tiles. A global operand's region may reach
   // past the tensor's end (the last tile of a shape that is not a multiple
   // of the tile): elements of a global source outside it read as zero (the

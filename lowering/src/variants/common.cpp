@@ -392,7 +392,8 @@ std::optional<std::pair<std::int64_t, std::int64_t>> matrix_extents(const Buffer
   return std::make_pair(r.ranges[n - 2].extent, r.ranges[n - 1].extent);
 }
 
-// Operand shapes of a gemm call: D (M, N), A (M, K), B (K, N).
+// Operand shapes of a gemm call: D (M, N), A (M, K), B (K, N) -- or B (N,
+// K) with transpose_b.
 Check gemm_operands(const DispatchContext& ctx) {
   const std::vector<TileArg> ops = ctx.call->operands();
   if (ops.size() != 3) return "gemm takes D, A, B";
@@ -407,11 +408,14 @@ Check gemm_operands(const DispatchContext& ctx) {
                             "not a matrix: a gemm operand is a 2-D region (leading "
                             "extents 1)");
   auto d = *matrix_extents(*r[0]), a = *matrix_extents(*r[1]), b = *matrix_extents(*r[2]);
+  const bool bt = ctx.call->attrs.transpose_b;
+  if (bt) std::swap(b.first, b.second);  // B^T's (K, N)
   if (a.first != d.first || b.second != d.second || a.second != b.first)
     return operand_reason(*r[1], "shapes do not chain: D " + std::to_string(d.first) + "x" +
                                      std::to_string(d.second) + " = A " + std::to_string(a.first) +
-                                     "x" + std::to_string(a.second) + " B " +
-                                     std::to_string(b.first) + "x" + std::to_string(b.second));
+                                     "x" + std::to_string(a.second) + (bt ? " B^T (B " : " B ") +
+                                     std::to_string(bt ? b.second : b.first) + "x" +
+                                     std::to_string(bt ? b.first : b.second) + (bt ? ")" : ""));
   if (ctx.call->attrs.scale || ctx.call->attrs.bias || !ctx.call->attrs.axes.empty())
     return "gemm takes no scale / bias / axes";
   return ok();

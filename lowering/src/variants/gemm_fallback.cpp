@@ -2,10 +2,10 @@
 // layouts, as FMA loops; with a warning on a GPU target.
 //
 // Accepts: any target; any scope with all its threads active; D (M, N),
-// A (M, K), B (K, N) as 2-D regions (leading extents 1) in any memory, in
-// any layout. It exists so that every gemm call has a correct path: shapes
-// and dtypes the tensor-core variants refuse, and the host, which runs no
-// PTX (there it is the path, and says nothing).
+// A (M, K), B (K, N) (or (N, K) with transpose_b) as 2-D regions (leading extents 1) in any memory,
+// in any layout. It exists so that every gemm call has a correct path: shapes and dtypes the
+// tensor-core variants refuse, and the host, which runs no PTX (there it is the path, and says
+// nothing).
 //
 // Algorithm, D in registers spread over the scope's threads (an MMA
 // fragment: wgmma_c, mma_c) and A, B in memory: each thread computes its own
@@ -74,15 +74,18 @@ void warn_once(const DispatchContext& ctx) {
          ": no tensor-core gemm variant applies; using gemm/fallback (FMA loops)");
 }
 
-// acc = (accum ? D[d_off] : 0) + sum_k A[i, k] B[k, j], stored to D[d_off].
+// acc = (accum ? D[d_off] : 0) + sum_k A[i, k] B[k, j] (B[j, k] with
+// transpose_b), stored to D[d_off].
 Stmt element_update(const Buffer& fd, const Expr& d_off, const Buffer& fa, const RegionLayout& la,
-                    const Buffer& fb, const RegionLayout& lb, const Expr& i, const Expr& j,
-                    std::int64_t K, DType acc_t, bool accum, const Buffer& acc, const Env* env) {
+                    const Buffer& fb, const RegionLayout& lb, bool transpose_b, const Expr& i,
+                    const Expr& j, std::int64_t K, DType acc_t, bool accum, const Buffer& acc,
+                    const Env* env) {
   Var k("k", i32);
   Expr old = make_cast(acc_t, make_load(fd, {d_off}));
-  Expr prod = make_binary(
-      BinOp::Mul, make_cast(acc_t, make_load(fa, {simplify(matrix_offset(la, i, k), env)})),
-      make_cast(acc_t, make_load(fb, {simplify(matrix_offset(lb, k, j), env)})));
+  Expr b_off = transpose_b ? matrix_offset(lb, j, k) : matrix_offset(lb, k, j);
+  Expr prod = make_binary(BinOp::Mul,
+                          make_cast(acc_t, make_load(fa, {simplify(matrix_offset(la, i, k), env)})),
+                          make_cast(acc_t, make_load(fb, {simplify(b_off, env)})));
   Expr cur = make_load(acc, {c32(0)});
   return make_seq({
       make_store(acc,
@@ -157,9 +160,9 @@ Plan in_place_fragment(const DispatchContext& ctx, const BufferRegion& D, const 
   Var i("row", i32), j("col", i32);
   DType acc_t = accumulate_in({&D, &A, &B});
   Buffer acc = scratch("gemm_acc", acc_t, 1);
-  Stmt update =
-      element_update(flat_view(D.buffer), d_off, flat_view(A.buffer), *la, flat_view(B.buffer), *lb,
-                     i, j, K, acc_t, ctx.call->attrs.accum, acc, ctx.env);
+  Stmt update = element_update(flat_view(D.buffer), d_off, flat_view(A.buffer), *la,
+                               flat_view(B.buffer), *lb, ctx.call->attrs.transpose_b, i, j, K,
+                               acc_t, ctx.call->attrs.accum, acc, ctx.env);
   update = make_let(i, simplify(div(lin, c32(N)), ctx.env),
                     make_let(j, simplify(mod(lin, c32(N)), ctx.env), update));
   Stmt s = make_allocate(acc, make_for(f, c32(0), c32(total), ForKind::serial, update));
@@ -250,7 +253,8 @@ Plan plan(const DispatchContext& ctx) {
   Expr i = div(e, c32(N)), j = mod(e, c32(N));
   Buffer acc = scratch("gemm_acc", acc_t, 1);
   Expr d_off = simplify(matrix_offset(*ld, i, j), ctx.env);
-  Stmt elem = element_update(fd, d_off, fa, *la, fb, *lb, i, j, K, acc_t, accum, acc, ctx.env);
+  Stmt elem = element_update(fd, d_off, fa, *la, fb, *lb, ctx.call->attrs.transpose_b, i, j, K,
+                             acc_t, accum, acc, ctx.env);
   const std::int64_t total = M * N;
   const std::int64_t rounds = (total + workers - 1) / workers;
   if (rounds * workers != total) elem = make_if(lt(e, c32(total)), elem);

@@ -41,6 +41,17 @@ Check warp_scope(const DispatchContext& ctx) {
   return ok();
 }
 
+// B's fragment (frag::mma_b) is a (K, N) register tile: a B^T operand is
+// copied into that fragment first (the copy transposes), so the call itself
+// takes B as (K, N).
+Check b_as_k_by_n(const DispatchContext& ctx) {
+  if (ctx.call->attrs.transpose_b)
+    return operand_reason(*region_arg(ctx.call, 2),
+                          "transpose_b: mma.sync reads B's fragment as (K, N) (frag::mma_b); "
+                          "copy B^T into such a fragment and call gemm without transpose_b");
+  return ok();
+}
+
 Check registers_and_dtypes(const DispatchContext& ctx) {
   const BufferRegion& d = *region_arg(ctx.call, 0);
   const BufferRegion& a = *region_arg(ctx.call, 1);
@@ -227,6 +238,7 @@ void register_gemm_mma_sync(Registry& r) {
   v.when = common_predicates();
   v.when.push_back({"gemm_operands", gemm_operands});
   v.when.push_back({"warp_scope", warp_scope});
+  v.when.push_back({"b_as_k_by_n", b_as_k_by_n});
   v.when.push_back({"registers_and_dtypes", registers_and_dtypes});
   v.plan = plan;
   r.add("gemm", v);

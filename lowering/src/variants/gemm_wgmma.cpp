@@ -5,9 +5,10 @@
 // Accepts: cuda on sm_90 (sm_90a: later GPUs have other MMAs); warpgroup scope, all 128 threads
 // active; D a local f32 tile of (M, N) with M % 64 == 0 whose layout is the wgmma accumulator
 // (frag::wgmma_c: per 64 rows, thread 32 w + lane holds (16 w + lane / 4 + 8 ((i / 2) % 2), 8 (i /
-// 4) + 2 (lane % 4) + i % 2) in register i); A (M, K) and B (K, N) shared regions, f16 x f16 or
-// bf16 x bf16 (K % 16), or fp8 e4m3 / e5m2 (K % 32, both K-major: the instruction has no transpose
-// for 8-bit types), whose layouts are wgmma's canonical ones: 8-row groups of 32-, 64- or 128-byte
+// 4) + 2 (lane % 4) + i % 2) in register i); A (M, K) and B (K, N) shared regions -- B (N, K)
+// with transpose_b, D = A B^T -- f16 x f16 or bf16 x bf16 (K % 16), or fp8 e4m3 / e5m2 (K % 32,
+// both K-major, so B as (N, K) with transpose_b: the instruction has no transpose for 8-bit
+// types), whose layouts are wgmma's canonical ones: 8-row groups of 32-, 64- or 128-byte
 // swizzled rows, K-major (K contiguous) or MN-major (M of A, N of B contiguous: the transpose bit),
 // as layouts::swizzled_tiles makes them. The descriptors' strides (LBO,
 // SBO) are read off the layouts and every element's address is checked
@@ -237,10 +238,14 @@ Plan plan(const DispatchContext& ctx) {
   if (auto* e = std::get_if<std::string>(&sb)) return *e;
   const SharedMatrix& ma = std::get<SharedMatrix>(sa);
   const SharedMatrix& mb = std::get<SharedMatrix>(sb);
-  if (fp8 && (ma.rows_contiguous || !mb.rows_contiguous))
+  // B's K is its rows, or its columns with transpose_b (B given as N x K).
+  const bool bt = ctx.call->attrs.transpose_b;
+  const bool b_k_major = bt ? !mb.rows_contiguous : mb.rows_contiguous;
+  if (fp8 && (ma.rows_contiguous || !b_k_major))
     return operand_reason(ma.rows_contiguous ? A : B,
-                          "fp8 wgmma reads K-major operands only (A with K contiguous, B stored "
-                          "N x K); this tile is MN-major");
+                          "fp8 wgmma reads K-major operands only (A with K contiguous, B with K "
+                          "contiguous: an N x K tile passed with transpose_b); this tile is "
+                          "MN-major");
   const Expr dyn_a = simplify(sub(ma.places.base, c32(ma.constant)), ctx.env);
   const Expr dyn_b = simplify(sub(mb.places.base, c32(mb.constant)), ctx.env);
 
@@ -258,7 +263,8 @@ Plan plan(const DispatchContext& ctx) {
       for (std::int64_t ks = 0; ks < K / KI; ++ks) {
         auto oa = descriptor(A, ma, dyn_a, mt * 64, ks * KI, 64, KI, /*k_is_cols=*/true);
         if (auto* e = std::get_if<std::string>(&oa)) return *e;
-        auto ob = descriptor(B, mb, dyn_b, ks * KI, nc * NC, KI, NC, /*k_is_cols=*/false);
+        auto ob = bt ? descriptor(B, mb, dyn_b, nc * NC, ks * KI, NC, KI, /*k_is_cols=*/true)
+                     : descriptor(B, mb, dyn_b, ks * KI, nc * NC, KI, NC, /*k_is_cols=*/false);
         if (auto* e = std::get_if<std::string>(&ob)) return *e;
         const bool first = ks == 0 && !ctx.call->attrs.accum;
         body.push_back(make_wgmma(
@@ -276,10 +282,11 @@ Plan plan(const DispatchContext& ctx) {
     for (std::int64_t r : rr)
       body.push_back(make_evaluate(
           make_call(Intrinsic::register_fence, {make_load(fd, {c32(r)}, loc)}, loc), loc));
-  return make_origin(origin_text(ctx, "gemm/wgmma (" + std::to_string(count) + " x wgmma." + shape +
-                                          ", A " + (ma.rows_contiguous ? "M" : "K") + "-major, B " +
-                                          (mb.rows_contiguous ? "K" : "N") + "-major)"),
-                     make_seq(body), loc);
+  return make_origin(
+      origin_text(ctx, "gemm/wgmma (" + std::to_string(count) + " x wgmma." + shape + ", A " +
+                           (ma.rows_contiguous ? "M" : "K") + "-major, B " +
+                           (b_k_major ? "K" : "N") + "-major" + (bt ? ", transpose_b" : "") + ")"),
+      make_seq(body), loc);
 }
 
 }  // namespace

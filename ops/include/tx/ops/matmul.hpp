@@ -1,11 +1,15 @@
-// Matrix multiply: C = A B with A (M, K) and B (K, N) contiguous row-major
-// tensors on one device, f32 accumulation.
+// Matrix multiply: C = A B with A (M, K) a contiguous row-major tensor and
+// B (K, N) either row-major or the transpose of a row-major (N, K) tensor
+// (bt.transpose(0, 1): torch's b.t(), the layout torch._scaled_mm asks for),
+// on one device, f32 accumulation.
 //
 //   Tensor c = tx::ops::matmul(a, b);                          // f16 / bf16 -> same dtype
+//   Tensor c = tx::ops::matmul(a, bt.transpose(0, 1));         // B stored as (N, K)
 //   Tensor c = tx::ops::matmul(a, b, {.tune = true});          // time the tilings, remember
 //
 // Kernels (ops/src/matmul.cpp), by what the shape allows:
-//   wgmma         on sm_90 (H100 / H200), f16 / bf16, M % 64, N % 128, K % 64:
+//   wgmma         on sm_90 (H100 / H200), f16 / bf16 (M % 64, N % 128, K % 64)
+//                 and fp8 (K % 128, below):
 //                 the warp-specialized TMA + wgmma kernel of
 //                 samples/gemm_hopper.cpp (671.8 TFLOP/s at 4096^3 bf16 on an
 //                 H100, cuBLAS 675-698 in the same runs), first in
@@ -24,18 +28,28 @@
 //                 128x256x64 gives 48. With .tune, the fastest that divides,
 //                 remembered per (dtype, shape class, GPU) in the cache folder's
 //                 autotune.txt like the elementwise ops.
-//                 fp8 (e4m3 / e5m2, sm_89+) runs this kernel with mma.sync
+//                 fp8 (e4m3 / e5m2) on sm_90 runs the wgmma kernel too, with
+//                 bk = 128 (M % 64, N % 128, K % 128): wgmma reads 8-bit
+//                 operands K-major only, so the kernel reads B as (N, K) --
+//                 as given when B is the transpose of an (N, K) tensor,
+//                 else from a transposed copy made first (one pass over B).
+//                 The wgmma kernel also reads a 16-bit B given as (N, K)
+//                 without a copy.
+//                 Elsewhere (sm_89) fp8 runs this kernel with mma.sync
 //                 m16n8k32 on the tilings with bk % 64 == 0 (B's fragments
 //                 through copy/reg: ldmatrix .trans moves 16-bit units only;
-//                 204.9 TFLOP/s at 4096^3 e4m3 on an H100, torch._scaled_mm
-//                 994.9: fp8 wgmma needs a K-major B).
+//                 204.9 TFLOP/s at 4096^3 e4m3 on an H100, the path fp8 took
+//                 there before the wgmma kernel read fp8).
 //   SIMT          one thread per output element, a K loop of f32 FMAs: every
 //                 other shape and the host (through the host JIT). A tx
 //                 warning names why the tensor cores were not used.
+// A B given as (N, K) to a kernel that reads (K, N) (the warp-MMA and SIMT
+// kernels) is copied to row-major first; matmul_plan says so.
 // Output: A's dtype for f16 / bf16 (one rounding of the f32 sum), f32 for fp8.
 // Errors (tx.ops.matmul, at the caller's line): ranks other than 2, inner
 // extents that differ, mixed dtypes, dtypes outside f16 / bf16 / fp8,
-// strided tensors (pass .contiguous()), tensors on different devices.
+// strided tensors other than a transposed B (pass .contiguous()), tensors on
+// different devices.
 #pragma once
 
 #include <cstdint>
@@ -82,9 +96,10 @@ namespace detail {
 // CTAs for a wgmma tiling) whose output, with splits > 1, is the f32
 // (splits * M, N) workspace of split-K's parts; and the kernel that adds
 // the parts into C (flat views: (splits * M * N,) and (M * N,)).
+// b_nk (wgmma tilings): the kernel takes B as its transpose, (N, K) row-major.
 PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
-                       const MatmulTiling& tiling, std::int64_t splits = 1,
-                       std::int64_t ctas = 132);
+                       const MatmulTiling& tiling, std::int64_t splits = 1, std::int64_t ctas = 132,
+                       bool b_nk = false);
 PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t);
 }  // namespace detail
 
