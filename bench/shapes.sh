@@ -10,19 +10,30 @@ OUT=${OUT:-shapes-out}
 BD=${BUILD_DIR:-build}
 mkdir -p "$OUT"
 B=$BD/bench/bench_shapes
+# A cold sweep of a few milliseconds in a fresh process varies from run to
+# run by a millisecond (page faults, the driver's first calls): tx generic
+# and torch eager, the pair the target compares, run REPEAT times each,
+# alternating, and the report takes the median. tx exact and torch.compile
+# (seconds) run once.
+REPEAT=${SHAPES_REPEAT:-3}
 $B --sizes > "$OUT/sizes.json"
 : > "$OUT/shapes.jsonl"
+tx_run() {  # mode op dtype: a fresh, empty disk cache, so the first call of each kernel compiles
+  rm -rf /tmp/tx-shapes-cache
+  TX_CACHE_DIR=/tmp/tx-shapes-cache timeout 300 $B --run "$1" "$2" "$3" >> "$OUT/shapes.jsonl" 2>> "$OUT/shapes.err"
+}
+torch_run() {  # mode op dtype
+  rm -rf /tmp/torchinductor_shapes
+  TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_shapes timeout 300 python3 bench/shapes.py "$1" "$2" "$3" "$OUT/sizes.json" >> "$OUT/shapes.jsonl" 2>> "$OUT/shapes.err"
+}
 for op in gelu add silu_and_mul; do
   for dt in float16 bfloat16; do
-    for mode in generic exact; do
-      # A fresh, empty disk cache: the first call of each kernel compiles.
-      rm -rf /tmp/tx-shapes-cache
-      TX_CACHE_DIR=/tmp/tx-shapes-cache timeout 300 $B --run $mode $op $dt >> "$OUT/shapes.jsonl" 2>> "$OUT/shapes.err"
+    for _ in $(seq "$REPEAT"); do
+      tx_run generic $op $dt
+      torch_run eager $op $dt
     done
-    for mode in eager compile; do
-      rm -rf /tmp/torchinductor_shapes
-      TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_shapes timeout 300 python3 bench/shapes.py $mode $op $dt "$OUT/sizes.json" >> "$OUT/shapes.jsonl" 2>> "$OUT/shapes.err"
-    done
+    tx_run exact $op $dt
+    torch_run compile $op $dt
   done
 done
 # Where the first calls of a fresh process spend their time (tx generic).

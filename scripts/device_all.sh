@@ -22,6 +22,12 @@
 #   scripts/device_all.sh generic shape-generic kernels in one call: gpu_shapes,
 #                                 bench_elementwise
 #                                 --compare-exact, then the serving sweep
+#   scripts/device_all.sh hopper  the GEMM suites in full (gpu_hopper,
+#                                 gpu_gemm: wgmma, TMA, fp8, B as (N, K)), then
+#                                 memcheck, racecheck and synccheck on the
+#                                 Hopper kernels with partial tiles and fp8
+#   scripts/device_all.sh gemm    bench/gemm: tx, cuBLAS, Triton,
+#                                 torch._scaled_mm (after hopper, warm)
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -69,13 +75,15 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic)
+races | shapes | interop | generic | hopper | gemm)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
   [ "$stage" = shapes ] && targets="bench_shapes tx_aot"
   [ "$stage" = generic ] && targets="gpu_shapes bench_elementwise bench_shapes tx_aot"
   [ "$stage" = interop ] && targets="bench_interop gpu_interop tx_peers_shim"
+  [ "$stage" = hopper ] && targets="gpu_hopper gpu_gemm bench_gemm tx_torch"
+  [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -99,6 +107,33 @@ races)
   timeout 120 $B/bench/bench_elementwise --compare-exact > "$FINAL/compare_exact.txt" 2>&1
   echo "compare-exact exit $?"
   tail -30 "$FINAL/compare_exact.txt"
+  ;;
+hopper)
+  for p in gpu_hopper gpu_gemm; do
+    step "$p"
+    timeout 240 $B/test/$p > "$FINAL/$p.txt" 2>&1
+    echo "$p exit $?: $(grep -E 'test cases|assertions' "$FINAL/$p.txt" | tr '\n' ' ')"
+    grep -E "ERROR:|MESSAGE" "$FINAL/$p.txt" | head -12
+  done
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck synccheck; do
+    step "$tool on the Hopper kernels (partial tiles; fp8 and B as (N, K))"
+    TX_SYNC=1 timeout 150 "$CS" --tool $tool --report-api-errors no $B/test/gpu_hopper \
+      -tc="*partial tiles*,T::pipeline*" > "$OUT/${tool}_hopper.txt" 2>&1
+    echo "$tool gpu_hopper exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_hopper.txt" | tr '\n' ' ')"
+    TX_SYNC=1 timeout 150 "$CS" --tool $tool --report-api-errors no $B/test/gpu_gemm \
+      -tc="tx::ops::matmul with B as*" > "$OUT/${tool}_matmul_nt.txt" 2>&1
+    echo "$tool gpu_gemm exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_matmul_nt.txt" | tr '\n' ' ')"
+  done
+  grep -hE "^========= (Error|Race|Barrier|Invalid)|hazard" "$OUT"/*check_*.txt | sort | uniq -c | head -20
+  ;;
+gemm)
+  step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"
+  mkdir -p /tmp/g
+  TORCH_TIMEOUT=400 timeout 540 bench/run_gemm.sh $B /tmp/g > "$OUT/gemm_log.txt" 2>&1
+  echo "run_gemm exit $?"
+  cp /tmp/g/gemm.md /tmp/g/gemm.json /tmp/g/gemm_tx.json "$FINAL/" 2>/dev/null
+  cat /tmp/g/gemm.md 2>/dev/null || tail -30 "$OUT/gemm_log.txt"
   ;;
 generic)
   step "gpu_shapes"
@@ -171,7 +206,7 @@ extras)
   grep -hE "tx_|inst_executed|sm__throughput|dram__throughput|duration" "$OUT"/ncu_*.txt | head -20
   ;;
 *)
-  echo "usage: scripts/device_all.sh check|sanitize|races|shapes|generic|interop|bench|extras" >&2
+  echo "usage: scripts/device_all.sh check|sanitize|races|shapes|generic|hopper|gemm|interop|bench|extras" >&2
   exit 2
   ;;
 esac

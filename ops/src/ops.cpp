@@ -182,11 +182,12 @@ void make_generic(Plan& p, const OpInfo& op, bool gated) {
     g.operands.push_back(go);
   }
   for (std::size_t d = 1; d < g.rank; ++d) p.scalars.push_back(shape[d]);
-  std::ostringstream name;
-  name << "tx_" << op.name << "_" << s.param_dtypes.front().short_name() << "_"
-       << strategy_name(s.strategy) << "_t" << s.threads << "_v" << s.npt << "_r" << g.rank << "_"
-       << pattern << (g.inner_multiple_of_v ? "w" : "p");
-  g.name = name.str();
+  // Plain appends, no stream: this runs once per new shape (a serving loop's
+  // first call of each token count), where a stream's locale lookups showed.
+  g.name = "tx_" + op.name + "_" + s.param_dtypes.front().short_name() + "_" +
+           strategy_name(s.strategy) + "_t" + std::to_string(s.threads) + "_v" +
+           std::to_string(s.npt) + "_r" + std::to_string(g.rank) + "_" + pattern +
+           (g.inner_multiple_of_v ? "w" : "p");
   p.class_key = g.name + "|" + std::to_string(g.rank) + "|" + pattern +
                 (g.inner_multiple_of_v ? "|whole-rows" : "|any-rows");
 }
@@ -250,10 +251,8 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
   s.strategy = *cfg.strategy;
   s.threads = cfg.threads;
   s.npt = cfg.num_per_thread;
-  std::ostringstream name;
-  name << "tx_" << op.name << "_" << dtype.short_name() << "_" << strategy_name(s.strategy) << "_t"
-       << s.threads << "_v" << s.npt;
-  s.name = name.str();
+  s.name = "tx_" + op.name + "_" + dtype.short_name() + "_" + strategy_name(s.strategy) + "_t" +
+           std::to_string(s.threads) + "_v" + std::to_string(s.npt);
   s.out_dtype = p.out_dtype;
   s.param_dtypes = dtypes;
   for (const auto& sh : shapes) {
@@ -328,17 +327,24 @@ std::string key_of(const std::string& op, DType dtype,
   return k.str();
 }
 
+// p as std::hexfloat prints it (printf's %a), without a stream.
+std::string hexfloat_text(double p) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", p);
+  return buf;
+}
+
 // What identifies a shape-generic kernel on any device: what key_of says
 // but the shapes (which the class replaces) and the device. Also its key
 // among the prebuilt kernels (runtime/prebuilt.hpp).
 std::string generic_spec_of(const std::string& op, DType dtype, const std::vector<DType>& dtypes,
                             const Params& params, const Config& cfg, const std::string& class_key) {
-  std::ostringstream k;
-  k << op << "|" << dtype.name() << "|" << strategy_name(*cfg.strategy) << "|" << cfg.threads << "|"
-    << cfg.num_per_thread << "|generic|" << class_key;
-  for (DType t : dtypes) k << "|" << t.name();
-  for (double p : params) k << "|" << std::hexfloat << p;
-  return k.str();
+  std::string k = op + "|" + dtype.name() + "|" + strategy_name(*cfg.strategy) + "|" +
+                  std::to_string(cfg.threads) + "|" + std::to_string(cfg.num_per_thread) +
+                  "|generic|" + class_key;
+  for (DType t : dtypes) k += "|" + t.name();
+  for (double p : params) k += "|" + hexfloat_text(p);
+  return k;
 }
 
 // The key of a shape-generic kernel in the memory cache.
