@@ -115,6 +115,25 @@ def main():
             row["cublas_ms"] = time_ms(cublas, (a, b), warm=10, reps=50)
         except Exception as e:  # noqa: BLE001 -- report, keep going
             row["cublas_error"] = str(e)[:200]
+        if fp8:
+            # cuBLAS's fast accumulation (no promotion of the tensor cores'
+            # partial sums; tx always promotes), timed for reference, and
+            # the relative error of both cuBLAS modes against f64.
+            ref64 = a.double() @ b.double()
+            for key, fast in (("cublas", False), ("cublas_fast", True)):
+                try:
+                    got = torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                           out_dtype=torch.float32, use_fast_accum=fast)
+                    row[key + "_rel_err"] = ((got.double() - ref64).norm() / ref64.norm()).item()
+                    if fast:
+                        row["cublas_fast_ms"] = time_ms(
+                            lambda a, b: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
+                                                          out_dtype=torch.float32,
+                                                          use_fast_accum=True),
+                            (a, b), warm=10, reps=50)
+                        row["cublas_fast_tflops"] = flops / (row["cublas_fast_ms"] * 1e-3) / 1e12
+                except Exception as e:  # noqa: BLE001 -- report, keep going
+                    row[key + "_error"] = str(e)[:200]
         try:
             triton_mm(a, b, c)
             err = (c.float() - (a.float() @ b.float())).abs().max().item()
@@ -125,8 +144,8 @@ def main():
         if TX_MM is not None:
             # tx::ops::matmul checked once against the f32 product, then the
             # three implementations in alternating rounds.
-            ref = a.float() @ b.float()
-            got = TX_MM(a, b).float()
+            ref = a.double() @ b.double()
+            got = TX_MM(a, b).double()
             row["alt_tx_rel_err"] = ((got - ref).norm() / ref.norm()).item()
             impls = {"tx": lambda: TX_MM(a, b)}
             if "cublas_ms" in row:
@@ -165,8 +184,21 @@ def main():
                      % (tuple(r["shape"]), r["dtype"], tx_t, r["tiling"], cb, tr, tx_t / cb,
                         tx_t / tr, ops_t, r["ops_matmul_plan"], b2b_t))
         md.write("\nfp8 rows (float8_e4m3fn): B stored (N, K) and passed as its transpose; "
-                 "cuBLAS is torch._scaled_mm (scales 1, f32 out), tx's output is f32 too; "
-                 "the Triton kernel reads the same B through its strides.\n\n")
+                 "cuBLAS is torch._scaled_mm (scales 1, f32 out, default accumulation: the "
+                 "tensor cores' partial sums promoted to f32, as tx does), tx's output is f32 "
+                 "too; the Triton kernel reads the same B through its strides.\n\n")
+        fp8_rows = [r for r in rows if r["dtype"].startswith("float8")]
+        if fp8_rows:
+            md.write("| (M, N, K) | cuBLAS TFLOP/s | cuBLAS fast accumulation TFLOP/s "
+                     "| rel. error: cuBLAS | cuBLAS fast | tx::ops::matmul |\n|---|---|---|---|---|---|\n")
+            for r in fp8_rows:
+                md.write("| %s | %.1f | %.1f | %.2e | %.2e | %.2e |\n"
+                         % (tuple(r["shape"]), r.get("cublas_tflops", float("nan")),
+                            r.get("cublas_fast_tflops", float("nan")),
+                            r.get("cublas_rel_err", float("nan")),
+                            r.get("cublas_fast_rel_err", float("nan")),
+                            r.get("alt_tx_rel_err", float("nan"))))
+            md.write("\n")
         if TX_MM is None:
             md.write("No alternating table: tx_torch did not load (%s).\n" % TX_MM_WHY)
         else:

@@ -130,9 +130,9 @@ hopper)
 gemm)
   step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"
   mkdir -p /tmp/g
-  TORCH_TIMEOUT=400 timeout 540 bench/run_gemm.sh $B /tmp/g > "$OUT/gemm_log.txt" 2>&1
+  TORCH_TIMEOUT=${GEMM_TORCH_TIMEOUT:-400} timeout "${GEMM_TIMEOUT:-540}" bench/run_gemm.sh $B /tmp/g > "$OUT/gemm_log.txt" 2>&1
   echo "run_gemm exit $?"
-  cp /tmp/g/gemm.md /tmp/g/gemm.json /tmp/g/gemm_tx.json "$FINAL/" 2>/dev/null
+  cp /tmp/g/gemm.md /tmp/g/gemm.json /tmp/g/gemm_tx.json /tmp/g/gemm_tx.txt "$FINAL/" 2>/dev/null
   cat /tmp/g/gemm.md 2>/dev/null || tail -30 "$OUT/gemm_log.txt"
   ;;
 generic)

@@ -124,12 +124,20 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
 // b_nk: B arrives as its transpose, an (N, K) row-major tensor (torch's
 // b.t()); its tiles land in shared memory K-major and the MMA reads them
 // with transpose_b -- the only B wgmma takes for fp8.
+// fp8: Hopper's tensor cores add fp8 products into the accumulator with
+// about 14 bits kept (DeepSeek-V3 report, 3.3.2; measured here: a relative
+// error of 2^-12 of sum |a b| at K = 128), an error that grows with K. Each
+// K step (bk = 128: four k32 MMAs) therefore runs into a fresh partial tile
+// that is then added to an f32 total in registers ("promotion", what cuBLAS
+// does unless asked for fast accumulation): the error stays that of 128
+// products. Two accumulators per consumer: tilings with bn <= 128.
 PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                        const MatmulTiling& c, std::int64_t sms, std::int64_t splits = 1,
                        bool b_nk = false) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
   const std::int64_t consumers = BM / 64, KT = K / BK / splits, TM = M / BM;
   const DType out_t = splits > 1 || t.is_fp8() ? f32 : t;
+  const bool promote = t.is_fp8();
   const auto sched = T::tile_scheduler({.tiles_m = TM * splits, .tiles_n = N / BN, .ctas = sms});
   const std::string name =
       "matmul_wgmma_" + t.short_name() + (b_nk ? "_nt" : "") + (splits > 1 ? "_splitk" : "");
@@ -173,6 +181,9 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
     }).else_([&] {
       T::cuda::increase_registers(232);
       auto acc = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
+      TileBuffer total;  // fp8: the sum of the K steps' partial tiles
+      if (promote)
+        total = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN), "total");
       TileBuffer out;  // the rounded tile, for 16-bit outputs
       if (out_t != f32)
         out = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_c(64, BN), "out");
@@ -182,17 +193,31 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
         // Output rows: the tile's, in the workspace part of its K part.
         auto c_row = T::let(row / TM * M + row % TM * BM);
         T::if_(valid, [&] {
-          Tx::warpgroup::fill(acc, 0.0f);
+          Tx::warpgroup::fill(promote ? total : acc, 0.0f);
           for (Var kt : T::serial(KT, "kt")) {
             auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
             pipe.consumer_wait(it);
-            Tx::warpgroup::gemm(acc, As[region(span(s, 1), span(row0, 64), {0, BK})], b_stage(s),
-                                {.accum = true, .pending = 1, .transpose_b = b_nk});
-            T::if_(tid == 0, [&] { T::if_(kt > 0, [&] { pipe.consumer_release(it - 1); }); });
+            auto a_tile = As[region(span(s, 1), span(row0, 64), {0, BK})];
+            if (promote) {
+              // This step's partial tile, complete when the call returns
+              // (pending 0): the stage is free and the partial joins the total.
+              Tx::warpgroup::gemm(acc, a_tile, b_stage(s),
+                                  {.accum = false, .pending = 0, .transpose_b = b_nk});
+              T::if_(tid == 0, [&] { pipe.consumer_release(it); });
+              Tx::warpgroup::add(total, total, acc);
+            } else {
+              Tx::warpgroup::gemm(acc, a_tile, b_stage(s),
+                                  {.accum = true, .pending = 1, .transpose_b = b_nk});
+              T::if_(tid == 0, [&] { T::if_(kt > 0, [&] { pipe.consumer_release(it - 1); }); });
+            }
           }
-          T::cuda::wgmma_wait(0, acc);
-          T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
-          if (out_t == f32) {  // fp8 in, or a split-K partial: f32 out
+          if (!promote) {
+            T::cuda::wgmma_wait(0, acc);
+            T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
+          }
+          if (promote) {  // fp8 in: f32 out
+            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], total);
+          } else if (out_t == f32) {  // a split-K partial: f32 out
             Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], acc);
           } else {
             Tx::warpgroup::cast(out, acc);
@@ -288,8 +313,8 @@ std::string shape_key(DType t, std::int64_t M, std::int64_t N, std::int64_t K) {
     return l;
   };
   // A shape class: log2 buckets of M, N, K and which tilings divide the shape
-  // ("matmul2": the tilings' indices since the fp8 wgmma ones came first).
-  std::string k = "matmul2|" + t.name() + "|m2^" + std::to_string(lg(M)) + "_n2^" +
+  // ("matmul3": the tilings' indices since the fp8 wgmma ones became bn <= 128).
+  std::string k = "matmul3|" + t.name() + "|m2^" + std::to_string(lg(M)) + "_n2^" +
                   std::to_string(lg(N)) + "_k2^" + std::to_string(lg(K)) + "_d";
   for (const MatmulTiling& c : matmul_tilings()) k += divides(c, M, N, K, t) ? "1" : "0";
   return k + "|" + runtime::current_device().name;
@@ -508,11 +533,11 @@ const std::vector<MatmulTiling>& matmul_tilings() {
   // then smaller tiles for shapes the large ones do not divide.
   // On sm_90 the Hopper kernel comes first (bench/gemm, H100, 2026-11-25:
   // wgmma 128x256x64 s4 0.205 ms, 64x256x64 s4 0.232, 128x128x64 s6 0.259).
-  // fp8 wgmma tilings (bk 128: 128-byte rows) come first; divides() keeps
-  // each dtype to its own.
+  // fp8 wgmma tilings (bk 128: 128-byte rows; bn <= 128: two accumulators,
+  // see hopper_kernel) come first; divides() keeps each dtype to its own.
   static const std::vector<MatmulTiling> t = {
-      {128, 256, 128, 0, 0, 4, true, true}, {64, 256, 128, 0, 0, 4, true, true},
-      {128, 128, 128, 0, 0, 6, true, true}, {128, 256, 64, 0, 0, 4, true, true},
+      {128, 128, 128, 0, 0, 6, true, true}, {64, 128, 128, 0, 0, 8, true, true},
+      {128, 64, 128, 0, 0, 8, true, true},  {128, 256, 64, 0, 0, 4, true, true},
       {64, 256, 64, 0, 0, 4, true, true},   {128, 128, 64, 0, 0, 6, true, true},
       {128, 256, 64, 64, 64, 3, false},     {128, 256, 32, 64, 64, 4, false},
       {256, 128, 32, 64, 64, 4, false},     {128, 128, 32, 64, 64, 3, true},
