@@ -131,14 +131,21 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
 // that is then added to an f32 total in registers ("promotion", what cuBLAS
 // does unless asked for fast accumulation): the error stays that of 128
 // products. Two accumulators per consumer: tilings with bn <= 128.
+// Shapes the tile does not divide (splits = 1 only) take partial tiles: the
+// TMA fills what lies past A's and B's ends with zeros (adding nothing to
+// the sums) and the epilogue masks its stores to C.
 PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                        const MatmulTiling& c, std::int64_t sms, std::int64_t splits = 1,
                        bool b_nk = false) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
-  const std::int64_t consumers = BM / 64, KT = K / BK / splits, TM = M / BM;
+  const bool partial = M % BM != 0 || N % BN != 0 || K % BK != 0;
+  if (partial && splits > 1)
+    fail("tx.ops.matmul", "", {}, "split-K needs a shape the tile divides (" + c.str() + ")");
+  const std::int64_t consumers = BM / 64, KT = (K + BK - 1) / BK / splits, TM = (M + BM - 1) / BM;
   const DType out_t = splits > 1 || t.is_fp8() ? f32 : t;
   const bool promote = t.is_fp8();
-  const auto sched = T::tile_scheduler({.tiles_m = TM * splits, .tiles_n = N / BN, .ctas = sms});
+  const auto sched =
+      T::tile_scheduler({.tiles_m = TM * splits, .tiles_n = (N + BN - 1) / BN, .ctas = sms});
   const std::string name =
       "matmul_wgmma_" + t.short_name() + (b_nk ? "_nt" : "") + (splits > 1 ? "_splitk" : "");
   return T::prim_func(name, [&](Handle a, Handle b, Handle cp) {
@@ -169,11 +176,11 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
             pipe.producer_acquire(it);
             Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
                                       A[region(span(bm * BM, BM), span((k0 + kt) * BK, BK))],
-                                      {.barrier = pipe.full(it)});
+                                      {.barrier = pipe.full(it), .partial = partial});
             Tx::warpgroup::copy_async(b_stage(s),
                                       b_nk ? B[region(span(bn * BN, BN), span((k0 + kt) * BK, BK))]
                                            : B[region(span((k0 + kt) * BK, BK), span(bn * BN, BN))],
-                                      {.barrier = pipe.full(it)});
+                                      {.barrier = pipe.full(it), .partial = partial});
             T::if_(tid == 0, [&] { pipe.producer_commit(it); });
           }
         });
@@ -216,12 +223,15 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
             T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
           }
           if (promote) {  // fp8 in: f32 out
-            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], total);
+            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], total,
+                                {.partial = partial});
           } else if (out_t == f32) {  // a split-K partial: f32 out
-            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], acc);
+            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], acc,
+                                {.partial = partial});
           } else {
             Tx::warpgroup::cast(out, acc);
-            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], out);
+            Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], out,
+                                {.partial = partial});
           }
         });
       }
@@ -289,6 +299,28 @@ bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t
   return M % c.bm == 0 && N % c.bn == 0 && K % c.bk == 0;
 }
 
+// For a shape no tiling divides: the Hopper kernel with partial tiles, when
+// the TMA can address the operands (rows of A and B, K and N elements, a
+// multiple of 16 bytes) and the masked epilogue C (N % 8). 64-row tiles for
+// up to 64 rows, else the first tiling of the dtype. nullptr elsewhere.
+const MatmulTiling* partial_tiling(std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
+  if (runtime::current_device().cc_major != 9) return nullptr;
+  if ((K * t.bytes()) % 16 != 0 || (N * t.bytes()) % 16 != 0 || N % 8 != 0) return nullptr;
+  const MatmulTiling* pick = nullptr;
+  for (const MatmulTiling& c : matmul_tilings()) {
+    if (!c.wgmma || c.bk * t.bytes() != 128) continue;
+    if (!pick) pick = &c;
+    if (M <= 64 && c.bm == 64) return &c;
+  }
+  return pick;
+}
+
+bool divided_by_some_tiling(std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
+  for (const MatmulTiling& c : matmul_tilings())
+    if (divides(c, M, N, K, t)) return true;
+  return false;
+}
+
 // Why the tensor-core kernel cannot run these operands, or "" when it can.
 std::string tensor_core_refusal(DType t, std::int64_t M, std::int64_t N, std::int64_t K,
                                 const Device& d) {
@@ -299,11 +331,12 @@ std::string tensor_core_refusal(DType t, std::int64_t M, std::int64_t N, std::in
   if (dev.cc_major < 8) return dev.arch() + ": cp.async and mma.sync bf16 need sm_80";
   if (t.is_fp8() && dev.cc_major * 10 + dev.cc_minor < 89)
     return dev.arch() + ": fp8 mma (m16n8k32) needs sm_89";
-  for (const MatmulTiling& c : matmul_tilings())
-    if (divides(c, M, N, K, t)) return "";
+  if (divided_by_some_tiling(M, N, K, t) || partial_tiling(M, N, K, t)) return "";
   return "(" + std::to_string(M) + ", " + std::to_string(N) + ", " + std::to_string(K) +
          ") is not a multiple of any tiling (the smallest needs M % 16, N % 64, K % 32" +
-         (t.is_fp8() ? "; fp8 needs K % 64" : "") + ")";
+         (t.is_fp8() ? "; fp8 needs K % 64" : "") + ")" +
+         (dev.cc_major == 9 ? "; partial tiles need rows of A and B of whole 16 bytes and N % 8"
+                            : "");
 }
 
 std::string shape_key(DType t, std::int64_t M, std::int64_t N, std::int64_t K) {
@@ -354,7 +387,7 @@ std::int64_t splits_for(const MatmulTiling& c, std::int64_t M, std::int64_t N, s
                         DType t) {
   const std::int64_t sms = runtime::current_device().sm_count;
   const std::int64_t ctas = (M / c.bm) * (N / c.bn), KT = K / c.bk;
-  if (M >= 256 || ctas >= sms) return 1;
+  if (M >= 256 || ctas >= sms || !divides(c, M, N, K, t)) return 1;
   const std::int64_t most = c.wgmma ? sms : 2 * sms;
   std::int64_t best = 1;
   for (std::int64_t s : {2, 4, 8})
@@ -382,6 +415,7 @@ std::string split_str(std::int64_t splits) {
 const MatmulTiling& choose(std::int64_t M, std::int64_t N, std::int64_t K, DType t, const Device& d,
                            bool tune) {
   const auto& all = matmul_tilings();
+  if (!divided_by_some_tiling(M, N, K, t)) return *partial_tiling(M, N, K, t);
   std::size_t first = 0;
   while (!divides(all[first], M, N, K, t)) ++first;
   // Skinny M (< 256 rows): large tiles leave most SMs idle (128 x 4096 in
@@ -556,7 +590,9 @@ std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt) {
   const char* b_copy = b_nk && !o.b_nk   ? ", B transposed to (N, K) first"
                        : !b_nk && o.b_nk ? ", B copied to row-major first"
                                          : "";
-  return "tensor cores " + c.str() + split_str(splits_for(c, o.M, o.N, o.K, o.t)) + b_copy;
+  const char* partial = divides(c, o.M, o.N, o.K, o.t) ? "" : ", partial tiles";
+  return "tensor cores " + c.str() + split_str(splits_for(c, o.M, o.N, o.K, o.t)) + partial +
+         b_copy;
 }
 
 namespace {

@@ -358,7 +358,14 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
     cases.push_back({384, 384, 160, "tensor cores 128x128x32 w64x64 s3 sw"});
     cases.push_back({320, 128, 64, "tensor cores 64x128x64"});
     cases.push_back({320, 192, 32, "tensor cores 64x64x32 w32x32 s4 sw"});
-    cases.push_back({100, 64, 64, "SIMT ("});
+    // No tiling divides: on sm_90 the Hopper kernel with partial tiles (TMA
+    // zero fill, masked stores), 64-row tiles up to 64 rows; SIMT elsewhere.
+    cases.push_back(
+        {100, 64, 64, hopper ? "tensor cores wgmma 128x256x64 s4, partial tiles" : "SIMT ("});
+    if (hopper) {
+      cases.push_back({37, 1024, 520, "tensor cores wgmma 64x256x64 s4, partial tiles"});
+      cases.push_back({1000, 1000, 1000, "tensor cores wgmma 128x256x64 s4, partial tiles"});
+    }
     // Skinny M: the first tiling with at least 0.45 x SMs CTAs (132 SMs on an H100).
     // On sm_90 the Hopper kernel's threshold is 20% of the SMs: 64x256 gives 32.
     if (runtime::current_device().sm_count >= 120)
@@ -391,15 +398,21 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
       std::int64_t m, n, k;
       const char* plan;
     };
-    std::vector<Fp8Case> fp8 = {{32, 16, 64, "SIMT ("}};
+    const bool hopper = on_gpu() && runtime::current_device().cc_major == 9;
+    std::vector<Fp8Case> fp8 = {
+        {32, 16, 64, hopper ? "tensor cores wgmma 64x128x128 s8, partial tiles" : "SIMT ("}};
     if (on_gpu() &&
         runtime::current_device().cc_major * 10 + runtime::current_device().cc_minor >= 89) {
-      const bool hopper = runtime::current_device().cc_major == 9;
       fp8.push_back({256, 256, 128,
                      hopper ? "tensor cores wgmma 128x128x128 s6, B transposed to (N, K) first"
                             : "tensor cores 128x256x64 w64x64 s3"});
       fp8.push_back({320, 128, 64, "tensor cores 64x128x64"});
-      fp8.push_back({384, 384, 160, "SIMT ("});  // fp8 tilings need K % 64
+      // fp8 tilings need K % 64: SIMT, or on sm_90 partial tiles.
+      fp8.push_back(
+          {384, 384, 160,
+           hopper ? "tensor cores wgmma 128x128x128 s6, partial tiles, B transposed" : "SIMT ("});
+      if (hopper)
+        fp8.push_back({200, 264, 4112, "tensor cores wgmma 128x128x128 s6, partial tiles"});
     }
     for (const Fp8Case& c : fp8) {
       CAPTURE(t.name());
@@ -469,7 +482,10 @@ TEST_CASE("tx::ops::matmul with B as the transpose of an (N, K) tensor (torch's 
     const char* plan;  // the start of matmul_plan on the GPU
   };
   const bool hopper = on_gpu() && runtime::current_device().cc_major == 9;
-  std::vector<Case> cases = {{17, 9, 24, bf16, "SIMT ("}, {24, 16, 64, f8e4m3, "SIMT ("}};
+  // (24, 16, 64) in fp8: no tiling divides it; on sm_90 partial tiles.
+  std::vector<Case> cases = {
+      {17, 9, 24, bf16, "SIMT ("},
+      {24, 16, 64, f8e4m3, hopper ? "tensor cores wgmma 64x128x128 s8, partial tiles" : "SIMT ("}};
   if (hopper) {
     cases.push_back({256, 256, 128, bf16, "tensor cores wgmma 128x256x64 s4"});
     cases.push_back({384, 512, 256, f8e4m3, "tensor cores wgmma 128x128x128 s6"});
@@ -477,6 +493,8 @@ TEST_CASE("tx::ops::matmul with B as the transpose of an (N, K) tensor (torch's 
     // K = 4096: 32 K steps, where an accumulator of 14 bits would drift
     // past the bound (promotion keeps it at one step's error).
     cases.push_back({128, 256, 4096, f8e4m3, "tensor cores wgmma 64x128x128 s8"});
+    cases.push_back({200, 264, 144, f8e4m3, "tensor cores wgmma 128x128x128 s6, partial tiles"});
+    cases.push_back({72, 520, 208, bf16, "tensor cores wgmma 128x256x64 s4, partial tiles"});
     cases.push_back({1024, 640, 384, f16, "tensor cores wgmma 128x128x64 s6"});
   }
   if (on_gpu()) cases.push_back({512, 384, 96, f16, "tensor cores 256x128x32"});
