@@ -300,12 +300,14 @@ bool divides(const MatmulTiling& c, std::int64_t M, std::int64_t N, std::int64_t
 }
 
 // For a shape no tiling divides: the Hopper kernel with partial tiles, when
-// the TMA can address the operands (rows of A and B, K and N elements, a
-// multiple of 16 bytes) and the masked epilogue C (N % 8). 64-row tiles for
+// the TMA can address the operands (rows of A and B a multiple of 16 bytes:
+// K * bytes, and N * bytes for a 16-bit (K, N) B) and the masked epilogue
+// C (N % 8). 64-row tiles for
 // up to 64 rows, else the first tiling of the dtype. nullptr elsewhere.
 const MatmulTiling* partial_tiling(std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
   if (runtime::current_device().cc_major != 9) return nullptr;
-  if ((K * t.bytes()) % 16 != 0 || (N * t.bytes()) % 16 != 0 || N % 8 != 0) return nullptr;
+  // N % 8 is also B's 16-byte rows when B is (K, N) in 16 bits; fp8's B is (N, K).
+  if ((K * t.bytes()) % 16 != 0 || N % 8 != 0) return nullptr;
   const MatmulTiling* pick = nullptr;
   for (const MatmulTiling& c : matmul_tilings()) {
     if (!c.wgmma || c.bk * t.bytes() != 128) continue;
