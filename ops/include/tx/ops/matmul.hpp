@@ -33,15 +33,20 @@
 //                 operands K-major only, so the kernel reads B as (N, K) --
 //                 as given when B is the transpose of an (N, K) tensor,
 //                 else from a transposed copy made first (one pass over B).
+//                 Each fp8 K step's partial tile is added to an f32 total
+//                 (the tensor cores keep ~14 bits adding fp8 products;
+//                 cuBLAS's default promotes the same way): bn <= 128.
 //                 The wgmma kernel also reads a 16-bit B given as (N, K)
-//                 without a copy.
+//                 without a copy, and on sm_90 takes shapes no tiling
+//                 divides with partial tiles (TMA zero fill, masked
+//                 stores) when K * element bytes % 16 == 0 and N % 8 == 0.
 //                 Elsewhere (sm_89) fp8 runs this kernel with mma.sync
 //                 m16n8k32 on the tilings with bk % 64 == 0 (B's fragments
 //                 through copy/reg: ldmatrix .trans moves 16-bit units only;
 //                 204.9 TFLOP/s at 4096^3 e4m3 on an H100, the path fp8 took
 //                 there before the wgmma kernel read fp8).
 //   SIMT          one thread per output element, a K loop of f32 FMAs: every
-//                 other shape and the host (through the host JIT). A tx
+//                 other shape (on sm_90: those partial tiles cannot take) and the host (through the host JIT). A tx
 //                 warning names why the tensor cores were not used.
 // A B given as (N, K) to a kernel that reads (K, N) (the warp-MMA and SIMT
 // kernels) is copied to row-major first; matmul_plan says so.
