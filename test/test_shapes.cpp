@@ -261,6 +261,65 @@ TEST_CASE("a sweep of 200 serving shapes compiles a handful of kernels") {
   CHECK(s1.compiles - s0.compiles <= 2 * (1 + 2 + 1));
 }
 
+HOST_CASE("ops::run on a new leading extent reuses its class, with the same results") {
+  // A serving loop's new token count does not plan again: the Elementwise of
+  // the class's first call is copied with the new shapes. Each call is checked
+  // bit for bit against an Elementwise planned from scratch for its shapes.
+  struct Case {
+    const char* op;
+    std::vector<std::vector<std::int64_t>> shapes;  // -1: the leading extent
+    DType t;
+  };
+  const std::vector<Case> cases = {
+      {"add", {{-1, 64}, {64}}, f32},
+      {"add", {{-1, 3, 8}, {-1, 1, 8}}, bf16},  // both full rank: one L
+      {"where", {{-1, 1}, {-1, 8}, {8}}, f16},  // a bool mask first
+      {"silu_and_mul", {{-1, 16}}, bf16},
+      {"prelu", {{-1, 3, 4}, {3}}, f32},  // the weight belongs to dimension 1
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.op);
+    for (std::int64_t lead : {5, 3, 17, 1, 2, 64, 3}) {
+      CAPTURE(lead);
+      std::vector<Tensor> in;
+      std::vector<std::vector<std::int64_t>> shapes;
+      for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+        std::vector<std::int64_t> sh = c.shapes[i];
+        for (auto& e : sh) e = e < 0 ? lead : e;
+        std::int64_t n = 1;
+        for (auto e : sh) n *= e;
+        const bool mask = std::string(c.op) == "where" && i == 0;
+        auto v = test::random_values(static_cast<std::size_t>(n), mask ? f32 : c.t, -2, 2);
+        if (mask)
+          for (double& x : v) x = x > 0 ? 1 : 0;
+        in.push_back(Tensor::from_doubles(v, sh, mask ? boolean : c.t, Device::host()));
+        shapes.push_back(sh);
+      }
+      const ops::CacheStats s0 = ops::cache_stats();
+      Tensor got = ops::run(c.op, in);
+      CHECK(ops::cache_stats().compiles - s0.compiles <= (lead == 5 || lead == 1 ? 1u : 0u));
+      ops::Elementwise planned(c.op, shapes, c.t, {}, {}, Device::host());
+      Tensor want = planned(in);
+      CHECK(got.shape() == want.shape());
+      CHECK(got.to_bytes() == want.to_bytes());
+    }
+  }
+  // add's values against double (f32: one rounding of the exact sum).
+  Tensor b = Tensor::from_doubles(test::random_values(64, f32, -2, 2), {64}, f32, Device::host());
+  for (std::int64_t lead : {9, 4}) {
+    auto xv = test::random_values(static_cast<std::size_t>(lead * 64), f32, -2, 2);
+    Tensor x = Tensor::from_doubles(xv, {lead, 64}, f32, Device::host());
+    std::vector<double> y = ops::run("add", {x, b}).to_doubles(), bv = b.to_doubles();
+    for (std::size_t k = 0; k < y.size(); ++k)
+      CHECK(y[k] == static_cast<double>(static_cast<float>(xv[k] + bv[k % 64])));
+  }
+  // Leading extents that do not broadcast are still an error naming both.
+  Tensor p = Tensor::empty({3, 4}, f32, Device::host()),
+         q = Tensor::empty({5, 4}, f32, Device::host());
+  CHECK_THROWS_WITH_AS(ops::run("add", {p, q}),
+                       doctest::Contains("(3, 4) and (5, 4) do not broadcast"), Error);
+}
+
 TEST_CASE("the kernel cache has a capacity, evicts the least recently used, and clears") {
   ops::clear_cache();
   ops::set_cache_capacity(2);

@@ -868,8 +868,8 @@ const Kernel& Elementwise::in_place_kernel() const {
   if (!in_place_->kernel) {
     const OpInfo& info = lookup(op_);
     in_place_->kernel =
-        get_kernel(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()),
-                   params_, cfg_, device_, nullptr, nullptr, /*in_place=*/true);
+        get_kernel(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()), params_,
+                   cfg_, device_, nullptr, nullptr, /*in_place=*/true);
   }
   return *in_place_->kernel;
 }
@@ -941,6 +941,9 @@ struct CallKeyHash {
 struct CallCache {
   std::mutex mu;
   std::unordered_map<CallKey, std::shared_ptr<const Elementwise>, CallKeyHash> map;
+  // Per class of shape-generic calls (the leading extent as -1, see
+  // wildcard_leading): the Elementwise new shapes of the class copy.
+  std::unordered_map<CallKey, std::shared_ptr<const Elementwise>, CallKeyHash> classes;
   static constexpr std::size_t kCapacity = 4096;  // then forgotten at once, rebuilt on use
   std::atomic<std::uint64_t> hits{0};             // counted as kernel cache hits
 };
@@ -953,7 +956,63 @@ void forget_calls() {
   CallCache& c = call_cache();
   std::lock_guard<std::mutex> lock(c.mu);
   c.map.clear();
+  c.classes.clear();
 }
+
+// Calls that differ only in the leading extent share a class. The leading
+// extent L of the full-rank inputs (when > 1, and the same in each of them)
+// takes no part in coalescing: a dimension's stride is the product of the
+// extents inside it, so L sets neither which dimensions merge, nor which
+// operands broadcast or read flat, nor the innermost extent of a coalesced
+// rank above 1, nor the scalar arguments (the extents after the first);
+// gated ops' rows and prelu's channel dimension lie inside it too. A
+// shape-generic Elementwise built for one L therefore serves every other:
+// only its shapes change. The key is the call's with L written as -1; a
+// single-token call (L = 1, which coalescing drops) keeps its own.
+// Returns L, or 0 when the call has no such extent.
+std::int64_t wildcard_leading(CallKey& key, const std::vector<Tensor>& inputs) {
+  std::size_t rank = 0;
+  for (const Tensor& x : inputs) rank = std::max(rank, x.shape().size());
+  if (rank < 2) return 0;  // a flat 1-D shape is one class for every extent already
+  std::int64_t lead = 0;
+  for (const Tensor& x : inputs)
+    if (x.shape().size() == rank && x.shape()[0] > 1) {
+      if (lead != 0 && x.shape()[0] != lead) return 0;  // not a broadcast: an error path
+      lead = x.shape()[0];
+    }
+  if (lead == 0) return 0;
+  // key.shapes: each input's rank, then its extents.
+  std::size_t at = 0;
+  for (const Tensor& x : inputs) {
+    if (x.shape().size() == rank && x.shape()[0] == lead) key.shapes[at + 1] = -1;
+    at += 1 + x.shape().size();
+  }
+  return lead;
+}
+
+}  // namespace
+
+namespace detail {
+struct ElementwiseSibling {
+  // proto's class, on these inputs' shapes (leading extent `lead`).
+  static std::shared_ptr<const Elementwise> make(const Elementwise& proto,
+                                                 const std::vector<Tensor>& inputs,
+                                                 std::int64_t lead) {
+    auto e = std::make_shared<Elementwise>(proto);
+    for (std::size_t i = 0; i < inputs.size(); ++i) e->in_shapes_[i] = inputs[i].shape();
+    e->out_shape_[0] = lead;
+    // Per-object state of the first launch: its own, not the prototype's.
+    e->in_place_ = std::make_shared<Elementwise::InPlace>();
+    if (e->lookup_) {
+      e->table_once_ = std::make_shared<std::once_flag>();
+      e->table_ = Tensor();
+    }
+    return e;
+  }
+};
+}  // namespace detail
+
+namespace {
 
 std::shared_ptr<const Elementwise> elementwise_for(const std::string& op,
                                                    const std::vector<Tensor>& inputs,
@@ -980,11 +1039,28 @@ std::shared_ptr<const Elementwise> elementwise_for(const std::string& op,
       return it->second;
     }
   }
-  std::vector<std::vector<std::int64_t>> shapes;
-  for (const Tensor& x : inputs) shapes.push_back(x.shape());
-  auto e = std::make_shared<const Elementwise>(op, shapes, t, params, cfg, key.device, loc);
+  // A new shape of a shape-generic class seen before: its Elementwise with
+  // these shapes, without planning again (a serving loop's new token count).
+  CallKey class_key = key;
+  const std::int64_t lead = cfg.exact_shape || cfg.tune ? 0 : wildcard_leading(class_key, inputs);
+  std::shared_ptr<const Elementwise> e;
+  if (lead > 0) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (auto it = c.classes.find(class_key); it != c.classes.end()) {
+      e = detail::ElementwiseSibling::make(*it->second, inputs, lead);
+      c.hits.fetch_add(1, std::memory_order_relaxed);  // the class's kernel, from the cache
+    }
+  }
+  const bool planned = !e;
+  if (planned) {
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (const Tensor& x : inputs) shapes.push_back(x.shape());
+    e = std::make_shared<const Elementwise>(op, shapes, t, params, cfg, key.device, loc);
+  }
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.map.size() >= CallCache::kCapacity) c.map.clear();
+  if (c.classes.size() >= CallCache::kCapacity) c.classes.clear();
+  if (lead > 0 && planned) c.classes.emplace(std::move(class_key), e);
   c.map.emplace(std::move(key), e);
   return e;
 }

@@ -86,6 +86,10 @@ void set_cache_capacity(std::size_t kernels);
 // Drops every cached kernel (the disk cache keeps their binaries).
 void clear_cache();
 
+namespace detail {
+struct ElementwiseSibling;
+}
+
 // Built once, launched many times.
 class Elementwise {
  public:
@@ -105,6 +109,9 @@ class Elementwise {
   Config config() const { return cfg_; }  // as resolved (strategy, threads, npt)
 
  private:
+  // Makes the Elementwise of another shape of a shape-generic one's class
+  // (ops::run's calls on a new token count).
+  friend struct detail::ElementwiseSibling;
   void build(const Config& cfg, std::optional<Device> device);
   void launch(const std::vector<Tensor>& inputs, Tensor& out) const;
   void launch_views(const std::vector<Tensor>& inputs, Tensor& out) const;
