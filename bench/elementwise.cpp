@@ -290,10 +290,14 @@ void compare_exact(std::ostream& os, const std::string& only) {
   for (const Case& c : cases()) {
     if (c.small || c.op == "cast") continue;
     if (!only.empty() && (c.label + "|" + c.dtype.name()).find(only) == std::string::npos) continue;
-    // Three rounds, generic and exact alternating, the best of each: a
-    // 20-microsecond kernel varies by several percent from run to run.
+    // Rounds of generic and exact alternating, the best of each: three, and
+    // seven for kernels under 100 us, which vary by several percent from
+    // round to round (H100, 2026-11-27: the 35-us (1024, 20480) + (20480,)
+    // bf16 add measured 0.931 of exact once in three rounds each, 0.986 and
+    // 0.997 in the runs before, with the same kernels).
     Result g = run_case(c, false), e = run_case(c, true);
-    for (int round = 1; round < 3; ++round) {
+    const int rounds = std::max(g.tx_ms, e.tx_ms) < 0.1 ? 7 : 3;
+    for (int round = 1; round < rounds; ++round) {
       Result g2 = run_case(c, false), e2 = run_case(c, true);
       g.tx_ms = std::min(g.tx_ms, g2.tx_ms);
       e.tx_ms = std::min(e.tx_ms, e2.tx_ms);
