@@ -47,7 +47,7 @@ build() {
       -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
       -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
       -DTX_BUILD_FUZZERS=ON -DTX_BUILD_TESTS=OFF -DTX_BUILD_SAMPLES=OFF -DTX_BUILD_BENCH=OFF \
-      -DTX_TORCH=OFF -DTX_XEUS=OFF >/dev/null
+      -DTX_BUILD_OPS=OFF -DTX_TORCH=OFF -DTX_XEUS=OFF >/dev/null
   fi
   cmake --build "$BUILD" --target tile_fuzzer invalid_fuzzer builder_fuzzer -j "$JOBS"
 }
