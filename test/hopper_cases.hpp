@@ -11,28 +11,6 @@
 
 namespace tx::test {
 
-// |C - C_exact| <= K 2^-23 sum |a b| + one rounding of the output (ulp),
-// as a ratio (<= 1 passes); a NaN is infinitely wrong.
-inline double gemm_error(const std::vector<double>& a, const std::vector<double>& b,
-                         const std::vector<double>& c, std::int64_t M, std::int64_t N,
-                         std::int64_t K, double ulp) {
-  double worst = 0;
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j) {
-      double want = 0, mag = 0;
-      for (std::int64_t p = 0; p < K; ++p) {
-        const double x =
-            a[static_cast<std::size_t>(i * K + p)] * b[static_cast<std::size_t>(p * N + j)];
-        want += x;
-        mag += std::fabs(x);
-      }
-      const double got = c[static_cast<std::size_t>(i * N + j)];
-      if (std::isnan(got)) return INFINITY;
-      const double tol = static_cast<double>(K) * 0x1p-23 * mag + ulp * std::fabs(want) + 1e-30;
-      worst = std::max(worst, std::fabs(got - want) / tol);
-    }
-  return worst;
-}
 
 // A producer warpgroup writes position it (it * 1000 + thread + CTA * 100000)
 // into stage it % 2 with plain stores; each of two consumer warpgroups copies
@@ -77,6 +55,38 @@ inline bool pipeline_phases_ok(const std::vector<double>& got, std::int64_t P,
               static_cast<double>(it * 1000 + t + b * 100000))
             return false;
   return true;
+}
+
+// D = scale * A B with A in registers (gemm/wgmma's register form): one
+// warpgroup loads A (64 x K, row-major in global) into frag::wgmma_a, scales
+// it there (what the register form is for: A transformed before the MMA),
+// copies B (K x N) into a swizzled shared tile and multiplies; D (64 x N,
+// f32). K: a multiple of 16 (32 for fp8); B as (N, K) with transpose_b for
+// fp8, which wgmma reads K-major only.
+inline PrimFunc wgmma_register_a(std::int64_t N, std::int64_t K, DType t, double scale) {
+  const bool bt = t.is_fp8();
+  return T::prim_func("wgmma_register_a", [&](Handle a_ptr, Handle b_ptr, Handle d_ptr) {
+    auto A = T::match_buffer(a_ptr, {64, K}, t);
+    auto B = bt ? T::match_buffer(b_ptr, {N, K}, t) : T::match_buffer(b_ptr, {K, N}, t);
+    auto D = T::match_buffer(d_ptr, {64, N}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto Ar = T::alloc_buffer({64, K}, t, scope::local, frag::wgmma_a(64, K, t), "Ar");
+    const std::int64_t rows = bt ? N : K, cols = bt ? K : N;
+    auto Bs =
+        T::alloc_buffer({rows, cols}, t, scope::shared, layouts::swizzled_tiles({rows, cols}, t));
+    auto acc = T::alloc_buffer({64, N}, f32, scope::local, frag::wgmma_c(64, N));
+    Tx::warpgroup::copy(Ar, A.all());
+    Tx::warpgroup::mul(Ar, Ar, scale);
+    Tx::warpgroup::copy(Bs, B.all());
+    // Plain stores to shared memory, read by the MMA's async proxy: each
+    // thread's fence, then the barrier.
+    T::cuda::fence_proxy_async();
+    T::cuda::cta_sync();
+    Tx::warpgroup::gemm(acc, Ar, Bs, {.transpose_b = bt});
+    Tx::warpgroup::copy(D.all(), acc);
+  });
 }
 
 }  // namespace tx::test

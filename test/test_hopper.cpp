@@ -485,6 +485,69 @@ TEST_CASE("fibers: a deadlock and misused mbarriers are tx errors naming the lin
       doctest::Contains("checked mode"), Error);
 }
 
+TEST_CASE("gemm/wgmma with A in registers: frag::wgmma_a, the register form, the host") {
+  // On sm_90: the register form (four words of A per thread, no A
+  // descriptor), for 16-bit types and fp8 (B as (N, K)), and a cubin.
+  for (auto [t, instr] :
+       {std::pair{bf16, "m64n64k16.f32.bf16.bf16"}, std::pair{f16, "m64n64k16.f32.f16.f16"},
+        std::pair{f8e4m3, "m64n64k32.f32.e4m3.e4m3"}}) {
+    CAPTURE(t.name());
+    lowering::LoweredKernel k = lower90(test::wgmma_register_a(64, 64, t, 0.5));
+    CHECK(variant_of(k, "gemm") == "gemm/wgmma");
+    const std::string ir = to_string(k.lowered);
+    CHECK(ir.find("A in registers") != std::string::npos);
+    CHECK(ir.find(std::string("T.ptx.wgmma.") + instr + "(acc[") != std::string::npos);
+    CHECK(ir.find("Ar[words 0, 2, 4, 6]") != std::string::npos);  // words of the first K step
+    const std::string cuda = lowering::codegen_cuda(k, {"wgmma_ra", false});
+    CHECK(cuda.find("}, {%32, %33, %34, %35}, %36, p, 1, 1") != std::string::npos);
+    auto out = runtime::nvrtc_compile(cuda, "wgmma_ra.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+    REQUIRE(out.cubin.size() > 4);
+  }
+  // A register tile in another layout is refused with the layout to use.
+  auto wrong = T::prim_func("wrong_a", [&](Handle d_ptr) {
+    auto D = T::match_buffer(d_ptr, {64, 64}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto Ar = T::alloc_buffer({64, 16}, bf16, scope::local, frag::mma_a(64, 16, bf16));
+    auto Bs =
+        T::alloc_buffer({16, 64}, bf16, scope::shared, layouts::swizzled_tiles({16, 64}, bf16));
+    auto acc = T::alloc_buffer({64, 64}, f32, scope::local, frag::wgmma_c(64, 64));
+    Tx::warpgroup::gemm(acc, Ar, Bs, {.variant = "wgmma"});
+    (void)D;
+  });
+  CHECK_THROWS_WITH_AS(lower90(wrong), doctest::Contains("use frag::wgmma_a"), Error);
+  CHECK_THROWS_WITH_AS(frag::wgmma_a(64, 24, bf16), doctest::Contains("k = 24"), Error);
+
+  // On the host (gemm/fallback) against float64: D = 0.5 A B.
+  if (!host_jit("wgmma with A in registers on the host")) return;
+  for (DType t : {bf16, f8e4m3}) {
+    CAPTURE(t.name());
+    const std::int64_t N = 64, K = t.is_fp8() ? 64 : 32;
+    Kernel k = compile(test::wgmma_register_a(N, K, t, 0.5), {.device = Device::host()});
+    auto a = test::random_values(static_cast<std::size_t>(64 * K), t, -2, 2);
+    auto bs = test::random_values(static_cast<std::size_t>(K * N), t, -2, 2);
+    // The reference's B is (K, N); fp8's kernel reads it stored (N, K).
+    std::vector<double> b(bs.size()), half_a(a.size());
+    for (std::int64_t p = 0; p < K; ++p)
+      for (std::int64_t j = 0; j < N; ++j)
+        b[static_cast<std::size_t>(p * N + j)] = t.is_fp8()
+                                                     ? bs[static_cast<std::size_t>(j * K + p)]
+                                                     : bs[static_cast<std::size_t>(p * N + j)];
+    // The kernel rounds 0.5 a to t in registers (fp8 subnormals lose a bit).
+    for (std::size_t i = 0; i < a.size(); ++i) half_a[i] = 0.5 * a[i];
+    half_a = Tensor::from_doubles(half_a, {64 * K}, t, Device::host()).to_doubles();
+    Tensor A = Tensor::from_doubles(a, {64, K}, t, Device::host());
+    Tensor B = Tensor::from_doubles(
+        bs, t.is_fp8() ? std::vector<std::int64_t>{N, K} : std::vector<std::int64_t>{K, N}, t,
+        Device::host());
+    Tensor D = Tensor::empty({64, N}, f32, Device::host());
+    D.fill_bits(tx::test::poison_bits(f32));
+    k(A, B, D);
+    CHECK(tx::test::gemm_error(half_a, b, D.to_doubles(), 64, N, K, 0x1p-24) <= 1.0);
+  }
+}
+
 TEST_CASE("ops::matmul's wgmma kernel with B as (N, K): K-major tiles, fp8, a cubin, the host") {
   auto tiling = [](const std::string& name) {
     for (const ops::MatmulTiling& t : ops::matmul_tilings())

@@ -931,14 +931,15 @@ Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector
                                                   std::move(barrier), loc));
 }
 
-Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, WgmmaOperand a,
-                WgmmaOperand b, Expr scale_d, SourceLoc loc) {
-  const char* op = "T.ptx.wgmma";
-  if (!d || !a.smem || !b.smem || !a.offset || !b.offset || !scale_d)
-    fail(op, "", loc, "an operand is undefined");
+namespace {
+// What both forms of wgmma check: D, the shared operands, the shape, scale_d.
+void check_wgmma(const char* op, const std::string& shape, const Buffer& d,
+                 const std::vector<std::int64_t>& d_regs,
+                 std::initializer_list<const WgmmaOperand*> shared, const Expr& scale_d,
+                 SourceLoc loc) {
   if (d->scope != MemScope::local || d->dtype != f32)
     fail(op, d->name, loc, "the accumulator is f32 registers");
-  for (const WgmmaOperand* x : {&a, &b}) {
+  for (const WgmmaOperand* x : shared) {
     if (x->smem->scope != MemScope::shared) fail(op, x->smem->name, loc, "A and B are shared");
     if (x->swizzle_bytes != 32 && x->swizzle_bytes != 64 && x->swizzle_bytes != 128)
       fail(op, x->smem->name, loc, "swizzle of 32, 64 or 128 bytes");
@@ -956,9 +957,39 @@ Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, W
     if (r < 0 || r >= d->storage_elems())
       fail(op, d->name, loc, "register " + std::to_string(r) + " outside " + d->name);
   if (!scale_d.dtype().is_integer()) fail(op, "scale_d", loc, "scale_d is an integer");
+}
+}  // namespace
+
+Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, WgmmaOperand a,
+                WgmmaOperand b, Expr scale_d, SourceLoc loc) {
+  const char* op = "T.ptx.wgmma";
+  if (!d || !a.smem || !b.smem || !a.offset || !b.offset || !scale_d)
+    fail(op, "", loc, "an operand is undefined");
+  check_wgmma(op, shape, d, d_regs, {&a, &b}, scale_d, loc);
   return Stmt(std::make_shared<const WgmmaNode>(std::move(shape), std::move(d), std::move(d_regs),
                                                 std::move(a), std::move(b), std::move(scale_d),
-                                                loc));
+                                                Buffer(), std::vector<std::int64_t>{}, loc));
+}
+
+Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, Buffer a_regs,
+                std::vector<std::int64_t> a_words, WgmmaOperand b, Expr scale_d, SourceLoc loc) {
+  const char* op = "T.ptx.wgmma";
+  if (!d || !a_regs || !b.smem || !b.offset || !scale_d)
+    fail(op, "", loc, "an operand is undefined");
+  check_wgmma(op, shape, d, d_regs, {&b}, scale_d, loc);
+  const int bytes = a_regs->dtype.bytes();
+  if (a_regs->scope != MemScope::local || (bytes != 1 && bytes != 2))
+    fail(op, a_regs->name, loc, "A from registers is a local tile of 16-bit or 8-bit elements");
+  if (a_words.size() != 4) fail(op, a_regs->name, loc, "A takes four 32-bit words per thread");
+  const std::int64_t per_word = 4 / bytes;
+  for (std::int64_t w : a_words)
+    if (w < 0 || w % per_word != 0 || w + per_word > a_regs->storage_elems())
+      fail(op, a_regs->name, loc,
+           "word at element " + std::to_string(w) + " is not a whole aligned word of " +
+               a_regs->name);
+  return Stmt(std::make_shared<const WgmmaNode>(std::move(shape), std::move(d), std::move(d_regs),
+                                                WgmmaOperand{}, std::move(b), std::move(scale_d),
+                                                std::move(a_regs), std::move(a_words), loc));
 }
 
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {

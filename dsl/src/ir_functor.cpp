@@ -135,8 +135,12 @@ void IRVisitor::visit_node(const TmaCopyNode* n) {
 }
 void IRVisitor::visit_node(const WgmmaNode* n) {
   visit_buffer(n->d);
-  visit_buffer(n->a.smem);
-  visit(n->a.offset);
+  if (n->a_regs) {
+    visit_buffer(n->a_regs);
+  } else {
+    visit_buffer(n->a.smem);
+    visit(n->a.offset);
+  }
   visit_buffer(n->b.smem);
   visit(n->b.offset);
   visit(n->scale_d);
@@ -342,14 +346,21 @@ Stmt IRMutator::mutate_node(const Stmt& self, const TmaCopyNode* n) {
 Stmt IRMutator::mutate_node(const Stmt& self, const WgmmaNode* n) {
   Buffer d = mutate_buffer(n->d);
   WgmmaOperand a = n->a, b = n->b;
-  a.smem = mutate_buffer(n->a.smem);
-  a.offset = mutate(n->a.offset);
+  Buffer ar;
+  if (n->a_regs) {
+    ar = mutate_buffer(n->a_regs);
+  } else {
+    a.smem = mutate_buffer(n->a.smem);
+    a.offset = mutate(n->a.offset);
+  }
   b.smem = mutate_buffer(n->b.smem);
   b.offset = mutate(n->b.offset);
   Expr sd = mutate(n->scale_d);
   if (d.same_as(n->d) && a.smem.same_as(n->a.smem) && a.offset.same_as(n->a.offset) &&
-      b.smem.same_as(n->b.smem) && b.offset.same_as(n->b.offset) && sd.same_as(n->scale_d))
+      ar.same_as(n->a_regs) && b.smem.same_as(n->b.smem) && b.offset.same_as(n->b.offset) &&
+      sd.same_as(n->scale_d))
     return self;
+  if (n->a_regs) return make_wgmma(n->shape, d, n->d_regs, ar, n->a_words, b, sd, n->loc);
   return make_wgmma(n->shape, d, n->d_regs, a, b, sd, n->loc);
 }
 Stmt IRMutator::mutate_node(const Stmt& self, const OriginNode* n) {

@@ -503,8 +503,11 @@ class Printer : public IRVisitor {
              ", swizzle=" + std::to_string(o.swizzle_bytes) + ", lbo=" + std::to_string(o.lbo) +
              ", sbo=" + std::to_string(o.sbo) + (o.mn_major ? ", mn_major=True" : "") + ")";
     };
+    const std::string a = n->a_regs
+                              ? buffer_name(n->a_regs) + "[words " + regs_text(n->a_words) + "]"
+                              : operand(n->a);
     line("T.ptx.wgmma." + n->shape + "(" + buffer_name(n->d) + "[" + regs_text(n->d_regs) + "], " +
-         operand(n->a) + ", " + operand(n->b) + ", scale_d=" + expr(n->scale_d) + ")");
+         a + ", " + operand(n->b) + ", scale_d=" + expr(n->scale_d) + ")");
   }
   void visit_node(const OriginNode* n) override {
     std::string s = "# " + n->text;

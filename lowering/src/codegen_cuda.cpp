@@ -969,7 +969,8 @@ class CudaEmitter : public IRVisitor {
   }
   void visit_node(const WgmmaNode* n) override {
     const std::size_t regs = n->d_regs.size();
-    const bool fp8 = n->a.smem->dtype.bytes() == 1;
+    const bool a_in_regs = static_cast<bool>(n->a_regs);
+    const bool fp8 = (a_in_regs ? n->a_regs : n->a.smem)->dtype.bytes() == 1;
     auto fields = [](const WgmmaOperand& o) {
       unsigned long long mode = o.swizzle_bytes == 128 ? 1 : o.swizzle_bytes == 64 ? 2 : 3;
       unsigned long long f = (static_cast<unsigned long long>(o.lbo >> 4) << 16) |
@@ -987,6 +988,21 @@ class CudaEmitter : public IRVisitor {
       outs +=
           (i ? ", " : "") + std::string("\"+f\"(") + d + "[" + std::to_string(n->d_regs[i]) + "])";
     const int ia = static_cast<int>(regs);
+    if (a_in_regs) {
+      // A from registers: four 32-bit words, no transpose for A (the
+      // register fragment is K-major by definition).
+      std::string words;
+      for (int i = 0; i < 4; ++i)
+        words += (i ? ", " : "") + word(n->a_regs, n->a_words[static_cast<std::size_t>(i)], false);
+      std::string instr =
+          "wgmma.mma_async.sync.aligned." + n->shape + " {" + operands(0, ia) + "}, {" +
+          operands(ia, 4) + "}, %" + std::to_string(ia + 4) + ", p, 1, 1" +
+          (fp8 ? std::string("") : std::string(", ") + (n->b.mn_major ? "1" : "0")) + ";";
+      line("asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(ia + 5) + ", 0; " +
+           instr + " }\" : " + outs + " : " + words + ", " + desc(n->b) + ", \"r\"((int)(" +
+           e(n->scale_d) + ")));");
+      return;
+    }
     std::string instr = "wgmma.mma_async.sync.aligned." + n->shape + " {" + operands(0, ia) +
                         "}, %" + std::to_string(ia) + ", %" + std::to_string(ia + 1) + ", p, 1, 1" +
                         (fp8 ? std::string("")

@@ -49,28 +49,7 @@ inline const ops::MatmulTiling& tiling_named(const std::string& name) {
   return ops::matmul_tilings().front();
 }
 
-// mag_rel: a further error allowed per unit of sum |a b| (fp8 on wgmma, see
-// kFp8WgmmaError).
-inline double gemm_error(const std::vector<double>& a, const std::vector<double>& b,
-                         const std::vector<double>& got, std::int64_t M, std::int64_t N,
-                         std::int64_t K, double ulp, double mag_rel = 0) {
-  double worst = 0;
-  for (std::int64_t i = 0; i < M; ++i)
-    for (std::int64_t j = 0; j < N; ++j) {
-      double want = 0, mag = 0;
-      for (std::int64_t p = 0; p < K; ++p) {
-        double x = a[static_cast<std::size_t>(i * K + p)] * b[static_cast<std::size_t>(p * N + j)];
-        want += x;
-        mag += std::fabs(x);
-      }
-      double tol =
-          (static_cast<double>(K) * 0x1p-23 + mag_rel) * mag + ulp * std::fabs(want) + 1e-30;
-      double g = got[static_cast<std::size_t>(i * N + j)];
-      if (std::isnan(g)) return INFINITY;
-      worst = std::max(worst, std::fabs(g - want) / tol);
-    }
-  return worst;
-}
+using tx::test::gemm_error;
 
 inline double ulp_of(DType t) { return t == bf16 ? 0x1p-8 : t == f16 ? 0x1p-11 : 0x1p-24; }
 

@@ -146,4 +146,20 @@ inline TileLayout wgmma_c(std::int64_t m, std::int64_t n) {
       S({m / 64, 4, 2, 8, n / 8, 4, 2}, {n / 2, 1 * wid_in_wg, 2, 4 * laneid, 4, 1 * laneid, 1}));
 }
 
+// The A operand of warpgroup MMA from registers (wgmma's register-A form)
+// for an (m, k) tile of dtype t held by a warpgroup: m % 64 == 0, k a
+// multiple of the instruction's K (16 for f16 / bf16, 32 for fp8). Warp w
+// holds rows 16 w .. 16 w + 15 of each 64-row block in mma.sync's A layout
+// (mma_a above): word j, element e of a K step = (row 16 w + g + 8 (j % 2),
+// col E t + 4E (j / 2) + e) (PTX ISA, "Register fragment for matrix A" of
+// wgmma). Per 64 rows: k / (8E) K steps of 4 words, in K order.
+inline TileLayout wgmma_a(std::int64_t m, std::int64_t k, DType t) {
+  const std::int64_t e = detail::per_word(t, "wgmma_a");
+  detail::check_multiple(m, 64, "wgmma_a", "m");
+  detail::check_multiple(k, 8 * e, "wgmma_a", "k");
+  const std::int64_t kt = k / (8 * e);
+  return TileLayout(S({m / 64, 4, 2, 8, kt, 2, 4, e},
+                      {4 * e * kt, 1 * wid_in_wg, e, 4 * laneid, 4 * e, 2 * e, 1 * laneid, 1}));
+}
+
 }  // namespace tx::frag

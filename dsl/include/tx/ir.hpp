@@ -391,15 +391,16 @@ class SelectNode : public ExprNode {
   X(log2, 1)                                                                                      \
   X(log1p, 1)                                                                                     \
   X(expm1, 1)                                                                                     \
-  X(sin, 1) X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1)          \
-      X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1)       \
-          X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0)           \
-              X(block_idx, 1) X(reinterpret, 1) X(check_access, 5) X(check_barrier, 2)            \
-                  X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0) X(cp_async_wait, 1) \
-                      X(mbarrier_init, 2) X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2)          \
-                          X(mbarrier_wait, 2) X(fence_barrier_init, 0) X(fence_proxy_async, 0)    \
-                              X(wgmma_fence, 0) X(wgmma_commit, 0) X(wgmma_wait, 1)               \
-                                  X(setmaxnreg, 2) X(register_fence, 1)
+  X(sin, 1)                                                                                       \
+  X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1)        \
+      X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2)         \
+          X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1)     \
+              X(reinterpret, 1) X(check_access, 5) X(check_barrier, 2) X(check_divisor, 2)        \
+                  X(check_index, 4) X(cp_async_commit, 0) X(cp_async_wait, 1) X(mbarrier_init, 2) \
+                      X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2)          \
+                          X(fence_barrier_init, 0) X(fence_proxy_async, 0) X(wgmma_fence, 0)      \
+                              X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)                \
+                                  X(register_fence, 1)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -828,10 +829,12 @@ struct WgmmaOperand {
 };
 
 // wgmma.mma_async.sync.aligned.<shape>.f32.<a>.<b>: a warpgroup's D (+)= A B
-// with A and B in shared memory (descriptors) and D the N / 2 f32 registers
-// d_regs (element offsets into `d`) of every thread. scale_d: an i32, 0 for
-// D = A B, else D += A B. Asynchronous: wgmma_fence before, commit / wait
-// after (the gemm/wgmma variant emits them).
+// with B in shared memory (a descriptor), A in shared memory too (`a`) or in
+// registers (`a_regs`: four 32-bit words per thread, element offsets of each
+// word's first element in a_words; then `a` is empty), and D the N / 2 f32
+// registers d_regs (element offsets into `d`) of every thread. scale_d: an
+// i32, 0 for D = A B, else D += A B. Asynchronous: wgmma_fence before,
+// commit / wait after (the gemm/wgmma variant emits them).
 class WgmmaNode : public StmtNode {
  public:
   static constexpr StmtKind kKind = StmtKind::Wgmma;
@@ -840,15 +843,19 @@ class WgmmaNode : public StmtNode {
   const std::vector<std::int64_t> d_regs;
   const WgmmaOperand a, b;
   const Expr scale_d;
+  const Buffer a_regs;  // set for A from registers
+  const std::vector<std::int64_t> a_words;
   WgmmaNode(std::string sh, Buffer dd, std::vector<std::int64_t> dr, WgmmaOperand aa,
-            WgmmaOperand bb, Expr sd, SourceLoc l)
+            WgmmaOperand bb, Expr sd, Buffer ar, std::vector<std::int64_t> aw, SourceLoc l)
       : StmtNode(kKind, l),
         shape(std::move(sh)),
         d(std::move(dd)),
         d_regs(std::move(dr)),
         a(std::move(aa)),
         b(std::move(bb)),
-        scale_d(std::move(sd)) {}
+        scale_d(std::move(sd)),
+        a_regs(std::move(ar)),
+        a_words(std::move(aw)) {}
 };
 
 // Marks lowered code with the tile call it came from (printed as a comment).
@@ -890,6 +897,10 @@ Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector
                    Expr barrier, SourceLoc loc = {});
 Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, WgmmaOperand a,
                 WgmmaOperand b, Expr scale_d, SourceLoc loc = {});
+// A from registers: four words of a_regs (local, 16-bit or fp8 elements).
+Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, Buffer a_regs,
+                std::vector<std::int64_t> a_words, WgmmaOperand b, Expr scale_d,
+                SourceLoc loc = {});
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc = {});
 
 // ----------------------------------------------------------------- function

@@ -62,7 +62,7 @@ class LoweredCheck : public IRVisitor {
   }
   void visit_node(const WgmmaNode* n) override {
     check(n->d, n->loc);
-    check(n->a.smem, n->loc);
+    check(n->a_regs ? n->a_regs : n->a.smem, n->loc);
     check(n->b.smem, n->loc);
     IRVisitor::visit_node(n);
   }

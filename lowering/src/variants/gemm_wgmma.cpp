@@ -1,6 +1,7 @@
 // gemm/wgmma [30]: D = A B (+ D with accum) at warpgroup scope through
 // wgmma.mma_async (sm_90a): A and B in swizzled shared memory, read through
-// matrix descriptors; D in f32 registers of the warpgroup.
+// matrix descriptors, or A in registers (frag::wgmma_a); D in f32 registers
+// of the warpgroup.
 //
 // Accepts: cuda on sm_90 (sm_90a: later GPUs have other MMAs); warpgroup scope, all 128 threads
 // active; D a local f32 tile of (M, N) with M % 64 == 0 whose layout is the wgmma accumulator
@@ -10,7 +11,11 @@
 // both K-major, so B as (N, K) with transpose_b: the instruction has no transpose for 8-bit
 // types), whose layouts are wgmma's canonical ones: 8-row groups of 32-, 64- or 128-byte
 // swizzled rows, K-major (K contiguous) or MN-major (M of A, N of B contiguous: the transpose bit),
-// as layouts::swizzled_tiles makes them. The descriptors' strides (LBO,
+// as layouts::swizzled_tiles makes them. A may instead be a local tile in
+// the register fragment of wgmma's A (frag::wgmma_a: mma.sync's A layout,
+// one 16-row band per warp), checked element by element like D: the
+// register form of the instruction, which lets a kernel transform A in
+// registers (a scale, a dequantization) before the MMA. The descriptors' strides (LBO,
 // SBO) are read off the layouts and every element's address is checked
 // against the descriptor's (the layout is a table, the instruction a
 // formula): a layout the hardware would read differently is a reason.
@@ -40,10 +45,13 @@ Check warpgroup_and_dtypes(const DispatchContext& ctx) {
   const BufferRegion& b = *region_arg(ctx.call, 2);
   if (d.buffer->scope != MemScope::local || d.buffer->dtype != f32)
     return operand_reason(d, "the accumulator is an f32 register tile (frag::wgmma_c)");
-  for (const BufferRegion* r : {&a, &b})
-    if (r->buffer->scope != MemScope::shared)
-      return operand_reason(*r, std::string("scope ") + mem_scope_name(r->buffer->scope) +
-                                    ": wgmma reads A and B from shared memory here");
+  if (a.buffer->scope != MemScope::shared && a.buffer->scope != MemScope::local)
+    return operand_reason(a, std::string("scope ") + mem_scope_name(a.buffer->scope) +
+                                 ": wgmma reads A from shared memory or registers "
+                                 "(frag::wgmma_a)");
+  if (b.buffer->scope != MemScope::shared)
+    return operand_reason(b, std::string("scope ") + mem_scope_name(b.buffer->scope) +
+                                 ": wgmma reads B from shared memory");
   if (ctx.sm == 0) return "the host runs no PTX (gemm/fallback computes the same product)";
   if (ctx.sm != 90)
     return "wgmma is an sm_90a instruction; the target is sm_" + std::to_string(ctx.sm);
@@ -232,7 +240,45 @@ Plan plan(const DispatchContext& ctx) {
       regs.push_back(rr);
     }
 
-  auto sa = read_shared(A, *ctx.env);
+  // A from registers: the words of each (64-row block, K step), read off
+  // the tile's layout element by element (the same in every thread).
+  const bool a_regs = A.buffer->scope == MemScope::local;
+  std::vector<std::vector<std::int64_t>> a_words;  // [mt * (K / KI) + ks][j]
+  if (a_regs) {
+    auto ap = element_places(A, *ctx.env);
+    if (auto* e = std::get_if<std::string>(&ap)) return *e;
+    const ElementPlaces& apl = std::get<ElementPlaces>(ap);
+    auto abase = as_const_int(simplify(apl.base, ctx.env));
+    if (!abase) return operand_reason(A, "register region starts at a dynamic offset");
+    const std::int64_t E = fp8 ? 4 : 2;  // elements per 32-bit word
+    for (std::int64_t mt = 0; mt < M / 64; ++mt)
+      for (std::int64_t ks = 0; ks < K / KI; ++ks) {
+        std::vector<std::int64_t> words(4, -1);
+        for (std::int64_t row = 0; row < 64; ++row)
+          for (std::int64_t col = 0; col < KI; ++col) {
+            const std::int64_t w = row / 16, g = row % 8, h = (row % 16) / 8;
+            const std::int64_t half = col / (4 * E), t = (col % (4 * E)) / E, el = col % E;
+            const std::int64_t thread = 32 * w + 4 * g + t, j = 2 * half + h;
+            const std::int64_t x = (mt * 64 + row) * K + ks * KI + col;
+            const Location& at = apl.at[static_cast<std::size_t>(x)];
+            const std::int64_t reg = *abase + at[Mx], start = reg - el;
+            auto& want = words[static_cast<std::size_t>(j)];
+            if (want < 0 && start >= 0 && start % E == 0) want = start;
+            if (thread_of(at) != thread || start != want)
+              return operand_reason(
+                  A, "element (" + std::to_string(mt * 64 + row) + ", " +
+                         std::to_string(ks * KI + col) + ") is in thread " +
+                         std::to_string(thread_of(at)) + " register " + std::to_string(reg) +
+                         "; wgmma's register A needs thread " + std::to_string(thread) +
+                         ", element " + std::to_string(el) + " of word " + std::to_string(j) +
+                         (want >= 0 ? " (register " + std::to_string(want + el) + ")" : "") +
+                         " (use frag::wgmma_a)");
+          }
+        a_words.push_back(words);
+      }
+  }
+  auto sa =
+      a_regs ? std::variant<SharedMatrix, std::string>(SharedMatrix{}) : read_shared(A, *ctx.env);
   if (auto* e = std::get_if<std::string>(&sa)) return *e;
   auto sb = read_shared(B, *ctx.env);
   if (auto* e = std::get_if<std::string>(&sb)) return *e;
@@ -241,12 +287,12 @@ Plan plan(const DispatchContext& ctx) {
   // B's K is its rows, or its columns with transpose_b (B given as N x K).
   const bool bt = ctx.call->attrs.transpose_b;
   const bool b_k_major = bt ? !mb.rows_contiguous : mb.rows_contiguous;
-  if (fp8 && (ma.rows_contiguous || !b_k_major))
-    return operand_reason(ma.rows_contiguous ? A : B,
+  if (fp8 && ((!a_regs && ma.rows_contiguous) || !b_k_major))
+    return operand_reason(!a_regs && ma.rows_contiguous ? A : B,
                           "fp8 wgmma reads K-major operands only (A with K contiguous, B with K "
                           "contiguous: an N x K tile passed with transpose_b); this tile is "
                           "MN-major");
-  const Expr dyn_a = simplify(sub(ma.places.base, c32(ma.constant)), ctx.env);
+  const Expr dyn_a = a_regs ? c32(0) : simplify(sub(ma.places.base, c32(ma.constant)), ctx.env);
   const Expr dyn_b = simplify(sub(mb.places.base, c32(mb.constant)), ctx.env);
 
   auto kind = [](DType t) {
@@ -261,16 +307,23 @@ Plan plan(const DispatchContext& ctx) {
   for (std::int64_t mt = 0; mt < M / 64; ++mt)
     for (std::int64_t nc = 0; nc < N / NC; ++nc)
       for (std::int64_t ks = 0; ks < K / KI; ++ks) {
-        auto oa = descriptor(A, ma, dyn_a, mt * 64, ks * KI, 64, KI, /*k_is_cols=*/true);
-        if (auto* e = std::get_if<std::string>(&oa)) return *e;
         auto ob = bt ? descriptor(B, mb, dyn_b, nc * NC, ks * KI, NC, KI, /*k_is_cols=*/true)
                      : descriptor(B, mb, dyn_b, ks * KI, nc * NC, KI, NC, /*k_is_cols=*/false);
         if (auto* e = std::get_if<std::string>(&ob)) return *e;
         const bool first = ks == 0 && !ctx.call->attrs.accum;
-        body.push_back(make_wgmma(
-            shape + ".f32." + kind(A.buffer->dtype) + "." + kind(B.buffer->dtype), fd,
-            regs[static_cast<std::size_t>(mt * (N / NC) + nc)], std::get<WgmmaOperand>(oa),
-            std::get<WgmmaOperand>(ob), c32(first ? 0 : 1), loc));
+        const std::string instr =
+            shape + ".f32." + kind(A.buffer->dtype) + "." + kind(B.buffer->dtype);
+        const auto& d_regs = regs[static_cast<std::size_t>(mt * (N / NC) + nc)];
+        if (a_regs) {
+          body.push_back(make_wgmma(instr, fd, d_regs, flat_view(A.buffer),
+                                    a_words[static_cast<std::size_t>(mt * (K / KI) + ks)],
+                                    std::get<WgmmaOperand>(ob), c32(first ? 0 : 1), loc));
+        } else {
+          auto oa = descriptor(A, ma, dyn_a, mt * 64, ks * KI, 64, KI, /*k_is_cols=*/true);
+          if (auto* e = std::get_if<std::string>(&oa)) return *e;
+          body.push_back(make_wgmma(instr, fd, d_regs, std::get<WgmmaOperand>(oa),
+                                    std::get<WgmmaOperand>(ob), c32(first ? 0 : 1), loc));
+        }
         ++count;
       }
   body.push_back(make_evaluate(make_call(Intrinsic::wgmma_commit, {}, loc), loc));
@@ -284,8 +337,11 @@ Plan plan(const DispatchContext& ctx) {
           make_call(Intrinsic::register_fence, {make_load(fd, {c32(r)}, loc)}, loc), loc));
   return make_origin(
       origin_text(ctx, "gemm/wgmma (" + std::to_string(count) + " x wgmma." + shape + ", A " +
-                           (ma.rows_contiguous ? "M" : "K") + "-major, B " +
-                           (b_k_major ? "K" : "N") + "-major" + (bt ? ", transpose_b" : "") + ")"),
+                           (a_regs               ? "in registers"
+                            : ma.rows_contiguous ? "M-major"
+                                                 : "K-major") +
+                           ", B " + (b_k_major ? "K" : "N") + "-major" +
+                           (bt ? ", transpose_b" : "") + ")"),
       make_seq(body), loc);
 }
 
