@@ -497,7 +497,9 @@ TEST_CASE("gemm/wgmma with A in registers: frag::wgmma_a, the register form, the
     const std::string ir = to_string(k.lowered);
     CHECK(ir.find("A in registers") != std::string::npos);
     CHECK(ir.find(std::string("T.ptx.wgmma.") + instr + "(acc[") != std::string::npos);
-    CHECK(ir.find("Ar[words 0, 2, 4, 6]") != std::string::npos);  // words of the first K step
+    // The first K step's words: rows g / g + 8, columns E t / E t + 4E.
+    CHECK(ir.find(t.is_fp8() ? "Ar[words 0, 4, 8, 12]" : "Ar[words 0, 2, 4, 6]") !=
+          std::string::npos);
     const std::string cuda = lowering::codegen_cuda(k, {"wgmma_ra", false});
     CHECK(cuda.find("}, {%32, %33, %34, %35}, %36, p, 1, 1") != std::string::npos);
     auto out = runtime::nvrtc_compile(cuda, "wgmma_ra.cu", "sm_90a", runtime::NvrtcTarget::cubin);
