@@ -161,29 +161,9 @@ TEST_CASE("gemm/wgmma with A in registers: D = 0.5 A B against float64") {
       CAPTURE(t.name());
       CAPTURE(n);
       const std::int64_t K = t.is_fp8() ? 128 : 64;
-      Kernel k = compile(tx::test::wgmma_register_a(n, K, t, 0.5), {.device = Device::cuda()});
-      auto a = random_values(static_cast<std::size_t>(64 * K), t, -2, 2);
-      auto bs = random_values(static_cast<std::size_t>(K * n), t, -2, 2);
-      // The reference's B is (K, N); fp8's kernel reads it stored (N, K).
-      std::vector<double> b(bs.size()), half_a(a.size());
-      for (std::int64_t p = 0; p < K; ++p)
-        for (std::int64_t j = 0; j < n; ++j)
-          b[static_cast<std::size_t>(p * n + j)] = t.is_fp8()
-                                                       ? bs[static_cast<std::size_t>(j * K + p)]
-                                                       : bs[static_cast<std::size_t>(p * n + j)];
-      // The kernel rounds 0.5 a to t in registers.
-      for (std::size_t i = 0; i < a.size(); ++i) half_a[i] = 0.5 * a[i];
-      half_a = Tensor::from_doubles(half_a, {64 * K}, t, Device::host()).to_doubles();
-      Tensor A = Tensor::from_doubles(a, {64, K}, t, Device::cuda());
-      Tensor B = Tensor::from_doubles(
-          bs, t.is_fp8() ? std::vector<std::int64_t>{n, K} : std::vector<std::int64_t>{K, n}, t,
-          Device::cuda());
-      Tensor D = Tensor::empty({64, n}, f32, Device::cuda());
-      D.fill_bits(tx::test::poison_bits(f32));
-      k(A, B, D);
       // fp8: the tensor cores' ~14-bit accumulation over K = 128 (docs/gemm.md).
       const double fp8_extra = t.is_fp8() ? 4 * 0x1p-13 : 0.0;
-      CHECK(gemm_error(half_a, b, D.to_doubles(), 64, n, K, 0x1p-24, fp8_extra) <= 1.0);
+      CHECK(tx::test::run_wgmma_register_a(n, K, t, Device::cuda(), fp8_extra) <= 1.0);
     }
   }
 }

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "test_support.hpp"
 #include "tx/tx.hpp"
 
 namespace tx::test {
-
 
 // A producer warpgroup writes position it (it * 1000 + thread + CTA * 100000)
 // into stage it % 2 with plain stores; each of two consumer warpgroups copies
@@ -87,6 +87,32 @@ inline PrimFunc wgmma_register_a(std::int64_t N, std::int64_t K, DType t, double
     Tx::warpgroup::gemm(acc, Ar, Bs, {.transpose_b = bt});
     Tx::warpgroup::copy(D.all(), acc);
   });
+}
+
+// Runs wgmma_register_a (scale 0.5) on device d with fresh random A and B
+// and returns its gemm_error against float64 (<= 1 passes). The reference
+// rounds 0.5 A to t, as the kernel does in registers (fp8 subnormals lose a
+// bit), and reads B as (K, N) (fp8's kernel reads it stored (N, K)).
+// mag_rel: gemm_error's allowance for fp8 on the tensor cores.
+inline double run_wgmma_register_a(std::int64_t N, std::int64_t K, DType t, Device d,
+                                   double mag_rel = 0) {
+  Kernel k = compile(wgmma_register_a(N, K, t, 0.5), {.device = d});
+  auto a = random_values(static_cast<std::size_t>(64 * K), t, -2, 2);
+  auto bs = random_values(static_cast<std::size_t>(K * N), t, -2, 2);
+  std::vector<double> b(bs.size()), half_a(a.size());
+  for (std::int64_t p = 0; p < K; ++p)
+    for (std::int64_t j = 0; j < N; ++j)
+      b[static_cast<std::size_t>(p * N + j)] =
+          bs[static_cast<std::size_t>(t.is_fp8() ? j * K + p : p * N + j)];
+  for (std::size_t i = 0; i < a.size(); ++i) half_a[i] = 0.5 * a[i];
+  half_a = Tensor::from_doubles(half_a, {64 * K}, t, Device::host()).to_doubles();
+  Tensor A = Tensor::from_doubles(a, {64, K}, t, d);
+  Tensor B = Tensor::from_doubles(
+      bs, t.is_fp8() ? std::vector<std::int64_t>{N, K} : std::vector<std::int64_t>{K, N}, t, d);
+  Tensor D = Tensor::empty({64, N}, f32, d);
+  D.fill_bits(poison_bits(f32));
+  k(A, B, D);
+  return gemm_error(half_a, b, D.to_doubles(), 64, N, K, 0x1p-24, mag_rel);
 }
 
 }  // namespace tx::test

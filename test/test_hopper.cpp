@@ -525,28 +525,7 @@ TEST_CASE("gemm/wgmma with A in registers: frag::wgmma_a, the register form, the
   if (!host_jit("wgmma with A in registers on the host")) return;
   for (DType t : {bf16, f8e4m3}) {
     CAPTURE(t.name());
-    const std::int64_t N = 64, K = t.is_fp8() ? 64 : 32;
-    Kernel k = compile(test::wgmma_register_a(N, K, t, 0.5), {.device = Device::host()});
-    auto a = test::random_values(static_cast<std::size_t>(64 * K), t, -2, 2);
-    auto bs = test::random_values(static_cast<std::size_t>(K * N), t, -2, 2);
-    // The reference's B is (K, N); fp8's kernel reads it stored (N, K).
-    std::vector<double> b(bs.size()), half_a(a.size());
-    for (std::int64_t p = 0; p < K; ++p)
-      for (std::int64_t j = 0; j < N; ++j)
-        b[static_cast<std::size_t>(p * N + j)] = t.is_fp8()
-                                                     ? bs[static_cast<std::size_t>(j * K + p)]
-                                                     : bs[static_cast<std::size_t>(p * N + j)];
-    // The kernel rounds 0.5 a to t in registers (fp8 subnormals lose a bit).
-    for (std::size_t i = 0; i < a.size(); ++i) half_a[i] = 0.5 * a[i];
-    half_a = Tensor::from_doubles(half_a, {64 * K}, t, Device::host()).to_doubles();
-    Tensor A = Tensor::from_doubles(a, {64, K}, t, Device::host());
-    Tensor B = Tensor::from_doubles(
-        bs, t.is_fp8() ? std::vector<std::int64_t>{N, K} : std::vector<std::int64_t>{K, N}, t,
-        Device::host());
-    Tensor D = Tensor::empty({64, N}, f32, Device::host());
-    D.fill_bits(tx::test::poison_bits(f32));
-    k(A, B, D);
-    CHECK(tx::test::gemm_error(half_a, b, D.to_doubles(), 64, N, K, 0x1p-24) <= 1.0);
+    CHECK(test::run_wgmma_register_a(64, t.is_fp8() ? 64 : 32, t, Device::host()) <= 1.0);
   }
 }
 
