@@ -36,6 +36,25 @@ inline double time_ms(const std::function<void()>& f, int warm = 5, int reps = 3
   return median(ms);
 }
 
+// Milliseconds per call of f on the GPU alone: events around `calls`
+// calls enqueued back to back, so the host's time to enqueue the next call
+// overlaps the one running (a kernel's own bandwidth; time_ms above adds
+// the host's time before the launch, which for a 20-us kernel is several
+// percent). The median over `reps` such groups, divided by `calls`.
+inline double time_ms_back_to_back(const std::function<void()>& f, int calls = 10, int warm = 5,
+                                   int reps = 30) {
+  for (int i = 0; i < warm; ++i) f();
+  tx::runtime::EventTimer t;
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    t.start();
+    for (int c = 0; c < calls; ++c) f();
+    t.stop();
+    ms.push_back(t.elapsed_ms() / calls);
+  }
+  return median(ms);
+}
+
 // A tensor on the GPU with values in [-1, 1) from a fixed xorshift sequence.
 inline tx::Tensor random_tensor(std::vector<std::int64_t> shape, tx::DType t) {
   std::int64_t n = 1;

@@ -141,9 +141,11 @@ generic)
   echo "gpu_shapes exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_shapes.txt" | tr '\n' ' ')"
   grep -E "ERROR:|MESSAGE|values:" "$FINAL/gpu_shapes.txt" | head -20
   step "generic vs exact-shape kernels (bench_elementwise --compare-exact)"
-  timeout 150 $B/bench/bench_elementwise --compare-exact > "$FINAL/compare_exact.txt" 2>&1
-  echo "compare-exact exit $?"
-  tail -12 "$FINAL/compare_exact.txt"
+  T="$FINAL/compare_exact_table.txt"
+  timeout 150 $B/bench/bench_elementwise --compare-exact > "$FINAL/compare_exact.txt" 2> "$T"
+  echo "compare-exact exit $?: $(grep -c ratio "$T") cases, $(awk '{ for (i = 1; i < NF; ++i)
+    if ($i == "ratio" && $(i + 1) >= 0.97) ++k } END { print k + 0 }' "$T") at >= 0.97 of exact; lowest:"
+  awk '{ for (i = 1; i < NF; ++i) if ($i == "ratio") print $(i + 1), $0 }' "$T" | sort -n | head -4 | cut -d' ' -f2-
   ;;&
 shapes | generic)
   step "the serving sweep (bench/shapes.sh)"

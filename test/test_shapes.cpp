@@ -471,6 +471,60 @@ TEST_CASE("a division by an extent known at launch is a multiply-high by a magic
 }
 
 namespace {
+// y[i] = (i / w) * 1000 + i % k for i < n: divisors from an extent (w) and
+// from an integer scalar (k), the grid from n.
+PrimFunc divide_by_extent_and_scalar() {
+  return T::prim_func("divide_by_extent_and_scalar", [&](Handle Y_ptr, Handle W_ptr, Handle k_ptr) {
+    auto n = T::dim("n");
+    auto w = T::dim("w");
+    auto Y = T::match_buffer(Y_ptr, {n}, i32);
+    T::match_buffer(W_ptr, {w}, i8);  // only its extent is used
+    auto k = T::match_scalar(k_ptr, i32, "k", DimFacts{.min = 1, .max = 1 << 20});
+    auto bx = T::cta_id({ceildiv(n, 128)});
+    auto tid = T::thread_id({128});
+    auto i = T::let(bx * 128 + tid, "i");
+    T::if_(i < n, [&] { Y(i) = (i / w) * 1000 + i % k; });
+  });
+}
+}  // namespace
+
+HOST_CASE("a launch reuses what the last one computed from the same extents, and only then") {
+  // The launch remembers the magic numbers and the grid it computed for the
+  // last (extents, scalars); this sequence repeats each, then changes one
+  // value at a time: the extent behind a divisor, the scalar behind one, the
+  // extent behind the grid, and returns to earlier values.
+  lowering::LoweredKernel lk = lowering::lower(divide_by_extent_and_scalar());
+  REQUIRE(lk.derived.size() == 4);  // (magic, shift) for w and for k
+  Kernel kern = compile(divide_by_extent_and_scalar(), {.device = Device::host()});
+  struct Launch {
+    std::int64_t n, w, k;
+  };
+  for (Launch l : std::vector<Launch>{{5000, 3136, 7},
+                                      {5000, 3136, 7},
+                                      {5000, 4096, 7},
+                                      {5000, 4096, 7},
+                                      {5000, 4096, 3},
+                                      {300, 4096, 3},
+                                      {300, 4096, 3},
+                                      {5000, 3136, 7},
+                                      {70000, 65537, 65537},
+                                      {70000, 65537, 1}}) {
+    CAPTURE(l.n);
+    CAPTURE(l.w);
+    CAPTURE(l.k);
+    Tensor Y = Tensor::empty({l.n}, i32, Device::host());
+    Y.fill_bits(0x7f7f7f7f);
+    Tensor W = Tensor::empty({l.w}, i8, Device::host());
+    kern(Y, W, l.k);
+    std::vector<double> y = Y.to_doubles();
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < l.n; ++i)
+      wrong += y[static_cast<std::size_t>(i)] != static_cast<double>(i / l.w * 1000 + i % l.k);
+    CHECK(wrong == 0);
+  }
+}
+
+namespace {
 // What a launch reads of a kernel, printed: the description's fields.
 std::string launch_fields(const lowering::LoweredKernel& k) {
   std::ostringstream os;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -43,6 +44,23 @@ struct Kernel::State {
   };
   mutable std::mutex maps_mu;
   mutable std::vector<std::pair<runtime::TensorMapSpec, MapBlob>> maps;
+  // What the last launch of a shape-generic kernel computed from its
+  // extents and scalars (the divisors' magic numbers, the grid): a launch
+  // with the same values reuses it instead of evaluating the expressions
+  // again (a few hundred ns of host time per launch, the launch's largest
+  // cost after the driver's). `key` holds the T::dim values, then each
+  // scalar parameter's bytes; taken with try_lock, so threads launching at
+  // once never wait for it.
+  struct LaunchMemo {
+    static constexpr std::size_t capacity = 24;
+    std::array<std::int64_t, capacity> key{};
+    std::size_t key_size = 0;
+    std::array<std::int32_t, capacity> derived{};
+    std::array<std::int64_t, 3> grid{};
+    bool valid = false;
+  };
+  mutable std::mutex memo_mu;
+  mutable LaunchMemo memo;
   // A prebuilt kernel (Kernel::prebuilt): `info` holds its launch
   // description only; `full`, made by `build` on first need, has the rest.
   bool prebuilt = false;
@@ -513,9 +531,42 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
         return args[i].is_int() ? args[i].as_int() : static_cast<std::int64_t>(args[i].as_double());
     return std::nullopt;
   };
+  std::array<std::int64_t, 3> grid = s.info.launch.grid;
+  const bool computed = !derived.empty() || s.info.launch.symbolic_grid;
+  // The memo's key: this launch's extents and scalars.
+  State::LaunchMemo key;
+  if (computed) {
+    for (std::size_t d = 0; d < dims.size() && key.key_size < key.capacity; ++d)
+      key.key[key.key_size++] = dim_value[d];
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!params[i].is_scalar) continue;
+      if (key.key_size == key.capacity) {
+        key.key_size = key.capacity + 1;  // too many values to remember: no memo
+        break;
+      }
+      const Arg& a = args[i];
+      key.key[key.key_size++] =
+          a.is_int() ? a.as_int() : std::bit_cast<std::int64_t>(a.as_double());
+    }
+    if (dims.size() > key.capacity || derived.size() > key.capacity)
+      key.key_size = key.capacity + 1;
+  }
+  const bool memoizable = computed && key.key_size <= key.capacity;
+  bool reused = false;
+  if (memoizable) {
+    std::unique_lock<std::mutex> lock(s.memo_mu, std::try_to_lock);
+    const State::LaunchMemo& m = s.memo;
+    if (lock.owns_lock() && m.valid && m.key_size == key.key_size &&
+        std::equal(m.key.begin(), m.key.begin() + static_cast<std::ptrdiff_t>(m.key_size),
+                   key.key.begin())) {
+      key.derived = m.derived;
+      grid = m.grid;
+      reused = true;
+    }
+  }
   // fast_divide's magic numbers for this launch's divisors (lowering proved
   // each in [1, 2^31 - 1] from the facts checked above).
-  for (std::size_t j = 0; j < derived.size(); ++j) {
+  for (std::size_t j = 0; j < derived.size() && !reused; ++j) {
     const DimParam& dp = derived[j];
     auto d = lowering::evaluate_int(dp.of, value_of);
     if (!d || *d < 1 || *d > 2147483647)
@@ -524,16 +575,19 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
                (d ? std::to_string(*d) : std::string("not computable")) +
                " at this launch, outside [1, 2^31 - 1]");
     const lowering::FastDivisor f = lowering::fast_divisor_magic(*d);
+    const std::int32_t v = dp.derived == DimParam::Derived::div_magic
+                               ? static_cast<std::int32_t>(f.magic)
+                               : static_cast<std::int32_t>(f.shift);
+    if (j < key.capacity) key.derived[j] = v;
+  }
+  for (std::size_t j = 0; j < derived.size(); ++j) {
     const std::size_t slot = n + dims.size() + j;
-    put(values[slot], dp.derived == DimParam::Derived::div_magic
-                          ? static_cast<std::int32_t>(f.magic)
-                          : static_cast<std::int32_t>(f.shift));
+    put(values[slot], key.derived[j]);
     ptrs[slot] = values[slot].bytes;
     elems[slot] = 0;
   }
   // The grid, where it is known only now.
-  std::array<std::int64_t, 3> grid = s.info.launch.grid;
-  if (s.info.launch.symbolic_grid) {
+  if (s.info.launch.symbolic_grid && !reused) {
     for (std::size_t g = 0; g < 3; ++g) {
       const Expr& e = s.info.launch.grid_exprs[g];
       if (!e.defined() || e.as<IntImmNode>()) continue;
@@ -546,8 +600,16 @@ void Kernel::launch(const Arg* args, std::size_t n, SourceLoc call_loc) const {
                  std::to_string(hw) + "]");
       grid[g] = *v;
     }
-    if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // nothing to run
   }
+  if (memoizable && !reused) {
+    std::unique_lock<std::mutex> lock(s.memo_mu, std::try_to_lock);
+    if (lock.owns_lock()) {
+      key.grid = grid;
+      key.valid = true;
+      s.memo = key;
+    }
+  }
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return;  // nothing to run
 
   if (s.device.is_cuda()) {
     if (!s.ready.load(std::memory_order_acquire)) {
