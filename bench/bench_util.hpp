@@ -20,25 +20,9 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Milliseconds per call of f: CUDA events around each call on the current
-// stream, waiting for each (so a call's host time before its launch
-// counts, as a caller who times one call sees it), `warm` calls first.
-inline double time_ms(const std::function<void()>& f, int warm = 5, int reps = 30) {
-  for (int i = 0; i < warm; ++i) f();
-  tx::runtime::EventTimer t;
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    t.start();
-    f();
-    t.stop();
-    ms.push_back(t.elapsed_ms());
-  }
-  return median(ms);
-}
-
 // Milliseconds per call of f on the GPU alone: events around `calls`
 // calls enqueued back to back, so the host's time to enqueue the next call
-// overlaps the one running (a kernel's own bandwidth; time_ms above adds
+// overlaps the one running (a kernel's own bandwidth; time_ms below adds
 // the host's time before the launch, which for a 20-us kernel is several
 // percent). The median over `reps` such groups, divided by `calls`.
 inline double time_ms_back_to_back(const std::function<void()>& f, int calls = 10, int warm = 5,
@@ -53,6 +37,13 @@ inline double time_ms_back_to_back(const std::function<void()>& f, int calls = 1
     ms.push_back(t.elapsed_ms() / calls);
   }
   return median(ms);
+}
+
+// Milliseconds per call of f: CUDA events around each call on the current
+// stream, waiting for each (so a call's host time before its launch
+// counts, as a caller who times one call sees it), `warm` calls first.
+inline double time_ms(const std::function<void()>& f, int warm = 5, int reps = 30) {
+  return time_ms_back_to_back(f, /*calls=*/1, warm, reps);
 }
 
 // A tensor on the GPU with values in [-1, 1) from a fixed xorshift sequence.
