@@ -52,6 +52,7 @@ struct BuildState {
   std::unordered_map<const VarNode*, Part> parts;
   std::vector<DimParam> dims;  // T::dim, in order
   bool no_alias = false;       // T::no_alias
+  int named_barriers = 0;      // hardware barrier ids T::named_barriers handed out (from 15 down)
   void open_frame() {
     frames.emplace_back();
     frames.back().id = ++next_frame_id;
@@ -822,6 +823,14 @@ void wgmma_wait(int pending, const TileBuffer& acc, Loc loc) {
     emit_ptx("T.cuda.wgmma_wait", Intrinsic::register_fence,
              {make_load(own, {Expr(static_cast<int>(r))}, loc)}, loc);
 }
+void named_barrier_sync(Value id, int threads, Loc loc) {
+  emit_ptx("T.cuda.named_barrier_sync", Intrinsic::named_barrier_sync, {id.value, Expr(threads)},
+           loc);
+}
+void named_barrier_arrive(Value id, int threads, Loc loc) {
+  emit_ptx("T.cuda.named_barrier_arrive", Intrinsic::named_barrier_arrive,
+           {id.value, Expr(threads)}, loc);
+}
 void increase_registers(int count, Loc loc) {
   emit_ptx("T.cuda.increase_registers", Intrinsic::setmaxnreg, {Expr(count), Expr(1)}, loc);
 }
@@ -880,6 +889,39 @@ Pipeline pipeline(PipelineConfig c, Name name, Loc loc) {
   return p;
 }
 
+NamedBarriers named_barriers(NamedBarriersConfig c, Loc loc) {
+  BuildState& st = state("T.named_barriers", loc);
+  if (c.count < 1)
+    fail("T.named_barriers", "", loc, "count = " + std::to_string(c.count) + " is not positive");
+  if (c.threads <= 0 || c.threads % 32 != 0 || c.threads > 1024)
+    fail("T.named_barriers", "", loc,
+         "threads = " + std::to_string(c.threads) +
+             ": a named barrier counts whole warps (a positive multiple of 32, at most 1024)");
+  // Ids come from the top of the 16 hardware barriers: 0 is cta_sync's and
+  // 1 + w warpgroup w's (warpgroup_sync); verify_kernel checks they do not meet.
+  if (st.named_barriers + c.count > kMaxNamedBarriers)
+    fail("T.named_barriers", "", loc,
+         "asks for " + std::to_string(c.count) + " barriers with " +
+             std::to_string(st.named_barriers) + " taken: a kernel has " +
+             std::to_string(kMaxNamedBarriers) +
+             " for its own use (16 in hardware; 0 and one per warpgroup are tx's)");
+  st.named_barriers += c.count;
+  return NamedBarriers(16 - st.named_barriers, c.count, c.threads);
+}
+
+Expr NamedBarriers::id(Value i, Loc loc) const {
+  if (auto k = as_const_int(i.value); k && (*k < 0 || *k >= count_))
+    fail("T.named_barriers", "", loc,
+         "barrier " + std::to_string(*k) + " of " + std::to_string(count_));
+  return count_ == 1 ? Expr(base_) : Expr(base_) + min(max(i.value, 0), count_ - 1);
+}
+void NamedBarriers::sync(Value i, Loc loc) const {
+  cuda::named_barrier_sync(Value(id(i, loc), loc), threads_, loc);
+}
+void NamedBarriers::arrive(Value i, Loc loc) const {
+  cuda::named_barrier_arrive(Value(id(i, loc), loc), threads_, loc);
+}
+
 TileScheduler::TileScheduler(TileSchedulerConfig c) : c_(c) {
   c_.group = std::gcd(std::max<std::int64_t>(c.group, 1), c.tiles_m);
   ctas_ = c.ctas > 0 ? std::min(c.ctas, tiles()) : tiles();
@@ -892,7 +934,9 @@ ScheduledTile TileScheduler::tile(Value cta, Value round, Loc loc) const {
   Var valid = let(Value(linear < c(tiles()), loc), Name("valid"), loc);
   Var t = let(Value(min(linear, c(tiles() - 1)), loc), Name("tile"), loc);
   const Expr g = c(c_.group), per_group = c(c_.group * c_.tiles_n);
-  Var m = let(Value(t / per_group * g + t % g, loc), Name("tile_m"), loc);
+  const Expr m_up = t / per_group * g + t % g;
+  const Expr m_at = c_.m_descending ? Expr(c(c_.tiles_m - 1) - m_up) : m_up;
+  Var m = let(Value(m_at, loc), Name("tile_m"), loc);
   Var n = let(Value(t % per_group / g, loc), Name("tile_n"), loc);
   return {valid, m, n};
 }

@@ -501,6 +501,26 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
       t = void_t;
       break;
     }
+    case Intrinsic::named_barrier_sync:
+    case Intrinsic::named_barrier_arrive: {
+      auto id = as_const_int(args[0]);
+      auto threads = as_const_int(args[1]);
+      if (!args[0].dtype().is_integer() || (id && (*id < 0 || *id > 15)))
+        fail(name, operand_text(args[0]), loc, "takes a barrier id in [0, 15]");
+      if (!threads || *threads <= 0 || *threads % 32 != 0 || *threads > 1024)
+        fail(name, operand_text(args[1]), loc,
+             "takes a constant thread count, a positive multiple of 32 up to 1024 (whole "
+             "warps arrive)");
+      t = void_t;
+      break;
+    }
+    case Intrinsic::tile_coord: {
+      auto d = as_const_int(args[0]);
+      if (!d || *d < 0 || *d > 7)
+        fail(name, operand_text(args[0]), loc, "takes a constant dimension in [0, 7]");
+      t = i32;
+      break;
+    }
     case Intrinsic::fence_barrier_init:
     case Intrinsic::fence_proxy_async:
     case Intrinsic::wgmma_fence:
@@ -775,6 +795,22 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
          "partial= (tiles reaching past a tensor's end) applies to copy and copy_async");
   if (attrs.transpose_b && op != "gemm")
     fail(qn, "", loc, "transpose_b= (B given as (N, K)) applies to gemm");
+  if (attrs.where) {
+    if (op == "gemm" || op == "copy_async" || op == "sum" || op == "max" || op == "min")
+      fail(qn, "", loc,
+           "where= (write only where a condition on the coordinates holds) applies to "
+           "elementwise ops and copy");
+    if (!attrs.where.cond.dtype().is_bool())
+      fail(qn, "", loc,
+           "where= must be a condition (a comparison), got a " + attrs.where.cond.dtype().name() +
+               " expression: " + operand_text(attrs.where.cond));
+    const auto* dst = args.empty() ? nullptr : std::get_if<BufferRegion>(&args[0]);
+    if (dst && dst->buffer && static_cast<std::size_t>(attrs.where.rank) != dst->ranges.size())
+      fail(qn, dst->buffer->name, loc,
+           "the where= lambda takes " + std::to_string(attrs.where.rank) +
+               " coordinates, but the destination region has " +
+               std::to_string(dst->ranges.size()) + " dimensions (one coordinate per dimension)");
+  }
   for (const TileArg& a : args) {
     if (auto* r = std::get_if<BufferRegion>(&a)) {
       if (!r->buffer) fail(qn, "", loc, "undefined buffer operand");
@@ -807,6 +843,8 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
   return Stmt(std::make_shared<const TileCallNode>(std::move(op), scope, std::move(args),
                                                    std::move(attrs), loc));
 }
+
+Expr tile_coord(int dim) { return make_call(Intrinsic::tile_coord, {make_int(dim)}); }
 
 Stmt make_barrier(ExecScope s, SourceLoc loc) {
   if (s == ExecScope::thread) fail("T.cuda.sync", "", loc, "a thread has nothing to synchronize");

@@ -101,6 +101,7 @@ void IRVisitor::visit_node(const TileCallNode* n) {
   visit(n->attrs.scale.value);
   visit(n->attrs.bias.value);
   visit(n->attrs.barrier);
+  visit(n->attrs.where.cond);
 }
 void IRVisitor::visit_node(const BarrierNode*) {}
 void IRVisitor::visit_node(const CopyBytesNode* n) {
@@ -293,9 +294,11 @@ Stmt IRMutator::mutate_node(const Stmt& self, const TileCallNode* n) {
   attrs.scale.value = mutate(n->attrs.scale.value);
   attrs.bias.value = mutate(n->attrs.bias.value);
   attrs.barrier = mutate(n->attrs.barrier);
+  attrs.where.cond = mutate(n->attrs.where.cond);
   changed |= !attrs.scale.value.same_as(n->attrs.scale.value) ||
              !attrs.bias.value.same_as(n->attrs.bias.value) ||
-             !attrs.barrier.same_as(n->attrs.barrier);
+             !attrs.barrier.same_as(n->attrs.barrier) ||
+             !attrs.where.cond.same_as(n->attrs.where.cond);
   if (!changed) return self;
   return make_tile_call(n->op, n->scope, std::move(args), std::move(attrs), n->loc);
 }

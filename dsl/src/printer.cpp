@@ -184,6 +184,14 @@ class Printer : public IRVisitor {
     if (a.pending != 0) s += ", pending=" + std::to_string(a.pending);
     if (a.transpose_b) s += ", transpose_b=True";
     if (a.partial) s += ", partial=True";
+    if (a.where) {
+      // lambda i0, i1: ... -- the coordinates as the user's lambda took them.
+      s += ", where=lambda ";
+      for (int d = 0; d < a.where.rank; ++d) s += (d ? ", i" : "i") + std::to_string(d);
+      where_coords_ = true;
+      s += ": " + expr(a.where.cond);
+      where_coords_ = false;
+    }
     if (!a.variant.empty()) s += ", variant=\"" + a.variant + "\"";
     return s + ")";
   }
@@ -328,6 +336,19 @@ class Printer : public IRVisitor {
   }
   void visit_node(const CallNode* n) override {
     switch (n->op) {
+      case Intrinsic::tile_coord:
+        if (where_coords_) {
+          expr_os_ << "i" << as_const_int(n->args[0]).value_or(0);
+          return;
+        }
+        expr_os_ << "T.tile_coord(";
+        break;
+      case Intrinsic::named_barrier_sync:
+        expr_os_ << "T.ptx.bar.sync(";
+        break;
+      case Intrinsic::named_barrier_arrive:
+        expr_os_ << "T.ptx.bar.arrive(";
+        break;
       case Intrinsic::thread_idx:
         expr_os_ << "threadIdx.x";
         return;
@@ -534,6 +555,8 @@ class Printer : public IRVisitor {
   std::ostringstream expr_os_;
   int indent_ = 0;
   int counter_ = 0;
+  bool where_coords_ = false;  // printing a where= predicate: T.tile_coord(d) is "id"
+
   std::unordered_map<const void*, std::string> var_names_, buf_names_;
   std::unordered_set<std::string> used_;
   std::unordered_set<const void*> declared_;

@@ -780,6 +780,15 @@ class CudaEmitter : public IRVisitor {
       case Intrinsic::register_fence:
         eo_ << "asm volatile(\"\" : \"+f\"(" << e(n->args[0]) << ") :: \"memory\")";
         return;
+      case Intrinsic::named_barrier_sync:
+      case Intrinsic::named_barrier_arrive:
+        eo_ << "asm volatile(\"bar." << (n->op == Intrinsic::named_barrier_sync ? "sync" : "arrive")
+            << " %0, %1;\" :: \"r\"(" << e(n->args[0]) << "), \"n\"("
+            << as_const_int(n->args[1]).value_or(0) << ") : \"memory\")";
+        return;
+      case Intrinsic::tile_coord:
+        fail("tx.codegen_cuda", "", n->loc,
+             "internal: T.tile_coord outside a where= predicate reached the code generator");
       default:
         if (approx_ && is_f32) {
           const char* fast = nullptr;

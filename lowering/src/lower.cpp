@@ -56,18 +56,14 @@ class Facts : public IRVisitor {
   }
 };
 
-// A shared buffer's alignment: its swizzle's period (the pattern is a
-// function of the address, so the tile must start where the pattern does),
-// at least 128 bytes (what TMA boxes and wgmma descriptors need), 16 for
-// small buffers.
+}  // namespace
+
 std::int64_t shared_alignment(const Buffer& b) {
   std::int64_t bytes = b->storage_elems() * b->dtype.bytes();
   std::int64_t a = bytes >= 128 ? 128 : 16;
   if (auto sw = b->layout.swizzle()) a = std::max(a, sw->period() * b->dtype.bytes());
   return a;
 }
-
-}  // namespace
 
 int target_sm(const LowerOptions& opt) {
   if (opt.host) return 0;
@@ -167,7 +163,7 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
            "a TMA copy reads " + m.global->name + ", which is not a kernel parameter");
     k.tensor_maps.push_back(tp);
   }
-  check_limits(k, opt.arch);
+  check_limits(k, opt.arch, opt.host);
   return k;
 }
 

@@ -28,6 +28,10 @@ const std::vector<ElementwiseSpec>& elementwise_ops() {
                  [](V x) { return make_call(Intrinsic::exp, {x[0]}); }});
     v.push_back({"exp2", 1, false, true, true, false,
                  [](V x) { return make_call(Intrinsic::exp2, {x[0]}); }});
+    v.push_back({"log", 1, false, true, true, false,
+                 [](V x) { return make_call(Intrinsic::log, {x[0]}); }});
+    v.push_back({"log2", 1, false, true, true, false,
+                 [](V x) { return make_call(Intrinsic::log2, {x[0]}); }});
     v.push_back({"reciprocal", 1, false, true, true, false,
                  [](V x) { return make_binary(BinOp::Div, one_like(x[0]), x[0]); }});
     // silu(x) = x / (1 + exp(-x))

@@ -416,7 +416,48 @@ void wgmma_wait(int pending, const TileBuffer& accumulator, Loc loc = Loc::curre
 // [24, 256], a multiple of 8; all the warpgroup's threads must call it.
 void increase_registers(int count, Loc loc = Loc::current());
 void decrease_registers(int count, Loc loc = Loc::current());
+// bar.sync / bar.arrive on hardware barrier `id` for `threads` threads
+// (whole warps). Kernels use T::named_barriers, which hands out ids that do
+// not collide with cta_sync's and warpgroup_sync's.
+void named_barrier_sync(Value id, int threads, Loc loc = Loc::current());
+void named_barrier_arrive(Value id, int threads, Loc loc = Loc::current());
 }  // namespace cuda
+
+// Named barriers: hardware barriers that order groups of warps against each
+// other without involving the rest of the CTA. sync(i) waits until `threads`
+// threads have arrived at barrier i (the caller among them); arrive(i)
+// counts the caller and goes on. The pingpong schedule of two consumer
+// warpgroups is two of them: each warpgroup waits for its turn at the tensor
+// cores, issues its MMAs, then lets the other one go:
+//
+//   auto turn = T::named_barriers({.count = 2, .threads = 256});
+//   turn.sync(me);            // my turn (the other warpgroup arrived)
+//   Tx::warpgroup::gemm(...);
+//   turn.arrive(1 - me);      // the other's turn
+//
+// Every thread of a participating warp takes part (a barrier counts warps).
+// Ids are handed out from 15 down; barrier 0 is T::cuda::cta_sync's and
+// 1 + w warpgroup w's (T::cuda::warpgroup_sync, w < 8), so a kernel has
+// kMaxNamedBarriers = 7 of its own (ids 9 to 15), whatever its size.
+inline constexpr int kMaxNamedBarriers = 7;
+struct NamedBarriersConfig {
+  int count = 1;    // barriers (indexed 0 .. count - 1)
+  int threads = 0;  // threads that arrive at each one per phase
+};
+class NamedBarriers {
+ public:
+  NamedBarriers(int base, int count, int threads) : base_(base), count_(count), threads_(threads) {}
+  int count() const { return count_; }
+  int threads() const { return threads_; }
+  // The hardware id of barrier i.
+  Expr id(Value i, Loc loc = Loc::current()) const;
+  void sync(Value i = Value(0), Loc loc = Loc::current()) const;
+  void arrive(Value i = Value(0), Loc loc = Loc::current()) const;
+
+ private:
+  int base_, count_, threads_;
+};
+NamedBarriers named_barriers(NamedBarriersConfig config, Loc loc = Loc::current());
 
 // A multi-stage pipeline over mbarriers: `stages` shared buffers, each
 // guarded by a `full` barrier (the producer's copies landed) and an `empty`
@@ -480,6 +521,10 @@ struct TileSchedulerConfig {
   std::int64_t tiles_m = 1, tiles_n = 1;
   std::int64_t group = 8;  // tile rows per group
   std::int64_t ctas = 0;   // persistent CTAs (the SM count); 0: one CTA per tile
+  // Tile rows from the last to the first: where later rows cost more (causal
+  // attention, whose row block m attends to m + 1 key blocks), the longest
+  // tiles are taken first and the short ones fill the last round.
+  bool m_descending = false;
 };
 // One round's tile of a CTA: `valid` is false past the last tile, where m and
 // n stay clamped to the last tile (indices provably in range either way).
@@ -534,6 +579,8 @@ namespace Tx {
   TX_TILE_UNARY(SCOPE, sqrt)                                                                       \
   TX_TILE_UNARY(SCOPE, exp)                                                                        \
   TX_TILE_UNARY(SCOPE, exp2)                                                                       \
+  TX_TILE_UNARY(SCOPE, log)                                                                        \
+  TX_TILE_UNARY(SCOPE, log2)                                                                       \
   TX_TILE_UNARY(SCOPE, reciprocal)                                                                 \
   TX_TILE_UNARY(SCOPE, silu)                                                                       \
   TX_TILE_BINARY(SCOPE, add)                                                                       \

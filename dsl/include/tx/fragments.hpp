@@ -51,6 +51,18 @@ inline TileLayout mma_c(std::int64_t m, std::int64_t n) {
   return TileLayout(S({m / 16, 2, 8, n / 8, 4, 2}, {4 * (n / 8), 2, 4 * laneid, 4, 1 * laneid, 1}));
 }
 
+// A per-row vector of the accumulator frag::mma_c(m, n): an (m, 1) tile
+// whose row r lives in the lanes that hold row r of the accumulator (lane
+// group g = lane / 4 holds rows g and g + 8 of each 16-row tile), copied in
+// the four lanes of the group. Row reductions of the accumulator land here
+// (Tx::warp::max(rmax, acc): each lane folds its registers of the row, then
+// two shuffles within the group) and it broadcasts back along the rows
+// (Tx::warp::mul(acc, acc, rscale)). Registers: m / 8 per lane.
+inline TileLayout mma_row(std::int64_t m) {
+  detail::check_multiple(m, 16, "mma_row", "m");
+  return TileLayout(S({m / 16, 2, 8, 1}, {2, 1, 4 * laneid, 1}), R({4}, {1 * laneid}));
+}
+
 // The A operand of an (m, k) warp tile of dtype t: m % 16, k % 8E == 0.
 inline TileLayout mma_a(std::int64_t m, std::int64_t k, DType t) {
   const std::int64_t e = detail::per_word(t, "mma_a");
@@ -144,6 +156,21 @@ inline TileLayout wgmma_c(std::int64_t m, std::int64_t n) {
     fail("tx::frag::wgmma_c", "", {}, "n = " + std::to_string(n) + " exceeds wgmma's 256");
   return TileLayout(
       S({m / 64, 4, 2, 8, n / 8, 4, 2}, {n / 2, 1 * wid_in_wg, 2, 4 * laneid, 4, 1 * laneid, 1}));
+}
+
+// A per-row vector of the warpgroup accumulator frag::wgmma_c(m, n): an
+// (m, 1) tile whose row r lives in the threads that hold row r of the
+// accumulator, copied in the four lanes of a quad (the mma_row of each
+// warp's 16-row band). The softmax statistics of attention live here: a row
+// reduction of the accumulator (Tx::warpgroup::max(m_i, S)) folds each
+// thread's registers of the row and then shuffles across the quad; an
+// elementwise op broadcasts it back along the rows (Tx::warpgroup::mul(O, O,
+// alpha), Tx::warpgroup::exp2(S, S, {.bias = neg_m})). Registers: m / 32
+// per thread.
+inline TileLayout wgmma_row(std::int64_t m) {
+  detail::check_multiple(m, 64, "wgmma_row", "m");
+  return TileLayout(S({m / 64, 4, 2, 8, 1}, {2, 1 * wid_in_wg, 1, 4 * laneid, 1}),
+                    R({4}, {1 * laneid}));
 }
 
 // The A operand of warpgroup MMA from registers (wgmma's register-A form)

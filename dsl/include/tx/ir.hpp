@@ -392,15 +392,17 @@ class SelectNode : public ExprNode {
   X(log1p, 1)                                                                                     \
   X(expm1, 1)                                                                                     \
   X(sin, 1)                                                                                       \
-  X(cos, 1) X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1)        \
-      X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2)         \
-          X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1)     \
+  X(cos, 1)                                                                                       \
+  X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1)       \
+      X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2)         \
+          X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1)                \
               X(reinterpret, 1) X(check_access, 5) X(check_barrier, 2) X(check_divisor, 2)        \
                   X(check_index, 4) X(cp_async_commit, 0) X(cp_async_wait, 1) X(mbarrier_init, 2) \
                       X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2)          \
                           X(fence_barrier_init, 0) X(fence_proxy_async, 0) X(wgmma_fence, 0)      \
                               X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)                \
-                                  X(register_fence, 1)
+                                  X(register_fence, 1) X(named_barrier_sync, 2)                   \
+                                      X(named_barrier_arrive, 2) X(tile_coord, 1)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -424,6 +426,13 @@ class SelectNode : public ExprNode {
 // register_fence(r): r (a load of a local f32 register) is read and written
 // here, so the compiler keeps its other uses on their side (a wgmma
 // accumulator is written asynchronously until wgmma_wait).
+// named_barrier_sync(id, threads) / named_barrier_arrive(id, threads): bar.sync
+// and bar.arrive on hardware barrier `id` (T::named_barriers) completing when
+// `threads` threads (a multiple of 32) have arrived; sync waits for it, arrive
+// does not. Void.
+// tile_coord(d): inside a where= predicate of a tile op only, the element's
+// coordinate along dimension d of the destination region (i32); the variant
+// that expands the op substitutes it.
 enum class Intrinsic : std::uint8_t {
 #define TX_ENUM(N, A) N,
   TX_INTRINSICS(TX_ENUM)
@@ -612,6 +621,43 @@ struct ScaleBias {
   explicit operator bool() const { return value.defined() || tile.has_value(); }
 };
 
+// where= of a tile op: which elements of the destination it writes, as a
+// condition on their coordinates in the destination region (NumPy's where=:
+// elsewhere the destination keeps its old value). Written as a lambda taking
+// one coordinate per dimension of the destination region:
+//
+//   // causal masking of a score tile S (rows m0 + r, columns n0 + c)
+//   Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr r, Expr c) { return n0 + c > m0 + r; }});
+//
+// The coordinates are T.tile_coord(d) calls in the condition, replaced by
+// each element's own coordinates when the op is expanded.
+Expr tile_coord(int dim);
+struct IndexPredicate {
+  Expr cond{};
+  int rank = 0;  // the number of coordinates the lambda takes
+  IndexPredicate() = default;
+  template <class F>
+  requires(std::is_invocable_v<F, Expr> || std::is_invocable_v<F, Expr, Expr> ||
+           std::is_invocable_v<F, Expr, Expr, Expr> ||
+           std::is_invocable_v<F, Expr, Expr, Expr, Expr>)
+      IndexPredicate(const F& f) {  // NOLINT: implicit by design ({.where = lambda})
+    if constexpr (std::is_invocable_v<F, Expr>) {
+      rank = 1;
+      cond = Expr(f(tile_coord(0)));
+    } else if constexpr (std::is_invocable_v<F, Expr, Expr>) {
+      rank = 2;
+      cond = Expr(f(tile_coord(0), tile_coord(1)));
+    } else if constexpr (std::is_invocable_v<F, Expr, Expr, Expr>) {
+      rank = 3;
+      cond = Expr(f(tile_coord(0), tile_coord(1), tile_coord(2)));
+    } else {
+      rank = 4;
+      cond = Expr(f(tile_coord(0), tile_coord(1), tile_coord(2), tile_coord(3)));
+    }
+  }
+  explicit operator bool() const { return cond.defined(); }
+};
+
 struct TileAttrs {
   ScaleBias scale{};  // elementwise: op(x * scale + bias)
   ScaleBias bias{};
@@ -643,6 +689,8 @@ struct TileAttrs {
   // args (-1: none), so every pass that walks the operands sees it.
   int scale_arg = -1;
   int bias_arg = -1;
+  // Elementwise ops and copies: write only the elements where this holds.
+  IndexPredicate where{};
 };
 
 class TileCallNode : public StmtNode {

@@ -63,6 +63,58 @@ class BarrierCheck : public ScopedMutator {
       fail("T.cuda.warpgroup_sync", "", n->loc, "the CTA is not made of whole warpgroups");
     return self;
   }
+  // A named barrier counts whole warps: every lane of a warp must reach it.
+  Stmt mutate_node(const Stmt& self, const EvaluateNode* n) override {
+    const auto* call = n->value.as<CallNode>();
+    if (call && (call->op == Intrinsic::named_barrier_sync ||
+                 call->op == Intrinsic::named_barrier_arrive)) {
+      const char* op = call->op == Intrinsic::named_barrier_sync ? "T.named_barriers.sync"
+                                                                 : "T.named_barriers.arrive";
+      for (const Guard& g : guards_)
+        if (static_cast<int>(g.level) < static_cast<int>(Uniformity::warp))
+          fail(op, "", n->loc,
+               "named barrier under the condition `" + g.text + "` (" + g.loc.str() +
+                   ") which varies per " + uniformity_name(g.level) +
+                   ": a named barrier counts whole warps, so every lane of a warp must reach it");
+      if (auto t = as_const_int(call->args[1]); t && *t > launch_.block)
+        fail(op, "", n->loc,
+             "waits for " + std::to_string(*t) + " threads, but the CTA has " +
+                 std::to_string(launch_.block));
+    }
+    return ScopedMutator::mutate_node(self, n);
+  }
+};
+
+// T.tile_coord(d) stands for an element's coordinate inside a where=
+// predicate only; an Expr the lambda leaked elsewhere (kept in an outer
+// variable) has no value there.
+class TileCoordCheck : public IRVisitor {
+ public:
+  using IRVisitor::visit_node;
+  void visit_node(const TileCallNode* n) override {
+    for (const TileArg& a : n->args) {
+      if (auto* r = std::get_if<BufferRegion>(&a))
+        visit_region(*r);
+      else
+        visit(std::get<Expr>(a));
+    }
+    visit(n->attrs.scale.value);
+    visit(n->attrs.bias.value);
+    visit(n->attrs.barrier);
+    inside_where_ = true;
+    visit(n->attrs.where.cond);
+    inside_where_ = false;
+  }
+  void visit_node(const CallNode* n) override {
+    if (n->op == Intrinsic::tile_coord && !inside_where_)
+      fail("where=", "", n->loc,
+           "a coordinate of a where= lambda is used outside it (the lambda's arguments have a "
+           "value only in the condition it returns)");
+    IRVisitor::visit_node(n);
+  }
+
+ private:
+  bool inside_where_ = false;
 };
 
 }  // namespace
@@ -164,6 +216,8 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
 
   BarrierCheck bc(lc);
   bc.mutate(f->body);
+  TileCoordCheck coords;
+  coords.visit(f->body);
   return lc;
 }
 

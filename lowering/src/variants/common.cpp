@@ -1,5 +1,6 @@
 #include "common.hpp"
 
+#include "tx/ir_functor.hpp"
 #include "tx/printer.hpp"
 
 namespace tx::lowering::variants {
@@ -162,7 +163,71 @@ std::vector<std::pair<std::string, Predicate>> common_predicates() {
           {"scope_fits_cta", scope_fits_cta},
           {"all_threads_active", all_threads_active},
           {"regions_in_bounds", regions_in_bounds},
-          {"symbolic_regions_flat", symbolic_regions_flat}};
+          {"symbolic_regions_flat", symbolic_regions_flat},
+          {"no_where", no_where}};
+}
+
+Check no_where(const DispatchContext& ctx) {
+  if (ctx.call->attrs.where)
+    return std::string("does not take where= (a condition on the coordinates)");
+  return ok();
+}
+
+std::vector<std::pair<std::string, Predicate>> common_predicates_where() {
+  auto p = common_predicates();
+  std::erase_if(p, [](const auto& c) { return c.first == "no_where"; });
+  return p;
+}
+
+std::vector<Iter> coordinate_iters(const BufferRegion& r) {
+  std::vector<Iter> out;
+  std::int64_t weight = 1;
+  for (std::size_t d = r.ranges.size(); d-- > 0;) {
+    const std::int64_t e = r.ranges[d].extent;
+    if (e > 1) out.insert(out.begin(), Iter{e, weight, Axis::m});
+    weight *= e;
+  }
+  return out;
+}
+
+RegionCoordinates::RegionCoordinates(const BufferRegion& r) {
+  std::int64_t weight = 1;
+  extents_.resize(r.ranges.size());
+  weights_.resize(r.ranges.size());
+  for (std::size_t d = r.ranges.size(); d-- > 0;) {
+    extents_[d] = r.ranges[d].extent;
+    weights_[d] = weight;
+    weight *= extents_[d];
+  }
+  coords_.assign(r.ranges.size(), c32(0));
+}
+
+void RegionCoordinates::add(std::int64_t stride, const Expr& digit) {
+  if (stride == 0) return;
+  for (std::size_t d = 0; d < extents_.size(); ++d)
+    if (extents_[d] > 1 && stride >= weights_[d] && stride < weights_[d] * extents_[d]) {
+      coords_[d] = lowering::add(coords_[d], mul(digit, c32(stride / weights_[d])));
+      return;
+    }
+}
+
+Expr where_condition(const TileCallNode* call, const std::vector<Expr>& coords) {
+  if (!call->attrs.where) return Expr();
+  struct Coords : IRMutator {
+    const std::vector<Expr>* at = nullptr;
+    using IRMutator::mutate_node;
+    Expr mutate_node(const Expr& self, const CallNode* n) override {
+      if (n->op == Intrinsic::tile_coord) {
+        const auto d = static_cast<std::size_t>(as_const_int(n->args[0]).value_or(0));
+        if (d >= at->size())
+          fail("where=", "", n->loc, "a coordinate beyond the destination region's rank");
+        return (*at)[d];
+      }
+      return IRMutator::mutate_node(self, n);
+    }
+  } m;
+  m.at = &coords;
+  return m.mutate(call->attrs.where.cond);
 }
 
 Buffer scratch(const std::string& name, DType dtype, std::int64_t n) {

@@ -49,6 +49,35 @@ BufferRegion partial_view(const DispatchContext& ctx, const BufferRegion& r);
 // common_predicates() with regions_in_bounds_or_masked: variants that mask partial tiles.
 std::vector<std::pair<std::string, Predicate>> common_predicates_masking();
 
+// ------------------------------------------------------------ where=
+// Variants that write only where a where= condition holds take
+// common_predicates_where() (the same list without the check that refuses
+// where=); every other variant refuses it, so a condition is never dropped.
+Check no_where(const DispatchContext& ctx);
+std::vector<std::pair<std::string, Predicate>> common_predicates_where();
+
+// The coordinate space of a region as an operand of joint_refine: one
+// memory iter per dimension of extent > 1, row-major strides. Every joint
+// iter then lies inside one dimension, and its part of this operand says
+// which (region_coordinates).
+std::vector<Iter> coordinate_iters(const BufferRegion& r);
+// The coordinates of elements of `r` accumulated from joint iters: add(k,
+// digit) for an iter whose coordinate part has stride `stride` adds digit *
+// step along the dimension that stride falls in.
+class RegionCoordinates {
+ public:
+  explicit RegionCoordinates(const BufferRegion& r);
+  void add(std::int64_t stride, const Expr& digit);
+  const std::vector<Expr>& coords() const { return coords_; }
+
+ private:
+  std::vector<std::int64_t> extents_, weights_;
+  std::vector<Expr> coords_;
+};
+// The call's where= condition at the given coordinates (T.tile_coord(d)
+// replaced by coords[d]); undefined when the call has none.
+Expr where_condition(const TileCallNode* call, const std::vector<Expr>& coords);
+
 // A per-thread (local) scratch buffer of n elements and its Allocate.
 Buffer scratch(const std::string& name, DType dtype, std::int64_t n);
 

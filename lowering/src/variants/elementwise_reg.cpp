@@ -13,7 +13,10 @@
 // Algorithm (seed 000): the partition is induced by the anchor's thread
 // axes; dropping them leaves each thread its private bundle, and the op is
 // applied register by register in an unrolled loop. f16/bf16/fp8 compute in
-// f32 and round on store.
+// f32 and round on store. With where=, each element's coordinates in the
+// destination region are its thread's part (from the thread index) plus its
+// register's part (a constant of the unrolled loop), and the store keeps the
+// old value where the condition fails (a select: no branch in the loop).
 #include "common.hpp"
 
 namespace tx::lowering::variants {
@@ -42,12 +45,17 @@ Plan plan(const DispatchContext& ctx) {
       auto b = broadcast_to(*l, target, &why);
       if (!b) return operand_reason(*r, why + " (destination " + dst.buffer->name + ")");
       for (int a = 1; a < kNumAxes; ++a)
-        if (b->thread_offset[a] != 0) return operand_reason(*r, "region selects a subset of the threads");
+        if (b->thread_offset[a] != 0)
+          return operand_reason(*r, "region selects a subset of the threads");
       srcs.push_back(r);
       layouts.push_back(*b);
     }
   std::vector<std::vector<Iter>> flats;
   for (auto& l : layouts) flats.push_back(l.flat());
+  // where=: the destination's coordinates ride along as one more operand.
+  const bool where = static_cast<bool>(ctx.call->attrs.where);
+  const std::size_t coord_part = flats.size();
+  if (where) flats.push_back(coordinate_iters(dst));
   auto joint = joint_refine(flats, dst.numel(), &why);
   if (!joint) return why;
 
@@ -65,8 +73,9 @@ Plan plan(const DispatchContext& ctx) {
   }
   for (const Iter& it : ld->replica) {
     auto mult = thread_axis_multiplier(it.axis, ctx.scope);
-    if (!mult) return operand_reason(dst, std::string("replica on axis ") + axis_name(it.axis) +
-                                              " is not a thread axis of this scope");
+    if (!mult)
+      return operand_reason(dst, std::string("replica on axis ") + axis_name(it.axis) +
+                                     " is not a thread axis of this scope");
     cover.push_back({it.extent, it.stride * *mult, true});
   }
   // A tile with no thread axes is held whole by every thread of the scope.
@@ -80,18 +89,25 @@ Plan plan(const DispatchContext& ctx) {
   std::vector<Expr> bases;
   for (auto& l : layouts) bases.push_back(l.mem_offset);
   std::vector<JointIter> bundle;
+  RegionCoordinates thread_coords(dst);  // where=: the thread's part of each coordinate
   for (const JointIter& j : *joint) {
     const Iter& dp = j.parts[0];
-    for (std::size_t i = 1; i < j.parts.size(); ++i) {
+    if (where && dp.axis != Axis::m)
+      thread_coords.add(
+          j.parts[coord_part].stride,
+          thread_coord(rel, dp.stride * *thread_axis_multiplier(dp.axis, ctx.scope), j.extent));
+    for (std::size_t i = 1; i < layouts.size(); ++i) {
       const Iter& sp = j.parts[i];
       const BufferRegion& s = *srcs[i - 1];
       if (sp.axis != Axis::m) {
         auto ms = thread_axis_multiplier(sp.axis, ctx.scope);
         auto md = thread_axis_multiplier(dp.axis, ctx.scope);
         if (dp.axis == Axis::m || !ms || !md || sp.stride * *ms != dp.stride * *md)
-          return operand_reason(s, "distributes elements over threads differently from the "
-                                   "destination " + dst.buffer->name +
-                                   " (the values live in other threads' registers)");
+          return operand_reason(s,
+                                "distributes elements over threads differently from the "
+                                "destination " +
+                                    dst.buffer->name +
+                                    " (the values live in other threads' registers)");
       } else if (dp.axis != Axis::m && sp.stride != 0) {
         // A thread-private input read at the destination thread's coordinate.
         auto md = thread_axis_multiplier(dp.axis, ctx.scope);
@@ -123,10 +139,25 @@ Plan plan(const DispatchContext& ctx) {
         continue;
       }
       ++si;
-      loaded.push_back(make_load(fs[si - 1], {simplify(add(bases[si], mixed_radix_offset(f, ext, strides[si])), ctx.env)}));
+      loaded.push_back(
+          make_load(fs[si - 1],
+                    {simplify(add(bases[si], mixed_radix_offset(f, ext, strides[si])), ctx.env)}));
     }
     Expr value = elementwise_value(ep, loaded);
-    return make_store(fd, value, {simplify(add(bases[0], mixed_radix_offset(f, ext, strides[0])), ctx.env)});
+    Expr d_off = simplify(add(bases[0], mixed_radix_offset(f, ext, strides[0])), ctx.env);
+    if (where) {
+      // The register part of each coordinate: f's digits over the bundle
+      // (the atoms are the bundle's adjacent iters fused, in order).
+      RegionCoordinates at = thread_coords;
+      std::int64_t inner = 1;
+      for (std::size_t k = bundle.size(); k-- > 0;) {
+        at.add(bundle[k].parts[coord_part].stride, mod(div(f, c32(inner)), c32(bundle[k].extent)));
+        inner *= bundle[k].extent;
+      }
+      Expr cond = simplify(where_condition(ctx.call, at.coords()), ctx.env);
+      value = make_select(cond, value, make_load(fd, {d_off}));
+    }
+    return make_store(fd, value, {d_off});
   };
   Stmt s;
   if (total == 1) {
@@ -152,7 +183,7 @@ void register_elementwise_reg(Registry& r) {
     v.family = "elementwise";
     v.name = "reg";
     v.priority = 10;
-    v.when = common_predicates();
+    v.when = common_predicates_where();
     v.when.push_back({"all_local", all_local});
     v.plan = plan;
     r.add(spec.name, v);

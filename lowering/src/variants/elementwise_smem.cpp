@@ -13,7 +13,8 @@
 // dimension loads a single element), applies the op per element, and stores
 // the bundle with one vector access. Rounds that would run past N are
 // guarded, so any N works. The op ends with the scope's barrier so that the
-// result is visible to every thread of the scope.
+// result is visible to every thread of the scope. With where=, accesses are
+// single elements and each keeps its old value where the condition fails.
 #include "common.hpp"
 
 namespace tx::lowering::variants {
@@ -65,9 +66,11 @@ Plan plan(const DispatchContext& ctx) {
   std::int64_t threads = ctx.scope_threads;
   int esize = dst.buffer->dtype.bytes();
   for (const BufferRegion* s : srcs) esize = std::max(esize, s->buffer->dtype.bytes());
-  int vec = inner_strided ? 1
-                          : widest_vector(iters, vectorized, bases, esize, *ctx.env,
-                                          [&](int v) { return n % v == 0; });
+  // where= decides per element: one element per access.
+  const bool where = static_cast<bool>(ctx.call->attrs.where);
+  int vec = inner_strided || where ? 1
+                                   : widest_vector(iters, vectorized, bases, esize, *ctx.env,
+                                                   [&](int v) { return n % v == 0; });
   // Element counts per vector for each operand's own dtype (cast may change sizes).
   std::int64_t rounds = (n + threads * vec - 1) / (threads * vec);
   bool guarded = rounds * threads * vec != n;
@@ -93,7 +96,19 @@ Plan plan(const DispatchContext& ctx) {
           loaded.push_back(make_load(fs[si - 1], {offs[si]}));
         }
       }
-      return make_store(fd, elementwise_value(ep, loaded), {offs[0]});
+      Expr value = elementwise_value(ep, loaded);
+      if (where) {
+        // idx is the element's row-major index in the destination region.
+        std::vector<Expr> coords;
+        std::int64_t inner = dst.numel();
+        for (const Range& rg : dst.ranges) {
+          inner /= rg.extent;
+          coords.push_back(rg.extent == 1 ? c32(0) : mod(div(idx, c32(inner)), c32(rg.extent)));
+        }
+        value = make_select(simplify(where_condition(ctx.call, coords), ctx.env), value,
+                            make_load(fd, {offs[0]}));
+      }
+      return make_store(fd, value, {offs[0]});
     }
     // Vector path: stage each vectorized input in registers.
     std::vector<Stmt> body;
@@ -120,8 +135,8 @@ Plan plan(const DispatchContext& ctx) {
     }
     body.push_back(make_for(v, c32(0), c32(vec), ForKind::unrolled,
                             make_store(out, elementwise_value(ep, loaded), {Expr(v)})));
-    body.push_back(make_copy_bytes(fd, offs[0], out, c32(0), vec * dst.buffer->dtype.bytes(),
-                                   ctx.call->loc));
+    body.push_back(
+        make_copy_bytes(fd, offs[0], out, c32(0), vec * dst.buffer->dtype.bytes(), ctx.call->loc));
     Stmt s = make_seq(body);
     s = make_allocate(out, s);
     for (std::size_t i = layouts.size(); i-- > 1;)
@@ -159,7 +174,7 @@ void register_elementwise_smem(Registry& r) {
     v.family = "elementwise";
     v.name = "smem";
     v.priority = 10;
-    v.when = common_predicates();
+    v.when = common_predicates_where();
     v.when.push_back({"all_shared", all_shared});
     v.plan = plan;
     r.add(spec.name, v);

@@ -13,7 +13,8 @@
 // joint refinement with D's row-major index gives each register's (i, j)).
 // No staging and no barrier: this is the host's path for warp and warpgroup
 // MMA kernels, whose accumulators (64 x 256 f32 per warpgroup) would not fit
-// in shared scratch.
+// in shared scratch. With A in registers too (wgmma's register A: attention's
+// P V), A alone is staged through shared scratch, then D is updated in place.
 //
 // Otherwise: register operands spread over the scope's threads are first
 // copied into per-group shared scratch (the copy dispatch picks the variant,
@@ -217,6 +218,24 @@ Plan plan(const DispatchContext& ctx) {
       if (std::string e = copy(r, sr); !e.empty()) return e;
     return sr;
   };
+
+  // A in registers (wgmma's register A, mma's A fragment) and D a fragment:
+  // A goes through scratch, then every thread updates its own D in place.
+  if (spread(D0) && spread(A0) && !spread(B0)) {
+    auto sa = stage(A0, "gemm_a", true, false);
+    if (auto* e = std::get_if<std::string>(&sa)) return *e;
+    Plan inner = in_place_fragment(ctx, D0, std::get<BufferRegion>(sa), B0, N, K);
+    if (auto* e = std::get_if<std::string>(&inner)) return *e;
+    std::vector<Stmt> body = pre;
+    body.push_back(scope_barrier(ctx.scope, ctx.call->loc));
+    body.push_back(std::get<Stmt>(inner));
+    // The next call may stage into the same scratch: every thread is done reading.
+    body.push_back(scope_barrier(ctx.scope, ctx.call->loc));
+    Stmt s = make_seq(body);
+    for (const Buffer& b : allocs) s = make_allocate(b, s);
+    warn_once(ctx);
+    return s;
+  }
 
   const bool accum = ctx.call->attrs.accum;
   BufferRegion D = D0, A = A0, B = B0;

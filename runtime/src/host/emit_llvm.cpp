@@ -738,6 +738,21 @@ class Emitter {
         if (fibers_) return fiber_mbarrier(n);
         // host_compile runs kernels with mbarriers as fibers.
         internal(std::string(intrinsic_name(n->op)) + " left in the region form", n->loc);
+      case Intrinsic::named_barrier_sync:
+      case Intrinsic::named_barrier_arrive: {
+        // host_compile runs kernels with named barriers as fibers.
+        if (!fibers_)
+          internal(std::string(intrinsic_name(n->op)) + " left in the region form", n->loc);
+        const bool wait = n->op == Intrinsic::named_barrier_sync;
+        return fiber_call(
+            "tx_fiber_named_barrier", B.getVoidTy(),
+            {B.getInt32Ty(), B.getInt32Ty(), B.getInt32Ty()},
+            {cast(emit(n->args[0]), n->args[0].dtype(), tx::i32),
+             cast(emit(n->args[1]), n->args[1].dtype(), tx::i32), B.getInt32(wait ? 1 : 0)},
+            wait ? "T.named_barriers.sync" : "T.named_barriers.arrive", n->loc);
+      }
+      case Intrinsic::tile_coord:
+        internal("T.tile_coord outside a where= predicate", n->loc);
       case Intrinsic::fence_barrier_init:
       case Intrinsic::fence_proxy_async:
       case Intrinsic::wgmma_fence:

@@ -48,7 +48,17 @@ struct Fiber {
   int site = -1;                 // where it waits, while it waits
   const void* object = nullptr;  // the mbarrier it waits on
   int parity = -1;
+  int named = -1;  // the named barrier it waits on (bar.sync)
 };
+
+// A named barrier (bar.sync / bar.arrive id, threads): arrivals of the
+// current phase; a phase completes when `threads` have arrived.
+struct NamedBarrier {
+  int arrived = 0;
+  int threads = 0;  // the count of the current phase (0: none open)
+  std::uint64_t generation = 0;
+};
+constexpr int kNamedBarriers = 16;
 
 struct Group {
   int arrived = 0;
@@ -91,6 +101,7 @@ class Scheduler {
     groups_.clear();
     for (int size : {32, 128, plan_.block})
       groups_[size].assign(static_cast<std::size_t>((plan_.block + size - 1) / size), Group{});
+    named_.assign(kNamedBarriers, NamedBarrier{});
     for (int t = 0; t < plan_.block; ++t) {
       Fiber& f = fibers_[static_cast<std::size_t>(t)];
       f = Fiber{};
@@ -141,6 +152,34 @@ class Scheduler {
       return;
     }
     while (g.generation == gen) yield(where, nullptr, -1);
+  }
+
+  // bar.sync (wait) or bar.arrive: one arrival of the calling thread.
+  void named_barrier(int id, int threads, bool wait, int where) {
+    if (id < 0 || id >= kNamedBarriers)
+      error(where, "named barrier id " + std::to_string(id) + " outside [0, 15]");
+    NamedBarrier& b = named_[static_cast<std::size_t>(id)];
+    if (b.arrived > 0 && b.threads != threads)
+      error(where, "named barrier " + std::to_string(id) + ": this call counts " +
+                       std::to_string(threads) + " threads, but the phase under way (" +
+                       std::to_string(b.arrived) + " arrived) counts " + std::to_string(b.threads) +
+                       " (on the GPU: undefined behaviour)");
+    b.threads = threads;
+    const std::uint64_t gen = b.generation;
+    ++b.arrived;
+    ++progress_;
+    if (b.arrived >= threads) {
+      b.arrived = 0;
+      ++b.generation;
+      return;
+    }
+    if (!wait) return;
+    Fiber& f = fibers_[static_cast<std::size_t>(current_)];
+    while (b.generation == gen) {
+      f.named = id;
+      yield(where, nullptr, -1);
+    }
+    f.named = -1;
   }
 
   void mbarrier_init(void* bar, int count, int where) {
@@ -279,17 +318,17 @@ class Scheduler {
 
   [[noreturn]] void deadlock(SourceLoc launch) {
     // Threads by where they wait, as ranges: "threads 0-127: ...".
-    std::map<std::tuple<int, const void*, int>, std::vector<int>> by_site;
+    std::map<std::tuple<int, const void*, int, int>, std::vector<int>> by_site;
     for (int t = 0; t < plan_.block; ++t) {
       const Fiber& f = fibers_[static_cast<std::size_t>(t)];
-      if (!f.done) by_site[{f.site, f.object, f.parity}].push_back(t);
+      if (!f.done) by_site[{f.site, f.object, f.parity, f.named}].push_back(t);
     }
     std::ostringstream os;
     os << "deadlock in CTA " << cta_ << ": every thread that has not returned waits, and nothing "
        << "it waits for can happen (on the GPU the kernel hangs):";
     int first_site = -1;
     for (const auto& [key, threads] : by_site) {
-      const auto& [where, object, parity] = key;
+      const auto& [where, object, parity, named] = key;
       if (first_site < 0) first_site = where;
       os << "\n  threads ";
       for (std::size_t i = 0; i < threads.size();) {
@@ -313,6 +352,11 @@ class Scheduler {
            << expected_of(m.counts) << " arrivals pending, " << m.tx
            << " transaction bytes pending)";
       }
+      if (named >= 0) {
+        const NamedBarrier& b = named_[static_cast<std::size_t>(named)];
+        os << " on named barrier " << named << " (" << b.arrived << " of " << b.threads
+           << " threads arrived)";
+      }
       if (s.loc.line > 0) os << " at " << s.loc.str();
     }
     const WaitSite& s = site(first_site);
@@ -331,6 +375,7 @@ class Scheduler {
   std::vector<Fiber> fibers_;
   std::vector<std::int64_t> lanes_;
   std::map<int, std::vector<Group>> groups_;
+  std::vector<NamedBarrier> named_;
   ucontext_t main_{};
   int current_ = -1;
   std::uint64_t progress_ = 0;
@@ -374,6 +419,10 @@ extern "C" void tx_fiber_mbarrier_expect_tx(void* fibers, void* bar, std::int32_
 extern "C" void tx_fiber_mbarrier_wait(void* fibers, void* bar, std::int32_t parity,
                                        std::int32_t site) {
   self(fibers)->mbarrier_wait(bar, parity, site);
+}
+extern "C" void tx_fiber_named_barrier(void* fibers, std::int32_t id, std::int32_t threads,
+                                       std::int32_t wait, std::int32_t site) {
+  self(fibers)->named_barrier(id, threads, wait != 0, site);
 }
 extern "C" std::int64_t tx_fiber_shfl_xor(void* fibers, std::int32_t thread, std::int64_t bits,
                                           std::int32_t mask, std::int32_t site) {

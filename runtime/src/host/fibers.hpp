@@ -22,6 +22,8 @@
 //                            as exited threads do on the GPU
 //   tx_fiber_mbarrier_*      an mbarrier in the CTA's shared scratch: init,
 //                            arrive, expect_tx, wait on a phase parity
+//   tx_fiber_named_barrier   bar.sync / bar.arrive on a named barrier: a
+//                            phase completes when its thread count arrived
 //   tx_fiber_shfl_xor        a warp shuffle: write the lane, sync the warp,
 //                            read the partner, sync again
 // CTAs still run in parallel over worker threads, each with its own fibers.
@@ -68,6 +70,8 @@ void tx_fiber_mbarrier_init(void* fibers, void* bar, std::int32_t count, std::in
 void tx_fiber_mbarrier_arrive(void* fibers, void* bar, std::int32_t site);
 void tx_fiber_mbarrier_expect_tx(void* fibers, void* bar, std::int32_t bytes, std::int32_t site);
 void tx_fiber_mbarrier_wait(void* fibers, void* bar, std::int32_t parity, std::int32_t site);
+void tx_fiber_named_barrier(void* fibers, std::int32_t id, std::int32_t threads, std::int32_t wait,
+                            std::int32_t site);
 std::int64_t tx_fiber_shfl_xor(void* fibers, std::int32_t thread, std::int64_t bits,
                                std::int32_t mask, std::int32_t site);
 }

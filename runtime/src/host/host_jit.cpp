@@ -150,6 +150,7 @@ Jit& jit() {
     helper("tx_fiber_mbarrier_expect_tx", &tx_fiber_mbarrier_expect_tx);
     helper("tx_fiber_mbarrier_wait", &tx_fiber_mbarrier_wait);
     helper("tx_fiber_shfl_xor", &tx_fiber_shfl_xor);
+    helper("tx_fiber_named_barrier", &tx_fiber_named_barrier);
     if (llvm::Error e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(helpers))) {
       s->error = "LLVM ORC tx helpers: " + llvm_message(std::move(e));
       return s;
@@ -420,16 +421,18 @@ std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKern
                                      name, plan);
 }
 
-// Kernels that wait on mbarriers run as fibers: no region split orders a
-// producer and consumers that wait on each other inside their own loops.
-// The first mbarrier intrinsic in a kernel, or null.
+// Kernels that wait on mbarriers or named barriers run as fibers: no region
+// split orders a producer and consumers that wait on each other inside
+// their own loops. The first such intrinsic in a kernel, or null.
 const CallNode* first_mbarrier_call(const lowering::LoweredKernel& k) {
   struct Find : IRVisitor {
     const CallNode* found = nullptr;
     using IRVisitor::visit_node;
     void visit_node(const CallNode* n) override {
       if (!found && (n->op == Intrinsic::mbarrier_init || n->op == Intrinsic::mbarrier_wait ||
-                     n->op == Intrinsic::mbarrier_arrive || n->op == Intrinsic::mbarrier_expect_tx))
+                     n->op == Intrinsic::mbarrier_arrive || n->op == Intrinsic::mbarrier_expect_tx ||
+                     n->op == Intrinsic::named_barrier_sync ||
+                     n->op == Intrinsic::named_barrier_arrive))
         found = n;
       IRVisitor::visit_node(n);
     }

@@ -149,7 +149,11 @@ struct FastDivisor {
 };
 FastDivisor fast_divisor_magic(std::int64_t d);
 void verify_lowered(const PrimFunc& f, const LaunchConfig& launch);
-void check_limits(const LoweredKernel& k, const std::string& arch);
+void check_limits(const LoweredKernel& k, const std::string& arch, bool host = false);
+// Where a shared buffer may start: its swizzle's period (the pattern is a
+// function of the address), at least 128 bytes (TMA boxes, wgmma
+// descriptors), 16 for small buffers.
+std::int64_t shared_alignment(const Buffer& b);
 
 // A mutator that keeps an Env of the variables in scope (ids, loops, lets)
 // and the enclosing guards, for passes that need ranges or uniformity.

@@ -1,0 +1,263 @@
+// Attention forward on Hopper, O = softmax(Q K^T * scale) V, written with tile
+// primitives only: the FlashAttention-3 algorithm.
+//
+// Q and O are (batch, seq_q, heads, head_dim), K and V (batch, seq_k,
+// kv_heads, head_dim), bf16 or f16; kv_heads may divide heads (grouped-query
+// attention: query head h reads K/V head h / (heads / kv_heads)). Each CTA
+// takes 128 query rows of one head at a time -- a persistent loop over (row
+// block, head) tiles, the longest causal row blocks first -- and streams the
+// head's K and V through shared memory in blocks of BN rows.
+//
+// Warp specialization: warpgroup 0 produces. It gives registers back, loads
+// the tile's Q once, and K and V blocks into two rings of shared stages, all
+// by TMA completing on mbarriers. Warpgroups 1 and 2 consume, 64 query rows
+// each, keeping the running row max m and row sum l of the online softmax:
+//   S = Q K^T                     wgmma from shared memory, f32 in registers
+//   S = -inf past seq_k and above the diagonal (only in the blocks that need it)
+//   m' = max(m, rowmax(S))        a reduction along the accumulator's rows
+//   P = exp2(S c - m' c)          c = scale * log2(e): one FMA and EX2 a score
+//   l = l alpha + rowsum(P)       alpha = exp2((m - m') c)
+//   O = O alpha + P V             P rounded to bf16 in registers: wgmma's A
+// The softmax of block j overlaps the tensor cores' work: S_{j+1} = Q K_{j+1}^T
+// and O += P_j V_j are issued before it and waited for after. Last, O / l
+// and the log-sum-exp m scale + ln(l) (the backward pass reads it).
+//
+// On the CPU (--device=host) the same kernel runs through the host JIT with
+// every thread as a fiber, the copies synchronous and the MMAs as FMA loops.
+#include <cmath>
+#include <numbers>
+
+#include "sample_main.hpp"
+
+using namespace tx;
+
+struct AttentionShape {
+  std::int64_t batch = 1, heads = 1, kv_heads = 1, seq_q = 1, seq_k = 1, head_dim = 128;
+  bool causal = false;        // mask key j > query i + diagonal
+  bool bottom_right = false;  // the diagonal ends at the last key (diagonal = seq_k - seq_q)
+  double scale = 0;           // 0: 1 / sqrt(head_dim)
+};
+struct AttentionTiling {
+  std::int64_t bn = 128, stages = 2, ctas = 132;
+};
+
+PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = {}) {
+  const std::int64_t BM = 128, BN = c.bn, D = p.head_dim, STAGES = c.stages;
+  const std::int64_t NB = (p.seq_k + BN - 1) / BN, group = p.heads / p.kv_heads;
+  const std::int64_t diagonal = p.bottom_right ? p.seq_k - p.seq_q : 0;
+  const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const double c2 = scale * std::numbers::log2e;  // exp(x scale) = exp2(x c2)
+  const auto sched = T::tile_scheduler({.tiles_m = (p.seq_q + BM - 1) / BM,
+                                        .tiles_n = p.batch * p.heads,
+                                        .group = (p.seq_q + BM - 1) / BM,
+                                        .ctas = c.ctas,
+                                        .m_descending = p.causal});
+  return T::prim_func("attention_hopper_d" + std::to_string(D), [&](Handle q_ptr, Handle k_ptr,
+                                                                    Handle v_ptr, Handle o_ptr,
+                                                                    Handle lse_ptr) {
+    auto Q = T::match_buffer(q_ptr, {p.batch, p.seq_q, p.heads, D}, t);
+    auto K = T::match_buffer(k_ptr, {p.batch, p.seq_k, p.kv_heads, D}, t);
+    auto V = T::match_buffer(v_ptr, {p.batch, p.seq_k, p.kv_heads, D}, t);
+    auto O = T::match_buffer(o_ptr, {p.batch, p.seq_q, p.heads, D}, t);
+    auto LSE = T::match_buffer(lse_ptr, {p.batch, p.heads, p.seq_q}, f32);
+    T::device_entry();
+    auto cta = T::cta_id({sched.ctas()});
+    auto wg = T::warpgroup_id({3});
+    auto tid = T::thread_id_in_wg({128});
+    auto Qs = T::alloc_buffer({BM, D}, t, scope::shared, layouts::swizzled_tiles({BM, D}, t));
+    auto Ks = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
+                              layouts::swizzled_tiles({STAGES, BN, D}, t));
+    auto Vs = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
+                              layouts::swizzled_tiles({STAGES, BN, D}, t));
+    auto qpipe = T::pipeline({.stages = 1, .consumer_arrivals = 2});
+    auto kpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
+    auto vpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
+    // Key blocks so far: the pipelines' position, the same count on both sides.
+    auto kv = T::alloc_buffer({1}, i32, scope::local);
+    kv(0) = 0;
+    // One tile: row block m0 of head h (batch b), and its key blocks [0, n_end).
+    auto tile_of = [&](Var r) {
+      auto [valid, mb, bh] = sched.tile(cta, r);
+      auto m0 = T::let(mb * BM), b = T::let(bh / p.heads), h = T::let(bh % p.heads);
+      auto n_end = T::let(p.causal ? max(min(ceildiv(m0 + BM + diagonal, BN), NB), 0)
+                                   : Expr(static_cast<int>(NB)));
+      return std::tuple{valid, m0, b, h, n_end};
+    };
+    T::if_(wg == 0,
+           [&] {  // the producer
+             T::cuda::decrease_registers(24);
+             for (Var r : T::serial(sched.rounds(), "r")) {
+               auto [valid, m0, b, h, n_end] = tile_of(r);
+               T::if_(valid, [&] {
+                 auto hk = T::let(h / group);
+                 qpipe.producer_acquire(r);
+                 Tx::warpgroup::copy_async(Qs,
+                                           Q[region(span(b, 1), span(m0, BM), span(h, 1), {0, D})],
+                                           {.barrier = qpipe.full(r), .partial = true});
+                 T::if_(tid == 0, [&] { qpipe.producer_commit(r); });
+                 for (Var j : T::serial(n_end, "j")) {
+                   auto it = T::let(kv(0) + j), s = T::let(kpipe.stage(it));
+                   auto kv_block = region(span(b, 1), span(j * BN, BN), span(hk, 1), {0, D});
+                   kpipe.producer_acquire(it);
+                   Tx::warpgroup::copy_async(Ks[region(span(s, 1), {0, BN}, {0, D})], K[kv_block],
+                                             {.barrier = kpipe.full(it), .partial = true});
+                   T::if_(tid == 0, [&] { kpipe.producer_commit(it); });
+                   vpipe.producer_acquire(it);
+                   Tx::warpgroup::copy_async(Vs[region(span(s, 1), {0, BN}, {0, D})], V[kv_block],
+                                             {.barrier = vpipe.full(it), .partial = true});
+                   T::if_(tid == 0, [&] { vpipe.producer_commit(it); });
+                 }
+                 kv(0) = kv(0) + n_end;
+               });
+             }
+           })
+        .else_([&] {  // the consumers: 64 query rows each
+          T::cuda::increase_registers(240);
+          auto S = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
+          auto P = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_a(64, BN, t));
+          auto Oacc = T::alloc_buffer({64, D}, f32, scope::local, frag::wgmma_c(64, D));
+          auto row = [&](const char* name) {
+            return T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64), name);
+          };
+          auto m = row("m"), l = row("l"), m_new = row("m_new"), alpha = row("alpha");
+          auto row0 = T::let(max(wg - 1, 0) * 64);  // wg >= 1 here
+          auto Qw = Qs[region(span(row0, 64), {0, D})];
+          auto K_at = [&](Expr it) {
+            return Ks[region(span(kpipe.stage(it), 1), {0, BN}, {0, D})];
+          };
+          auto V_at = [&](Expr it) {
+            return Vs[region(span(vpipe.stage(it), 1), {0, BN}, {0, D})];
+          };
+          auto release = [&](const T::Pipeline& pipe, Expr it) {
+            T::if_(tid == 0, [&] { pipe.consumer_release(it); });
+          };
+          for (Var r : T::serial(sched.rounds(), "r")) {
+            auto [valid, m0, b, h, n_end] = tile_of(r);
+            T::if_(valid, [&] {
+              // Key blocks from n_full on cross the diagonal or the end of the keys.
+              auto n_full = T::let(p.causal ? min(floordiv(m0 + diagonal + 1, BN), p.seq_k / BN)
+                                            : Expr(static_cast<int>(p.seq_k / BN)));
+              // S = Q K_j^T masked where needed, then the online softmax's
+              // statistics: m' and alpha, P = exp2(S c - m' c) in S, the new m.
+              auto softmax = [&](Var j) {
+                T::if_(j >= n_full, [&] {
+                  auto first_row = T::let(m0 + row0 + diagonal);
+                  Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) {
+                                        return j * BN + k >= p.seq_k || j * BN + k > first_row + i;
+                                      }});
+                });
+                Tx::warpgroup::max(m_new, S);
+                Tx::warpgroup::maximum(m_new, m_new, m);
+                Tx::warpgroup::sub(alpha, m, m_new);
+                Tx::warpgroup::exp2(alpha, alpha, {.scale = c2});
+                Tx::warpgroup::maximum(m, m, m_new);
+                Tx::warpgroup::mul(m_new, m, -c2);
+                Tx::warpgroup::exp2(S, S, {.scale = c2, .bias = m_new.all()});
+              };
+              qpipe.consumer_wait(r);
+              Tx::warpgroup::fill(Oacc, 0.0f);
+              Tx::warpgroup::fill(m, -INFINITY);
+              Tx::warpgroup::fill(l, 0.0f);
+              T::if_(n_end > 0, [&] {
+                auto it0 = T::let(kv(0));
+                kpipe.consumer_wait(it0);
+                Tx::warpgroup::gemm(S, Qw, K_at(it0), {.transpose_b = true});
+                release(kpipe, it0);
+                softmax(T::let(0, "j0"));
+                Tx::warpgroup::sum(l, S);
+                Tx::warpgroup::cast(P, S);
+                for (Var j : T::serial(1, n_end - 1, "j")) {
+                  auto it = T::let(kv(0) + j);
+                  kpipe.consumer_wait(it);
+                  Tx::warpgroup::gemm(S, Qw, K_at(it), {.pending = 1, .transpose_b = true});
+                  vpipe.consumer_wait(it - 1);
+                  Tx::warpgroup::gemm(Oacc, P, V_at(it - 1), {.accum = true, .pending = 1});
+                  T::cuda::wgmma_wait(1, S);  // S is done; P V_{j-1} may still run
+                  release(kpipe, it);
+                  softmax(j);
+                  T::cuda::wgmma_wait(0, Oacc);
+                  release(vpipe, it - 1);
+                  Tx::warpgroup::mul(Oacc, Oacc, alpha);
+                  Tx::warpgroup::mul(l, l, alpha);
+                  Tx::warpgroup::sum(l, S, {.accum = true});
+                  Tx::warpgroup::cast(P, S);
+                }
+                auto last = T::let(kv(0) + n_end - 1);
+                vpipe.consumer_wait(last);
+                Tx::warpgroup::gemm(Oacc, P, V_at(last), {.accum = true});
+                release(vpipe, last);
+              });
+              release(qpipe, r);
+              kv(0) = kv(0) + n_end;
+              // Epilogue: lse = (m c + log2 l) ln 2 (-inf for a row with no key),
+              // O = O / l (0 for such a row, where O and l are 0).
+              auto lse = row("lse");
+              Tx::warpgroup::log2(lse, l);
+              Tx::warpgroup::fma(lse, m, c2, lse);
+              Tx::warpgroup::mul(lse, lse, std::numbers::ln2);
+              Tx::warpgroup::maximum(l, l, 1e-30f);
+              Tx::warpgroup::fdiv(Oacc, Oacc, l);
+              auto Oout = T::alloc_buffer({64, D}, t, scope::local, frag::wgmma_c(64, D));
+              Tx::warpgroup::cast(Oout, Oacc);
+              Tx::warpgroup::copy(O[region(span(b, 1), span(m0 + row0, 64), span(h, 1), {0, D})],
+                                  Oout, {.partial = true});
+              Tx::warpgroup::copy(LSE[region(span(b, 1), span(h, 1), span(m0 + row0, 64))], lse,
+                                  {.partial = true});
+            });
+          }
+        });
+  });
+}
+
+#ifndef TX_SAMPLE_NO_MAIN
+int main(int argc, char** argv) {
+  const AttentionShape p{.batch = 2,
+                         .heads = 4,
+                         .kv_heads = 2,
+                         .seq_q = 200,
+                         .seq_k = 300,
+                         .head_dim = 64,
+                         .causal = true};
+  const std::int64_t D = p.head_dim;
+  return sample::run(argc, argv, attention_hopper(p), [&](const Kernel& k) {
+    auto q = sample::random(p.batch * p.seq_q * p.heads * D, bf16, -2.0, 2.0);
+    auto kk = sample::random(p.batch * p.seq_k * p.kv_heads * D, bf16, -2.0, 2.0);
+    auto v = sample::random(p.batch * p.seq_k * p.kv_heads * D, bf16, -2.0, 2.0);
+    Tensor Qt = Tensor::from_doubles(q, {p.batch, p.seq_q, p.heads, D}, bf16, k.device());
+    Tensor Kt = Tensor::from_doubles(kk, {p.batch, p.seq_k, p.kv_heads, D}, bf16, k.device());
+    Tensor Vt = Tensor::from_doubles(v, {p.batch, p.seq_k, p.kv_heads, D}, bf16, k.device());
+    Tensor Ot = Tensor::empty({p.batch, p.seq_q, p.heads, D}, bf16, k.device());
+    Tensor Lt = Tensor::empty({p.batch, p.heads, p.seq_q}, f32, k.device());
+    Ot.fill_bits(0x7fc0);  // NaN until written
+    Lt.fill_bits(0x7fc00000);
+    k(Qt, Kt, Vt, Ot, Lt);
+    // float64 reference: softmax over the keys j <= i of each query row.
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+    std::vector<double> want(Ot.numel());
+    for (std::int64_t b = 0; b < p.batch; ++b)
+      for (std::int64_t h = 0; h < p.heads; ++h)
+        for (std::int64_t i = 0; i < p.seq_q; ++i) {
+          const std::int64_t hk = h / (p.heads / p.kv_heads), keys = std::min(p.seq_k, i + 1);
+          std::vector<double> s(keys);
+          double mx = -INFINITY, sum = 0;
+          for (std::int64_t j = 0; j < keys; ++j) {
+            double dot = 0;
+            for (std::int64_t d = 0; d < D; ++d)
+              dot += q[((b * p.seq_q + i) * p.heads + h) * D + d] *
+                     kk[((b * p.seq_k + j) * p.kv_heads + hk) * D + d];
+            s[j] = dot * scale;
+            mx = std::max(mx, s[j]);
+          }
+          for (auto& x : s) sum += (x = std::exp(x - mx));
+          for (std::int64_t d = 0; d < D; ++d) {
+            double o = 0;
+            for (std::int64_t j = 0; j < keys; ++j)
+              o += s[j] * v[((b * p.seq_k + j) * p.kv_heads + hk) * D + d];
+            want[((b * p.seq_q + i) * p.heads + h) * D + d] = o / sum;
+          }
+        }
+    // Bound: P rounded to bf16 (2^-9 relative) and O once (2^-9), over |v| <= 2.
+    return sample::max_error(Ot.to_doubles(), want, 2.0 * 0x1p-8, 0x1p-8);
+  });
+}
+#endif
