@@ -142,8 +142,10 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
               auto softmax = [&](Var j) {
                 T::if_(j >= n_full, [&] {
                   auto first_row = T::let(m0 + row0 + diagonal);
-                  Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) {
-                                        return j * BN + k >= p.seq_k || j * BN + k > first_row + i;
+                  Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) -> Expr {
+                                        Expr past_end = j * BN + k >= p.seq_k;
+                                        if (!p.causal) return past_end;
+                                        return past_end || j * BN + k > first_row + i;
                                       }});
                 });
                 Tx::warpgroup::max(m_new, S);
@@ -156,7 +158,9 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
               };
               qpipe.consumer_wait(r);
               Tx::warpgroup::fill(Oacc, 0.0f);
-              Tx::warpgroup::fill(m, -INFINITY);
+              // m starts below every score but finite: a row whose keys are all
+              // masked keeps alpha = exp2(0) (with -inf it would be -inf + inf = NaN).
+              Tx::warpgroup::fill(m, -1e30f);
               Tx::warpgroup::fill(l, 0.0f);
               T::if_(n_end > 0, [&] {
                 auto it0 = T::let(kv(0));

@@ -28,6 +28,9 @@
 #                                 Hopper kernels with partial tiles and fp8
 #   scripts/device_all.sh gemm    bench/gemm: tx, cuBLAS, Triton,
 #                                 torch._scaled_mm (after hopper, warm)
+#   scripts/device_all.sh attention  gpu_attention, the attention sample,
+#                                 memcheck / racecheck / synccheck on it, then
+#                                 bench/attention (tx, cuDNN, flash, Triton)
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -75,7 +78,7 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic | hopper | gemm)
+races | shapes | interop | generic | hopper | gemm | attention)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
@@ -84,6 +87,7 @@ races | shapes | interop | generic | hopper | gemm)
   [ "$stage" = interop ] && targets="bench_interop gpu_interop tx_peers_shim"
   [ "$stage" = hopper ] && targets="gpu_hopper gpu_gemm bench_gemm tx_torch"
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
+  [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -126,6 +130,32 @@ hopper)
     echo "$tool gpu_gemm exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_matmul_nt.txt" | tr '\n' ' ')"
   done
   grep -hE "^========= (Error|Race|Barrier|Invalid)|hazard" "$OUT"/*check_*.txt | sort | uniq -c | head -20
+  ;;
+attention)
+  step "gpu_attention"
+  timeout 240 $B/test/gpu_attention > "$FINAL/gpu_attention.txt" 2>&1
+  echo "gpu_attention exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_attention.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE|values:|CHECK" "$FINAL/gpu_attention.txt" | head -24
+  step "the sample"
+  timeout 60 $B/samples/attention_hopper > "$OUT/sample.txt" 2>&1
+  echo "attention_hopper exit $?: $(tail -1 "$OUT/sample.txt")"
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  # ATTN_SANITIZE=0: leave the sanitizers for a later call.
+  [ "${ATTN_SANITIZE:-1}" = 0 ] || for tool in memcheck racecheck synccheck; do
+    step "$tool on the attention kernels (the host's cases)"
+    TX_SYNC=1 timeout 120 "$CS" --tool $tool --report-api-errors no $B/test/gpu_attention \
+      -tc="*the host's cases*" > "$OUT/${tool}_attention.txt" 2>&1
+    echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_attention.txt" | tr '\n' ' ')"
+  done
+  grep -hE "^========= (Error|Race|Barrier|Invalid)|hazard" "$OUT"/*check_attention.txt 2>/dev/null | sort | uniq -c | head -20
+  # ATTN_ROWS=name,name: those rows of the benchmark only (TX_ATTN_ONLY).
+  [ -n "${ATTN_ROWS:-}" ] && export TX_ATTN_ONLY=$ATTN_ROWS
+  step "bench/attention (tx, cuDNN, flash, Triton)"
+  mkdir -p /tmp/a
+  TORCH_TIMEOUT=${ATTN_TORCH_TIMEOUT:-300} timeout "${ATTN_TIMEOUT:-420}" bench/run_attention.sh $B /tmp/a > "$OUT/attention_log.txt" 2>&1
+  echo "run_attention exit $?"
+  cp /tmp/a/attention.md /tmp/a/attention.json /tmp/a/attention_tx.txt "$FINAL/" 2>/dev/null
+  cat /tmp/a/attention.md 2>/dev/null || tail -30 "$OUT/attention_log.txt"
   ;;
 gemm)
   step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"

@@ -1,0 +1,149 @@
+// bench/attention: the attention forward of samples/attention_hopper.cpp on
+// the shapes (16k tokens, model width 2048: batch = 16384 / S,
+// heads = 2048 / D; and a GQA shape, 32 query heads over 8 K/V heads at D
+// 128); bench/attention.py times cuDNN SDPA, torch's flash backend and a
+// Triton flash-attention kernel on the same shapes and writes the report
+// (bench/run_attention.sh runs both).
+//
+//   bench_attention --out tx.json
+//   TX_ATTN_ONLY=d128_s4096_causal,d64_s16384 bench_attention    (these rows only)
+//
+// TFLOP/s = 4 B H Sq Sk D / time (half of it when causal). Timing: CUDA
+// events around each call, 5 warm-ups, median of 30. Each case checks 24
+// rows of O (of the first and last batch and head) against float64.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#define TX_SAMPLE_NO_MAIN
+#include "../samples/attention_hopper.cpp"
+#include "bench_util.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+
+namespace {
+
+struct Row {
+  std::string name;
+  AttentionShape shape;
+  AttentionTiling tiling;
+};
+
+std::vector<Row> rows() {
+  std::vector<Row> out;
+  auto name = [](std::int64_t d, std::int64_t s, bool causal, const char* extra = "") {
+    return "d" + std::to_string(d) + "_s" + std::to_string(s) + (causal ? "_causal" : "") + extra;
+  };
+  for (std::int64_t d : {64, 128, 256})
+    for (std::int64_t s : {512, 1024, 2048, 4096, 8192, 16384})
+      for (bool causal : {false, true}) {
+        AttentionShape p{.batch = 16384 / s,
+                         .heads = 2048 / d,
+                         .kv_heads = 2048 / d,
+                         .seq_q = s,
+                         .seq_k = s,
+                         .head_dim = d,
+                         .causal = causal};
+        AttentionTiling t{.bn = d == 256 ? 64 : 128, .stages = 2};
+        out.push_back({name(d, s, causal), p, t});
+      }
+  for (bool causal : {false, true})
+    out.push_back({name(128, 4096, causal, "_gqa32x8"),
+                   {.batch = 4,
+                    .heads = 32,
+                    .kv_heads = 8,
+                    .seq_q = 4096,
+                    .seq_k = 4096,
+                    .head_dim = 128,
+                    .causal = causal},
+                   {}});
+  return out;
+}
+
+// The worst |O - O_ref| / (2^-7 + 2^-8 |O_ref|) over 24 rows (bf16 bound,
+// attention_cases.hpp, with inputs in [-1, 1)).
+double check_rows(const AttentionShape& p, const tx::Tensor& Q, const tx::Tensor& K,
+                  const tx::Tensor& V, const tx::Tensor& O) {
+  const std::int64_t D = p.head_dim;
+  auto q = Q.to_doubles(), k = K.to_doubles(), v = V.to_doubles(), o = O.to_doubles();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  double worst = 0;
+  for (std::int64_t b : {std::int64_t{0}, p.batch - 1})
+    for (std::int64_t h : {std::int64_t{0}, p.heads - 1})
+      for (std::int64_t i :
+           {std::int64_t{0}, std::int64_t{1}, p.seq_q / 3, p.seq_q / 2, p.seq_q - 2, p.seq_q - 1}) {
+        const std::int64_t hk = h / (p.heads / p.kv_heads);
+        const std::int64_t keys = p.causal ? std::min(p.seq_k, i + 1) : p.seq_k;
+        std::vector<double> s(static_cast<std::size_t>(keys));
+        double mx = -INFINITY, sum = 0;
+        for (std::int64_t j = 0; j < keys; ++j) {
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d)
+            dot += q[static_cast<std::size_t>(((b * p.seq_q + i) * p.heads + h) * D + d)] *
+                   k[static_cast<std::size_t>(((b * p.seq_k + j) * p.kv_heads + hk) * D + d)];
+          s[static_cast<std::size_t>(j)] = dot * scale;
+          mx = std::max(mx, dot * scale);
+        }
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (std::int64_t d = 0; d < D; ++d) {
+          double want = 0;
+          for (std::int64_t j = 0; j < keys; ++j)
+            want += s[static_cast<std::size_t>(j)] *
+                    v[static_cast<std::size_t>(((b * p.seq_k + j) * p.kv_heads + hk) * D + d)];
+          want /= sum;
+          const double got = o[static_cast<std::size_t>(((b * p.seq_q + i) * p.heads + h) * D + d)];
+          if (std::isnan(got)) return INFINITY;
+          worst = std::max(worst, std::fabs(got - want) / (0x1p-7 + 0x1p-8 * std::fabs(want)));
+        }
+      }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out = argc > 2 && std::string(argv[1]) == "--out" ? argv[2] : "attention_tx.json";
+  const char* only = std::getenv("TX_ATTN_ONLY");
+  const std::int64_t sms = tx::runtime::current_device().sm_count;
+  std::ofstream js(out);
+  js << "[\n";
+  bool first = true;
+  int bad = 0;
+  for (Row r : rows()) {
+    if (only && ("," + std::string(only) + ",").find("," + r.name + ",") == std::string::npos)
+      continue;
+    r.tiling.ctas = sms;
+    const AttentionShape& p = r.shape;
+    const std::int64_t D = p.head_dim;
+    tx::Kernel k = tx::compile(attention_hopper(p, tx::bf16, r.tiling));
+    tx::Tensor Q = bench::random_tensor({p.batch, p.seq_q, p.heads, D}, tx::bf16);
+    tx::Tensor K = bench::random_tensor({p.batch, p.seq_k, p.kv_heads, D}, tx::bf16);
+    tx::Tensor V = bench::random_tensor({p.batch, p.seq_k, p.kv_heads, D}, tx::bf16);
+    tx::Tensor O = tx::Tensor::empty({p.batch, p.seq_q, p.heads, D}, tx::bf16);
+    tx::Tensor L = tx::Tensor::empty({p.batch, p.heads, p.seq_q}, tx::f32);
+    O.fill_bits(0x7fc0);
+    k(Q, K, V, O, L);
+    const double err = check_rows(p, Q, K, V, O);
+    if (!(err <= 1.0)) ++bad;
+    const double ms = bench::time_ms([&] { k(Q, K, V, O, L); });
+    const double flops = 4.0 * static_cast<double>(p.batch * p.heads * p.seq_q * p.seq_k * D) *
+                         (p.causal ? 0.5 : 1.0);
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    std::printf("%-26s B %3lld H %2lld/%2lld S %5lld D %3lld  %8.4f ms  %6.1f TFLOP/s  err %.3g\n",
+                r.name.c_str(), static_cast<long long>(p.batch), static_cast<long long>(p.heads),
+                static_cast<long long>(p.kv_heads), static_cast<long long>(p.seq_q),
+                static_cast<long long>(D), ms, tflops, err);
+    std::fflush(stdout);
+    js << (first ? "" : ",\n") << "  {\"name\": \"" << r.name << "\", \"batch\": " << p.batch
+       << ", \"heads\": " << p.heads << ", \"kv_heads\": " << p.kv_heads << ", \"seq\": " << p.seq_q
+       << ", \"head_dim\": " << D << ", \"causal\": " << (p.causal ? "true" : "false")
+       << ", \"bn\": " << r.tiling.bn << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tflops
+       << ", \"tx_err\": " << err << "}";
+    first = false;
+  }
+  js << "\n]\n";
+  if (bad) std::printf("%d case(s) over the error bound\n", bad);
+  return bad ? 1 : 0;
+}

@@ -1,0 +1,266 @@
+// Attention without a GPU: the primitives it adds (where= masks, row
+// reductions into frag::wgmma_row vectors, per-row broadcasts, the f32
+// accumulator -> register A conversion, named barriers), their code and
+// their errors, and samples/attention_hopper.cpp on the host (fibers)
+// against float64. (gpu_attention.cpp runs the same on an sm_90 GPU.)
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "attention_cases.hpp"
+#include "test_support.hpp"
+#include "tx/lowering/codegen_cuda.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+bool host_jit(const char* what) {
+  std::string why;
+  if (runtime::host_jit_available(&why)) return true;
+  MESSAGE("not run: " << what << " needs the host JIT: " << why);
+  return false;
+}
+
+std::string cuda_of(const PrimFunc& f) {
+  return lowering::codegen_cuda(lowering::lower(f, {.arch = "sm_90a"}));
+}
+
+std::size_t count(const std::string& s, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
+  return n;
+}
+
+// A one-warpgroup kernel around `body` (S: a (64, 64) f32 accumulator).
+PrimFunc with_tile(const std::function<void(TileBuffer, TileBuffer)>& body) {
+  return T::prim_func("k", [&](Handle g_ptr) {
+    auto G = T::match_buffer(g_ptr, {64, 64}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto S = T::alloc_buffer({64, 64}, f32, scope::local, frag::wgmma_c(64, 64));
+    Tx::warpgroup::copy(S, G.all());
+    body(S, G);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("row reductions of a wgmma accumulator: register folds, then two shuffles per row") {
+  const std::string cuda = cuda_of(tx::test::row_softmax_kernel(64, bf16, 0.3));
+  // max and sum: each thread folds its 16 registers of a row, then xor 2 and 1 across the quad.
+  CHECK(count(cuda, "__shfl_xor_sync(0xffffffffu, m[spa], 2)") == 1);
+  CHECK(count(cuda, "__shfl_xor_sync(0xffffffffu, m[spa], 1)") == 1);
+  CHECK(count(cuda, "__shfl_xor_sync") == 4);
+  CHECK(cuda.find("reduction/local (warp shuffle)") != std::string::npos);
+  // The row vector broadcasts along the row: register f reads the row's own slot.
+  CHECK(cuda.find("+ neg_m[") != std::string::npos);
+  // The accumulator -> register A conversion never leaves the thread.
+  CHECK(cuda.find("__shared__") == std::string::npos);
+  CHECK(cuda.find("extern __shared__") == std::string::npos);
+  // A row vector is 2 registers a thread (64 rows over 32 quads).
+  CHECK(cuda.find("float m[2];") != std::string::npos);
+}
+
+TEST_CASE("frag::wgmma_row and mma_row: the accumulator's rows, replicated over a quad") {
+  const TileLayout r = frag::wgmma_row(128);
+  const TileLayout c = frag::wgmma_c(128, 64);
+  // Every element of row i of the accumulator lives in a thread that holds row i of the vector.
+  for (std::int64_t i : {0, 7, 8, 15, 16, 63, 64, 127}) {
+    std::vector<Location> rows = r.apply({i, 0}, {128, 1});
+    CHECK(rows.size() == 4);
+    for (std::int64_t j : {0, 1, 9, 63}) {
+      Location at = c.apply({i, j}, {128, 64})[0];
+      bool found = false;
+      for (const Location& l : rows)
+        found = found ||
+                (l[static_cast<int>(Axis::laneid)] == at[static_cast<int>(Axis::laneid)] &&
+                 l[static_cast<int>(Axis::wid_in_wg)] == at[static_cast<int>(Axis::wid_in_wg)]);
+      CHECK(found);
+    }
+  }
+  CHECK(r.storage().cosize() == 4);
+  CHECK(frag::mma_row(32).storage().cosize() == 4);
+  CHECK_THROWS_WITH_AS(frag::wgmma_row(96), doctest::Contains("m = 96"), Error);
+}
+
+TEST_CASE("where=: a condition on the coordinates, printed as a lambda, lowered to a select") {
+  auto f = with_tile([](TileBuffer S, TileBuffer) {
+    Tx::warpgroup::fill(S, -INFINITY, {.where = [](Expr r, Expr c) { return c > r + 3; }});
+  });
+  std::ostringstream os;
+  os << f;
+  CHECK(os.str().find("where=lambda i0, i1: i1 > i0 + 3") != std::string::npos);
+  const std::string cuda = cuda_of(f);
+  CHECK(cuda.find("? (__uint_as_float(0xff800000u)) : S[") != std::string::npos);
+  // Two kernels that differ only in their conditions are different kernels.
+  auto g = with_tile([](TileBuffer S, TileBuffer) {
+    Tx::warpgroup::fill(S, -INFINITY, {.where = [](Expr r, Expr c) { return c > r + 4; }});
+  });
+  CHECK(structural_hash(f) != structural_hash(g));
+}
+
+TEST_CASE("where= errors name the op and the reason") {
+  // Not a condition.
+  CHECK_THROWS_WITH_AS(with_tile([](TileBuffer S, TileBuffer) {
+                         Tx::warpgroup::fill(S, 0.0f,
+                                             {.where = [](Expr r, Expr) { return r + 1; }});
+                       }),
+                       doctest::Contains("where= must be a condition"), Error);
+  // One coordinate per dimension of the destination region.
+  CHECK_THROWS_WITH_AS(with_tile([](TileBuffer S, TileBuffer) {
+                         Tx::warpgroup::fill(S, 0.0f, {.where = [](Expr r) { return r > 1; }});
+                       }),
+                       doctest::Contains("takes 1 coordinates, but the destination region has 2"),
+                       Error);
+  // Ops that do not write elementwise refuse it.
+  CHECK_THROWS_WITH_AS(with_tile([](TileBuffer S, TileBuffer) {
+                         auto m = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64));
+                         Tx::warpgroup::max(m, S, {.where = [](Expr r, Expr) { return r > 1; }});
+                       }),
+                       doctest::Contains("applies to elementwise ops and copy"), Error);
+  // A variant that does not implement it says so (never drops the condition).
+  auto copy = with_tile([](TileBuffer S, TileBuffer G) {
+    Tx::warpgroup::copy(G.all(), S, {.where = [](Expr r, Expr) { return r > 1; }});
+  });
+  CHECK_THROWS_WITH_AS(lowering::lower(copy, {.arch = "sm_90a"}),
+                       doctest::Contains("does not take where="), Error);
+  // A coordinate kept outside its lambda has no value there.
+  Expr leaked;
+  auto leak = with_tile([&](TileBuffer S, TileBuffer G) {
+    Tx::warpgroup::fill(S, 0.0f, {.where = [&](Expr r, Expr) {
+                          leaked = r;
+                          return r > 1;
+                        }});
+    G(0, 0) = cast(leaked, f32);
+  });
+  CHECK_THROWS_WITH_AS(lowering::lower(leak, {.arch = "sm_90a"}),
+                       doctest::Contains("used outside it"), Error);
+}
+
+TEST_CASE("named barriers: ids from 15 down, bar.sync / bar.arrive, divergence refused") {
+  const std::string cuda = cuda_of(tx::test::pingpong_kernel(4));
+  CHECK(cuda.find("\"bar.sync %0, %1;\" :: \"r\"(") != std::string::npos);
+  CHECK(cuda.find("\"bar.arrive %0, %1;\" :: \"r\"(14)") != std::string::npos);
+  CHECK(cuda.find("\"n\"(256)") != std::string::npos);
+  // A barrier some lanes of a warp skip.
+  auto lanes = T::prim_func("k", [&]() {
+    T::device_entry();
+    T::cta_id({1});
+    auto tid = T::thread_id({64});
+    auto b = T::named_barriers({.count = 1, .threads = 64});
+    T::if_(tid < 16, [&] { b.sync(); });
+  });
+  CHECK_THROWS_WITH_AS(lowering::lower(lanes, {.arch = "sm_90a"}),
+                       doctest::Contains("counts whole warps"), Error);
+  // More threads than the CTA has.
+  auto big = T::prim_func("k", [&]() {
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({64});
+    T::named_barriers({.count = 1, .threads = 128}).sync();
+  });
+  CHECK_THROWS_WITH_AS(lowering::lower(big, {.arch = "sm_90a"}),
+                       doctest::Contains("the CTA has 64"), Error);
+  // Counts: whole warps; at most 7 barriers of the kernel's own.
+  CHECK_THROWS_WITH_AS(T::prim_func("k",
+                                    [&]() {
+                                      T::device_entry();
+                                      T::named_barriers({.count = 1, .threads = 48});
+                                    }),
+                       doctest::Contains("a positive multiple of 32"), Error);
+  CHECK_THROWS_WITH_AS(T::prim_func("k",
+                                    [&]() {
+                                      T::device_entry();
+                                      T::named_barriers({.count = 5, .threads = 64});
+                                      T::named_barriers({.count = 3, .threads = 64});
+                                    }),
+                       doctest::Contains("asks for 3 barriers with 5 taken"), Error);
+}
+
+TEST_CASE("the primitives on the host: row softmax of an accumulator, pingpong turns") {
+  if (!host_jit("attention's primitives")) return;
+  for (DType t : {bf16, f16})
+    for (std::int64_t n : {64, 256}) {
+      CAPTURE(t.name());
+      CAPTURE(n);
+      CHECK(tx::test::run_row_softmax(n, t, Device::host()) <= 1.0);
+    }
+  CHECK(tx::test::run_pingpong(9, Device::host()));
+}
+
+TEST_CASE("a named barrier that never fills is a deadlock naming it") {
+  if (!host_jit("the deadlock report")) return;
+  // Warpgroup 0 waits for 256 threads; warpgroup 1 never comes.
+  auto f = T::prim_func("stuck", [&](Handle o_ptr) {
+    auto O = T::match_buffer(o_ptr, {256}, i32);
+    T::device_entry();
+    T::cta_id({1});
+    auto wg = T::warpgroup_id({2});
+    auto tid = T::thread_id({256});
+    auto bar = T::named_barriers({.count = 1, .threads = 256});
+    T::if_(wg == 0, [&] { bar.sync(); });
+    O(tid) = tid;
+  });
+  Kernel k = compile(f, {.device = Device::host()});
+  Tensor O = Tensor::empty({256}, i32, Device::host());
+  CHECK_THROWS_WITH_AS(k(O), doctest::Contains("on named barrier 15 (128 of 256 threads arrived)"),
+                       Error);
+}
+
+TEST_CASE("where= on shared tiles: elementwise/smem writes element by element") {
+  if (!host_jit("where= on shared tiles")) return;
+  auto f = T::prim_func("band", [&](Handle g_ptr) {
+    auto G = T::match_buffer(g_ptr, {32, 48}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto Ssm = T::alloc_buffer({32, 48}, f32, scope::shared);
+    Tx::cta::copy(Ssm.all(), G.all());
+    T::cuda::cta_sync();
+    // Keep a band |row - col| <= 2; zero elsewhere.
+    Tx::cta::fill(Ssm, 0.0f, {.where = [](Expr r, Expr c) { return c > r + 2 || r > c + 2; }});
+    Tx::cta::copy(G.all(), Ssm.all());
+  });
+  auto g = tx::test::random_values(32 * 48, f32, 1, 2);
+  Kernel k = compile(f, {.device = Device::host()});
+  Tensor G = Tensor::from_doubles(g, {32, 48}, f32, Device::host());
+  k(G);
+  auto got = G.to_doubles();
+  for (std::int64_t r = 0; r < 32; ++r)
+    for (std::int64_t c = 0; c < 48; ++c) {
+      const double want = std::abs(r - c) <= 2 ? g[static_cast<std::size_t>(r * 48 + c)] : 0.0;
+      CHECK(got[static_cast<std::size_t>(r * 48 + c)] == want);
+    }
+}
+
+TEST_CASE("samples/attention_hopper.cpp on the host against float64") {
+  if (!host_jit("the attention sample")) return;
+  for (const auto& c : tx::test::attention_host_cases()) {
+    CAPTURE(c.name);
+    auto e = tx::test::run_attention_sample(c.shape, c.dtype, c.tiling, Device::host());
+    CHECK(e.out <= 1.0);
+    CHECK(e.lse <= 1.0);
+  }
+}
+
+TEST_CASE("the attention sample lowers for sm_90a: wgmma from shared and from registers, TMA") {
+  const AttentionShape p{.batch = 1,
+                         .heads = 2,
+                         .kv_heads = 1,
+                         .seq_q = 1000,
+                         .seq_k = 1000,
+                         .head_dim = 128,
+                         .causal = true};
+  auto k = lowering::lower(attention_hopper(p), {.arch = "sm_90a"});
+  const std::string cuda = lowering::codegen_cuda(k);
+  CHECK(cuda.find("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16") != std::string::npos);
+  CHECK(count(cuda, "tx_tma_load(") >= 3 + 5);  // Q, K, V (and the helper's overloads)
+  CHECK(k.tensor_maps.size() == 3);
+  CHECK(cuda.find("setmaxnreg.dec.sync.aligned.u32 %0;\" :: \"n\"(24)") != std::string::npos);
+  CHECK(count(cuda, "A in registers") == 2);  // O += P V, in the loop and after it
+}
