@@ -115,6 +115,9 @@ int main(int argc, char** argv) {
     if (only && ("," + std::string(only) + ",").find("," + r.name + ",") == std::string::npos)
       continue;
     r.tiling.ctas = sms;
+    // TX_ATTN_PINGPONG=0: the consumers issue their MMAs without taking turns.
+    if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "0")
+      r.tiling.pingpong = false;
     const AttentionShape& p = r.shape;
     const std::int64_t D = p.head_dim;
     tx::Kernel k = tx::compile(attention_hopper(p, tx::bf16, r.tiling));

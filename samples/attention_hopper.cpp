@@ -39,6 +39,7 @@ struct AttentionShape {
 };
 struct AttentionTiling {
   std::int64_t bn = 128, stages = 2, ctas = 132;
+  bool pingpong = true;  // the consumers take turns issuing their MMAs
 };
 
 PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = {}) {
@@ -49,7 +50,8 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
   const double c2 = scale * std::numbers::log2e;  // exp(x scale) = exp2(x c2)
   const auto sched = T::tile_scheduler({.tiles_m = (p.seq_q + BM - 1) / BM,
                                         .tiles_n = p.batch * p.heads,
-                                        .group = (p.seq_q + BM - 1) / BM,
+                                        // causal: row blocks across heads, longest first
+                                        .group = p.causal ? 1 : (p.seq_q + BM - 1) / BM,
                                         .ctas = c.ctas,
                                         .m_descending = p.causal});
   return T::prim_func("attention_hopper_d" + std::to_string(D), [&](Handle q_ptr, Handle k_ptr,
@@ -131,6 +133,17 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
           auto release = [&](const T::Pipeline& pipe, Expr it) {
             T::if_(tid == 0, [&] { pipe.consumer_release(it); });
           };
+          // Pingpong: the two consumers issue their MMAs in turns, so that one's
+          // softmax runs while the tensor cores work for the other.
+          auto turn = T::named_barriers({.count = 2, .threads = 256});
+          auto me = T::let(max(wg - 1, 0));
+          auto my_turn = [&] {
+            if (c.pingpong) turn.sync(me);
+          };
+          auto their_turn = [&] {
+            if (c.pingpong) turn.arrive(1 - me);
+          };
+          if (c.pingpong) T::if_(me == 1, [&] { turn.arrive(0); });  // consumer 0 starts
           for (Var r : T::serial(sched.rounds(), "r")) {
             auto [valid, m0, b, h, n_end] = tile_of(r);
             T::if_(valid, [&] {
@@ -165,7 +178,10 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
               T::if_(n_end > 0, [&] {
                 auto it0 = T::let(kv(0));
                 kpipe.consumer_wait(it0);
-                Tx::warpgroup::gemm(S, Qw, K_at(it0), {.transpose_b = true});
+                my_turn();
+                Tx::warpgroup::gemm(S, Qw, K_at(it0), {.pending = 1, .transpose_b = true});
+                their_turn();
+                T::cuda::wgmma_wait(0, S);
                 release(kpipe, it0);
                 softmax(T::let(0, "j0"));
                 Tx::warpgroup::sum(l, S);
@@ -173,9 +189,11 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 for (Var j : T::serial(1, n_end - 1, "j")) {
                   auto it = T::let(kv(0) + j);
                   kpipe.consumer_wait(it);
-                  Tx::warpgroup::gemm(S, Qw, K_at(it), {.pending = 1, .transpose_b = true});
                   vpipe.consumer_wait(it - 1);
-                  Tx::warpgroup::gemm(Oacc, P, V_at(it - 1), {.accum = true, .pending = 1});
+                  my_turn();
+                  Tx::warpgroup::gemm(S, Qw, K_at(it), {.pending = 1, .transpose_b = true});
+                  Tx::warpgroup::gemm(Oacc, P, V_at(it - 1), {.accum = true, .pending = 2});
+                  their_turn();
                   T::cuda::wgmma_wait(1, S);  // S is done; P V_{j-1} may still run
                   release(kpipe, it);
                   softmax(j);
@@ -188,7 +206,10 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 }
                 auto last = T::let(kv(0) + n_end - 1);
                 vpipe.consumer_wait(last);
-                Tx::warpgroup::gemm(Oacc, P, V_at(last), {.accum = true});
+                my_turn();
+                Tx::warpgroup::gemm(Oacc, P, V_at(last), {.accum = true, .pending = 1});
+                their_turn();
+                T::cuda::wgmma_wait(0, Oacc);
                 release(vpipe, last);
               });
               release(qpipe, r);
