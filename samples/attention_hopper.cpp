@@ -168,6 +168,8 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 Tx::warpgroup::maximum(m, m, m_new);
                 Tx::warpgroup::mul(m_new, m, -c2);
                 Tx::warpgroup::exp2(S, S, {.scale = c2, .bias = m_new.all()});
+                Tx::warpgroup::mul(l, l, alpha);
+                Tx::warpgroup::sum(l, S, {.accum = true});
               };
               qpipe.consumer_wait(r);
               Tx::warpgroup::fill(Oacc, 0.0f);
@@ -184,7 +186,6 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 T::cuda::wgmma_wait(0, S);
                 release(kpipe, it0);
                 softmax(T::let(0, "j0"));
-                Tx::warpgroup::sum(l, S);
                 Tx::warpgroup::cast(P, S);
                 for (Var j : T::serial(1, n_end - 1, "j")) {
                   auto it = T::let(kv(0) + j);
@@ -197,11 +198,10 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                   T::cuda::wgmma_wait(1, S);  // S is done; P V_{j-1} may still run
                   release(kpipe, it);
                   softmax(j);
-                  T::cuda::wgmma_wait(0, Oacc);
+                  // P V_{j-1} done -- after the softmax (l is its last result).
+                  T::cuda::wgmma_wait(0, Oacc, {.after = l});
                   release(vpipe, it - 1);
                   Tx::warpgroup::mul(Oacc, Oacc, alpha);
-                  Tx::warpgroup::mul(l, l, alpha);
-                  Tx::warpgroup::sum(l, S, {.accum = true});
                   Tx::warpgroup::cast(P, S);
                 }
                 auto last = T::let(kv(0) + n_end - 1);
@@ -221,7 +221,8 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
               Tx::warpgroup::fma(lse, m, c2, lse);
               Tx::warpgroup::mul(lse, lse, std::numbers::ln2);
               Tx::warpgroup::maximum(l, l, 1e-30f);
-              Tx::warpgroup::fdiv(Oacc, Oacc, l);
+              Tx::warpgroup::reciprocal(l, l);
+              Tx::warpgroup::mul(Oacc, Oacc, l);
               auto Oout = T::alloc_buffer({64, D}, t, scope::local, frag::wgmma_c(64, D));
               Tx::warpgroup::cast(Oout, Oacc);
               Tx::warpgroup::copy(O[region(span(b, 1), span(m0 + row0, 64), span(h, 1), {0, D})],

@@ -813,15 +813,36 @@ void wgmma_commit(Loc loc) { emit_ptx("T.cuda.wgmma_commit", Intrinsic::wgmma_co
 void wgmma_wait(int pending, Loc loc) {
   emit_ptx("T.cuda.wgmma_wait", Intrinsic::wgmma_wait, {Expr(pending)}, loc);
 }
+namespace {
+void fence_tile(const char* op, const TileBuffer& t, Loc loc) {
+  if (!t.get()) detail::fail_undefined_buffer(op, loc);
+  if (t->scope != MemScope::local || t->dtype != f32)
+    fail(op, t->name, loc,
+         "fences an f32 register tile, not a " + t->dtype.name() + " " + mem_scope_name(t->scope) +
+             " buffer");
+  TileBuffer own = t.local(loc);
+  for (std::int64_t r = 0; r < own->storage_elems(); ++r)
+    emit_ptx(op, Intrinsic::register_fence, {make_load(own, {Expr(static_cast<int>(r))}, loc)},
+             loc);
+}
+}  // namespace
+
 void wgmma_wait(int pending, const TileBuffer& acc, Loc loc) {
   wgmma_wait(pending, loc);
-  if (!acc.get()) detail::fail_undefined_buffer("T.cuda.wgmma_wait", loc);
-  if (acc->scope != MemScope::local || acc->dtype != f32)
-    fail("T.cuda.wgmma_wait", acc->name, loc, "the accumulator is an f32 register tile");
-  TileBuffer own = acc.local(loc);
+  fence_tile("T.cuda.wgmma_wait", acc, loc);
+}
+void wgmma_wait(int pending, const TileBuffer& acc, WaitOrder order, Loc loc) {
+  const char* op = "T.cuda.wgmma_wait";
+  if (!order.after.get()) detail::fail_undefined_buffer(op, loc);
+  if (order.after->scope != MemScope::local || order.after->dtype != f32)
+    fail(op, order.after->name, loc, "after= orders an f32 register tile");
+  TileBuffer anchor = alloc_buffer({1}, f32, MemScope::shared, std::nullopt, "wait_anchor", loc);
+  TileBuffer own = order.after.local(loc);
   for (std::int64_t r = 0; r < own->storage_elems(); ++r)
-    emit_ptx("T.cuda.wgmma_wait", Intrinsic::register_fence,
-             {make_load(own, {Expr(static_cast<int>(r))}, loc)}, loc);
+    emit_ptx(op, Intrinsic::keep_before,
+             {make_load(anchor, {Expr(0)}, loc), make_load(own, {Expr(static_cast<int>(r))}, loc)},
+             loc);
+  wgmma_wait(pending, acc, loc);
 }
 void named_barrier_sync(Value id, int threads, Loc loc) {
   emit_ptx("T.cuda.named_barrier_sync", Intrinsic::named_barrier_sync, {id.value, Expr(threads)},

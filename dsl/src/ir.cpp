@@ -514,6 +514,16 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
       t = void_t;
       break;
     }
+    case Intrinsic::keep_before: {
+      const auto* ld = args[0].as<LoadNode>();
+      if (!ld || ld->buffer->scope != MemScope::shared || ld->dtype != f32)
+        fail(name, operand_text(args[0]), loc, "the anchor is an element of a shared f32 buffer");
+      if (args[1].dtype() != f32)
+        fail(name, operand_text(args[1]), loc,
+             "orders an f32 value, got " + args[1].dtype().name());
+      t = void_t;
+      break;
+    }
     case Intrinsic::tile_coord: {
       auto d = as_const_int(args[0]);
       if (!d || *d < 0 || *d > 7)

@@ -346,6 +346,9 @@ class Printer : public IRVisitor {
       case Intrinsic::named_barrier_sync:
         expr_os_ << "T.ptx.bar.sync(";
         break;
+      case Intrinsic::keep_before:
+        expr_os_ << "T.ptx.keep_before(";
+        break;
       case Intrinsic::named_barrier_arrive:
         expr_os_ << "T.ptx.bar.arrive(";
         break;

@@ -786,6 +786,13 @@ class CudaEmitter : public IRVisitor {
             << " %0, %1;\" :: \"r\"(" << e(n->args[0]) << "), \"n\"("
             << as_const_int(n->args[1]).value_or(0) << ") : \"memory\")";
         return;
+      case Intrinsic::keep_before:
+        // A store only a NaN makes: ptxas keeps memory operations ahead of
+        // wgmma.wait_group, and this one needs v, so v's code stays ahead too.
+        eo_ << "asm volatile(\"{ .reg .pred p; setp.nan.f32 p, %1, %1; @p st.shared.f32 [%0], "
+               "%1; }\" :: \"r\"("
+            << barrier_address(n->args[0]) << "), \"f\"(" << e(n->args[1]) << ") : \"memory\")";
+        return;
       case Intrinsic::tile_coord:
         fail("tx.codegen_cuda", "", n->loc,
              "internal: T.tile_coord outside a where= predicate reached the code generator");

@@ -410,6 +410,17 @@ void wgmma_wait(int pending, Loc loc = Loc::current());
 // them after the wait stays after it (a kernel's own final wait, after
 // gemm calls with pending = 1).
 void wgmma_wait(int pending, const TileBuffer& accumulator, Loc loc = Loc::current());
+// The same, and the registers of the f32 tile `after` are computed before
+// the wait: the work that is meant to overlap the MMAs in flight (a softmax
+// between issuing P V and waiting for it) stays ahead of the wait. Without
+// it ptxas may hoist the wait above register-only code, which it does not
+// see as blocking, and the overlap is lost (a predicated store a register,
+// T.ptx.keep_before, pins each value).
+struct WaitOrder {
+  TileBuffer after;
+};
+void wgmma_wait(int pending, const TileBuffer& accumulator, WaitOrder order,
+                Loc loc = Loc::current());
 // setmaxnreg: every thread of the calling warpgroup gives registers back
 // (decrease_registers: a producer that only issues copies) or takes them
 // (increase_registers: a consumer holding large accumulators). A count in

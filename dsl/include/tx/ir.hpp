@@ -402,7 +402,8 @@ class SelectNode : public ExprNode {
                           X(fence_barrier_init, 0) X(fence_proxy_async, 0) X(wgmma_fence, 0)      \
                               X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)                \
                                   X(register_fence, 1) X(named_barrier_sync, 2)                   \
-                                      X(named_barrier_arrive, 2) X(tile_coord, 1)
+                                      X(named_barrier_arrive, 2) X(tile_coord, 1)             \
+                                          X(keep_before, 2)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -430,6 +431,12 @@ class SelectNode : public ExprNode {
 // and bar.arrive on hardware barrier `id` (T::named_barriers) completing when
 // `threads` threads (a multiple of 32) have arrived; sync waits for it, arrive
 // does not. Void.
+// keep_before(anchor, v): v (an f32 register) is computed before the next
+// asynchronous wait. ptxas moves a wgmma.wait_group above register-only
+// code (it does not model the wait as blocking), so the softmax meant to
+// overlap an MMA would run after the wait; a store of v into `anchor` (a
+// shared f32 element) under a condition that holds only for NaN is a memory
+// operation it keeps in place. Void; nothing on the host.
 // tile_coord(d): inside a where= predicate of a tile op only, the element's
 // coordinate along dimension d of the destination region (i32); the variant
 // that expands the op substitutes it.

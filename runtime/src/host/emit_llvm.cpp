@@ -760,6 +760,7 @@ class Emitter {
       case Intrinsic::wgmma_wait:
       case Intrinsic::setmaxnreg:
       case Intrinsic::register_fence:
+      case Intrinsic::keep_before:
         // Ordering and register hints only: a fiber's writes are visible to
         // the next fiber that runs, and the host's MMA (gemm/fallback) has
         // completed when the call returns. Nothing to do.
