@@ -115,12 +115,14 @@ int main(int argc, char** argv) {
     if (only && ("," + std::string(only) + ",").find("," + r.name + ",") == std::string::npos)
       continue;
     r.tiling.ctas = sms;
+    // TX_ATTN_BN=176: key blocks of that many rows (every row).
+    if (const char* bn = std::getenv("TX_ATTN_BN")) r.tiling.bn = std::atoi(bn);
     // TX_ATTN_PINGPONG=0: the consumers issue their MMAs without taking turns.
     if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "0")
       r.tiling.pingpong = false;
     const AttentionShape& p = r.shape;
     const std::int64_t D = p.head_dim;
-    tx::Kernel k = tx::compile(attention_hopper(p, tx::bf16, r.tiling));
+    tx::Kernel k = tx::compile(attention_hopper(p, tx::bf16, r.tiling), {.approx_math = true});
     tx::Tensor Q = bench::random_tensor({p.batch, p.seq_q, p.heads, D}, tx::bf16);
     tx::Tensor K = bench::random_tensor({p.batch, p.seq_k, p.kv_heads, D}, tx::bf16);
     tx::Tensor V = bench::random_tensor({p.batch, p.seq_k, p.kv_heads, D}, tx::bf16);

@@ -57,11 +57,14 @@ inline std::vector<double> random(std::size_t n, tx::DType t, double lo, double 
 // device. `body` returns the largest error relative to the tolerance
 // (<= 1 passes). Exit codes: 0 pass, 1 wrong result, 2 tx error, 77 no
 // device to run on.
+// `options`: how the kernel is compiled (the device and arch come from the
+// command line).
 inline int run(int argc, char** argv, const tx::PrimFunc& func,
-               const std::function<double(const tx::Kernel&)>& body) {
+               const std::function<double(const tx::Kernel&)>& body,
+               tx::CompileOptions options = {}) {
   Args a = parse(argc, argv);
   try {
-    tx::CompileOptions opt;
+    tx::CompileOptions opt = options;
     if (!a.device.empty())
       opt.device =
           a.device == "host" || a.device == "cpu" ? tx::Device::host() : tx::Device::cuda();

@@ -17,8 +17,8 @@ namespace tx::lowering {
 
 struct CudaOptions {
   std::string kernel_name;  // default: the PrimFunc's name, sanitized
-  // f32 exp, log, division and erfc through the hardware approximations
-  // (__expf, __logf, __fdividef, a 1.2e-7-accurate erfc); sin, cos and pow
+  // f32 exp, exp2, log, division and erfc through the hardware approximations
+  // (__expf, ex2.approx.ftz, __logf, __fdividef, a 1.2e-7-accurate erfc); sin, cos and pow
   // stay exact (their fast forms break on large or special arguments). Only for kernels whose results are rounded
   // to 16 bits or fewer, where the approximation error (~1e-6 relative) is
   // far below the output's rounding (~5e-4 for f16).
