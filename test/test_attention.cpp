@@ -124,8 +124,9 @@ TEST_CASE("where= errors name the op and the reason") {
                        }),
                        doctest::Contains("applies to elementwise ops and copy"), Error);
   // A variant that does not implement it says so (never drops the condition).
-  auto copy = with_tile([](TileBuffer S, TileBuffer G) {
-    Tx::warpgroup::copy(G.all(), S, {.where = [](Expr r, Expr) { return r > 1; }});
+  auto copy = with_tile([](TileBuffer, TileBuffer G) {
+    auto Ssm = T::alloc_buffer({64, 64}, f32, scope::shared);
+    Tx::warpgroup::copy(Ssm.all(), G.all(), {.where = [](Expr r, Expr) { return r > 1; }});
   });
   CHECK_THROWS_WITH_AS(lowering::lower(copy, {.arch = "sm_90a"}),
                        doctest::Contains("does not take where="), Error);
@@ -210,6 +211,39 @@ TEST_CASE("a named barrier that never fills is a deadlock naming it") {
   Tensor O = Tensor::empty({256}, i32, Device::host());
   CHECK_THROWS_WITH_AS(k(O), doctest::Contains("on named barrier 15 (128 of 256 threads arrived)"),
                        Error);
+}
+
+TEST_CASE("where= on copies out of registers: rows past a sequence's end are not written") {
+  if (!host_jit("where= on copy/reg")) return;
+  // A (64, 48) accumulator stored to rows [0, 37) of G; the condition reads
+  // the row only, so the stores stay vectors.
+  auto f = T::prim_func("store_rows", [&](Handle g_ptr, Handle o_ptr) {
+    auto G = T::match_buffer(g_ptr, {64, 48}, f32);
+    auto O = T::match_buffer(o_ptr, {64, 48}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto S = T::alloc_buffer({64, 48}, f32, scope::local, frag::wgmma_c(64, 48));
+    Tx::warpgroup::copy(S, G.all());
+    Tx::warpgroup::copy(O.all(), S, {.where = [](Expr r, Expr) { return r < 37; }});
+  });
+  const std::string cuda = cuda_of(f);
+  CHECK(cuda.find("*(uint2*)") != std::string::npos);  // 8-byte stores under the condition
+  auto g = tx::test::random_values(64 * 48, f32, 1, 2);
+  Kernel k = compile(f, {.device = Device::host()});
+  Tensor G = Tensor::from_doubles(g, {64, 48}, f32, Device::host());
+  Tensor O = Tensor::empty({64, 48}, f32, Device::host());
+  O.fill_bits(tx::test::poison_bits(f32));
+  k(G, O);
+  auto got = O.to_doubles();
+  for (std::int64_t r = 0; r < 64; ++r)
+    for (std::int64_t c = 0; c < 48; ++c) {
+      const double x = got[static_cast<std::size_t>(r * 48 + c)];
+      if (r < 37)
+        CHECK(x == g[static_cast<std::size_t>(r * 48 + c)]);
+      else
+        CHECK(std::isnan(x));  // never written
+    }
 }
 
 TEST_CASE("where= on shared tiles: elementwise/smem writes element by element") {

@@ -18,8 +18,12 @@
 // of the register side are excluded from that check (they are thread
 // coordinates, not addresses). The copy is a serial loop of vector
 // transfers. A register source with thread replicas is written back by
-// replica 0 only.
+// replica 0 only. With where=, each transfer is guarded by the condition at
+// its first element's coordinates in the destination region; vectors then
+// stay inside the region's innermost dimension, and a condition that reads
+// the innermost coordinate makes every transfer a single element.
 #include "common.hpp"
+#include "tx/ir_functor.hpp"
 
 namespace tx::lowering::variants {
 
@@ -61,8 +65,11 @@ Plan plan(const DispatchContext& ctx) {
   // row-major index rides along as a third operand, so each transfer knows
   // its coordinates and is guarded (a load past the end yields zeros).
   const bool masked = partial_inside(ctx, M, c32(0)).defined();
+  // where=: the same index gives the destination's coordinates.
+  const bool where = static_cast<bool>(ctx.call->attrs.where);
+  const bool indexed = masked || where;
   std::vector<std::vector<Iter>> operands = {lr->flat(), lm->flat()};
-  if (masked) operands.push_back({Iter{n, 1, Axis::m}});
+  if (indexed) operands.push_back({Iter{n, 1, Axis::m}});
   auto joint = joint_refine(operands, n, &why);
   if (!joint) return operand_reason(M, why);
 
@@ -89,7 +96,7 @@ Plan plan(const DispatchContext& ctx) {
     }
     if (auto e = thread_iter(rp, j.extent, false); !e.empty()) return e;
     threads.push_back(
-        {j.extent, cover.back().stride, j.parts[1].stride, masked ? j.parts[2].stride : 0});
+        {j.extent, cover.back().stride, j.parts[1].stride, indexed ? j.parts[2].stride : 0});
   }
   std::vector<ThreadIter> replicas;
   for (const Iter& it : lr->replica) {
@@ -117,18 +124,30 @@ Plan plan(const DispatchContext& ctx) {
   Expr i_base = c32(0);
   for (const ThreadPart& t : threads) {
     m_base = add(m_base, mul(thread_coord(rel, t.nstride, t.extent), c32(t.mem_stride)));
-    if (masked)
+    if (indexed)
       i_base = add(i_base, mul(thread_coord(rel, t.nstride, t.extent), c32(t.idx_stride)));
   }
 
   std::vector<JointIter> atoms = coalesce(bundle);
   int esize = R.buffer->dtype.bytes();
+  bool where_reads_innermost = false;
+  if (where) {
+    std::vector<Expr> probe(dst.ranges.size(), c32(0));
+    Var inner("inner", i32);
+    probe.back() = inner;
+    where_reads_innermost = expr_uses_var(where_condition(ctx.call, probe), inner);
+  }
   int vec = widest_vector(atoms, {0, 1}, {r_base, lm->mem_offset}, esize, *ctx.env, [&](int v) {
     if (v > swizzle_vector_cap(*lm)) return false;
     for (const ThreadPart& t : threads)
       if (t.mem_stride % v != 0) return false;
     // A masked transfer is all inside or all outside: rows hold whole vectors.
     if (masked && M.buffer->shape.back() % v != 0) return false;
+    // where= decides per vector: its elements share every coordinate but the
+    // innermost one, which the condition must not read.
+    if (where && (where_reads_innermost || dst.ranges.back().extent % v != 0 || atoms.empty() ||
+                  atoms.back().parts[2].stride != 1))
+      return false;
     return true;
   });
 
@@ -137,7 +156,7 @@ Plan plan(const DispatchContext& ctx) {
   for (std::size_t k = 0; k < atoms.size(); ++k) {
     std::int64_t e = atoms[k].extent;
     std::int64_t r = atoms[k].parts[0].stride, m = atoms[k].parts[1].stride;
-    std::int64_t x = masked ? atoms[k].parts[2].stride : 0;
+    std::int64_t x = indexed ? atoms[k].parts[2].stride : 0;
     if (k + 1 == atoms.size() && vec > 1) {
       e /= vec;
       r *= vec;
@@ -162,16 +181,34 @@ Plan plan(const DispatchContext& ctx) {
     mo = simplify(mo, ctx.env);
     Stmt move = r_is_dst ? make_copy_bytes(fr, ro, fm, mo, vec * esize, ctx.call->loc)
                          : make_copy_bytes(fm, mo, fr, ro, vec * esize, ctx.call->loc);
-    if (!masked) return move;
-    Expr inside = partial_inside(ctx, M, add(i_base, mixed_radix_offset(f, ext, is)));
-    if (!r_is_dst) return make_if(inside, move);
-    // Past the end: the registers read zero, as the TMA fills a box.
-    DType t = R.buffer->dtype;
-    Expr zero = t.is_float() ? make_float(0.0, t) : make_int(0, t);
-    std::vector<Stmt> zeros;
-    for (int e = 0; e < vec; ++e)
-      zeros.push_back(make_store(fr, zero, {simplify(add(ro, c32(e)), ctx.env)}));
-    return make_if(inside, move, make_seq(zeros));
+    if (!indexed) return move;
+    const Expr idx = add(i_base, mixed_radix_offset(f, ext, is));
+    Expr keep;  // where=: the destination's element (the vector's first) is written
+    if (where) {
+      std::vector<Expr> coords;
+      std::int64_t inner = n;
+      for (const Range& rg : dst.ranges) {
+        inner /= rg.extent;
+        coords.push_back(rg.extent == 1 ? c32(0) : mod(div(idx, c32(inner)), c32(rg.extent)));
+      }
+      keep = simplify(where_condition(ctx.call, coords), ctx.env);
+    }
+    Stmt guarded = move;
+    if (masked) {
+      Expr inside = partial_inside(ctx, M, idx);
+      if (!r_is_dst) {
+        guarded = make_if(inside, move);
+      } else {
+        // Past the end: the registers read zero, as the TMA fills a box.
+        DType t = R.buffer->dtype;
+        Expr zero = t.is_float() ? make_float(0.0, t) : make_int(0, t);
+        std::vector<Stmt> zeros;
+        for (int e = 0; e < vec; ++e)
+          zeros.push_back(make_store(fr, zero, {simplify(add(ro, c32(e)), ctx.env)}));
+        guarded = make_if(inside, move, make_seq(zeros));
+      }
+    }
+    return keep.defined() ? make_if(keep, guarded) : guarded;
   };
   Stmt s;
   if (total == 1) {
@@ -203,6 +240,7 @@ void register_copy_reg(Registry& r) {
   v.name = "reg";
   v.priority = 10;
   v.when = common_predicates_masking();
+  std::erase_if(v.when, [](const auto& c) { return c.first == "no_where"; });
   v.when.push_back({"copy_operands_match", copy_operands_match});
   v.when.push_back({"one_local", one_local});
   v.plan = plan;
