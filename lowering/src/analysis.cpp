@@ -173,7 +173,9 @@ Uniformity Env::level(const Expr& e) const {
       IRVisitor::visit_node(c);
     }
     void visit_node(const LoadNode* l) override {
-      lower(Uniformity::thread);  // memory may differ per thread
+      // Memory may differ per thread, unless nothing writes it during the kernel.
+      const VarFact* f = env->find(l->buffer->data.get());
+      if (!f || !f->invariant_memory) lower(Uniformity::thread);
       IRVisitor::visit_node(l);
     }
     using IRVisitor::visit_node;

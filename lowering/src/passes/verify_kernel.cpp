@@ -9,6 +9,7 @@
 // here with the user's line.
 #include <algorithm>
 #include <map>
+#include <unordered_set>
 
 #include "tx/lowering/lower.hpp"
 #include "tx/printer.hpp"
@@ -214,6 +215,28 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
   for (auto g : lc.grid)
     if (g > 2147483647) fail("T.cta_id", "", f->loc, "grid dimension too large");
 
+  // Read-only memory: in a T::no_alias kernel (no parameter overlaps another,
+  // checked at launch), a global parameter nothing in the kernel writes
+  // holds the same values for every thread throughout.
+  if (f->no_alias) {
+    struct Written : IRVisitor {
+      std::unordered_set<const VarNode*> data;
+      using IRVisitor::visit_node;
+      void visit_node(const StoreNode* n) override {
+        data.insert(n->buffer->data.get());
+        IRVisitor::visit_node(n);
+      }
+      void visit_node(const TileCallNode* n) override {
+        if (auto* r = n->args.empty() ? nullptr : std::get_if<BufferRegion>(&n->args[0]))
+          data.insert(r->buffer->data.get());
+        IRVisitor::visit_node(n);
+      }
+    } w;
+    w.visit(f->body);
+    for (const Param& p : f->params)
+      if (p.buffer && p.buffer->scope == MemScope::global && !w.data.count(p.buffer->data.get()))
+        lc.param_facts.emplace_back(p.buffer->data, VarFact{.invariant_memory = true});
+  }
   BarrierCheck bc(lc);
   bc.mutate(f->body);
   TileCoordCheck coords;

@@ -64,12 +64,20 @@ Check in_bounds(const DispatchContext& ctx, bool masks_partial_tiles) {
     for (std::size_t d = 0; d < r->ranges.size(); ++d) {
       Interval s = ctx.env->bound(r->ranges[d].start);
       std::int64_t dim = r->buffer->shape[d];
-      // An extent known at launch: the region may reach past it (the copy is
-      // predicated: lower_tile_ops), only its start must be inside.
+      // An extent known at launch: the region may reach past it, only its
+      // start must be inside. A flat buffer's copy is predicated
+      // (lower_tile_ops); a (tokens, heads, dim) buffer's is masked by a
+      // variant that masks partial tiles, against the T::dim variable.
       if (!r->buffer->dims[d].as<IntImmNode>()) {
         if (s.lo < 0)
           return operand_reason(*r,
                                 "region in dimension " + std::to_string(d) + " may start below 0");
+        if (r->buffer->dims.size() > 1 && !(partial && masks_partial_tiles))
+          return operand_reason(
+              *r, "the region may reach past dimension " + std::to_string(d) +
+                      ", whose extent is known at launch: " +
+                      (partial ? std::string("this variant does not mask")
+                               : std::string("pass partial=true (the copy is then masked)")));
         continue;
       }
       if (partial && s.lo >= 0 && s.hi + r->ranges[d].extent > dim) {
@@ -128,9 +136,12 @@ Expr partial_inside(const DispatchContext& ctx, const BufferRegion& r, const Exp
   for (std::size_t d = r.ranges.size(); d-- > 0;) {
     const std::int64_t e = r.ranges[d].extent, dim = r.buffer->shape[d];
     Interval s = ctx.env->bound(r.ranges[d].start);
-    if (r.buffer->dims[d].as<IntImmNode>() && !(s.bounded() && s.hi + e <= dim)) {
+    // An extent known at launch (the first of a (tokens, heads, dim) buffer)
+    // is compared with its T::dim variable.
+    const bool at_launch = !r.buffer->dims[d].as<IntImmNode>();
+    if (at_launch || !(s.bounded() && s.hi + e <= dim)) {
       Expr coord = e == 1 ? c32(0) : mod(div(idx, c32(inner)), c32(e));
-      Expr in = lt(add(r.ranges[d].start, coord), c32(dim));
+      Expr in = lt(add(r.ranges[d].start, coord), at_launch ? r.buffer->dims[d] : c32(dim));
       cond = cond.defined() ? land(in, cond) : in;
     }
     inner *= e;
@@ -146,15 +157,20 @@ std::vector<std::pair<std::string, Predicate>> common_predicates_masking() {
   return p;
 }
 
-// Layouts of buffers with extents known at launch are exact in one
-// dimension only (stride 1): a multi-dimensional one's strides are products
-// of T::dim variables, which the layout algebra does not take.
+// Layouts of buffers with extents known at launch are exact when only the
+// first extent is symbolic: the row-major strides are products of the
+// others (a (tokens, heads, dim) buffer). A symbolic inner extent makes the
+// strides products of T::dim variables, which the layout algebra does not take.
 Check symbolic_regions_flat(const DispatchContext& ctx) {
-  for (const BufferRegion* r : region_args(ctx.call))
-    if (r->buffer->symbolic() && r->buffer->dims.size() > 1)
-      return operand_reason(*r,
-                            "tile primitives take buffers with extents known at launch in one "
-                            "dimension only (declare it flat, or use element access)");
+  for (const BufferRegion* r : region_args(ctx.call)) {
+    if (!r->buffer->symbolic()) continue;
+    for (std::size_t d = 1; d < r->buffer->dims.size(); ++d)
+      if (!r->buffer->dims[d].as<IntImmNode>())
+        return operand_reason(*r,
+                              "tile primitives take buffers with extents known at launch in one "
+                              "dimension only, the first (declare it flat, or use element "
+                              "access)");
+  }
   return ok();
 }
 

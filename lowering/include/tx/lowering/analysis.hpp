@@ -33,6 +33,10 @@ struct VarFact {
   Interval range;
   Uniformity level = Uniformity::cta;
   std::int64_t divisor = 1;  // the var is always a multiple of this
+  // For a buffer's data var: its memory does not change while the kernel
+  // runs (a global parameter the kernel never writes, in a T::no_alias
+  // kernel), so a load from it is as uniform as its index.
+  bool invariant_memory = false;
 };
 
 // The facts in scope at one point of a kernel (vars bound by ids, loops, lets).

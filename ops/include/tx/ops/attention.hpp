@@ -1,0 +1,88 @@
+// Scaled dot-product attention, O = softmax(Q K^T * scale + mask) V, with
+// PyTorch's semantics (torch.nn.functional.scaled_dot_product_attention):
+//
+//   auto [o, lse] = tx::ops::attention(q, k, v, {.causal = true});
+//
+// q: (batch, heads, seq_q, head_dim); k, v: (batch, kv_heads, seq_k,
+// head_dim), kv_heads dividing heads (grouped-query / multi-query attention:
+// query head h reads K/V head h / (heads / kv_heads)). Stored either as
+// (batch, heads, seq, head_dim) or as (batch, seq, heads, head_dim) -- the
+// layout the flash kernels keep, seen through strides as q.transpose(1, 2)
+// -- for q and for k, v (each pair alike); another strided view is copied
+// to one of them first (attention_plan says so). head_dim 64, 128 or 256
+// (others: a tx error); bf16 or f16, the same for all three.
+//
+// Returns O (the dtype of q, laid out as q: a (batch, heads, seq_q,
+// head_dim) view) and the log-sum-exp of each row's scaled scores, f32
+// (batch, heads, seq_q), which the backward pass reads.
+//
+// Causal masking (.causal): query i attends to keys j <= i (PyTorch's
+// is_causal: the mask's diagonal starts at the top left, also when seq_q !=
+// seq_k); with .bottom_right, to j <= i + seq_k - seq_q (FlashAttention's
+// convention for seq_q != seq_k: the last query sees every key). A row that
+// sees no key (bottom-right with seq_q > seq_k, or seq_k = 0) gives O = 0
+// and lse = -inf, as FlashAttention returns. NaN in the inputs propagates:
+// a NaN in a query row makes that row of O NaN, a NaN in a key or value
+// makes every row that sees it NaN (PyTorch's result for the same inputs).
+//
+// Variable-length batches (.cu_seqlens_q / .cu_seqlens_k): q is (total_q,
+// heads, head_dim) and k, v (total_k, kv_heads, head_dim), the sequences
+// packed one after another; cu_seqlens_* are int32 (batch + 1) tensors on
+// the device with the cumulative offsets (0, len0, len0 + len1, ...), as
+// serving engines pass them; max_seqlen_* bound the lengths (the grid).
+// Then O is (total_q, heads, head_dim) and lse (heads, total_q).
+//
+// Kernels (ops/src/attention.cpp): on sm_90 (H100 / H200) the warp-
+// specialized FlashAttention-3 kernel of samples/attention_hopper.cpp (TMA,
+// mbarrier rings for K and V, two consumer warpgroups with wgmma, the online
+// softmax in registers, P as wgmma's register A), generalized over layouts
+// and variable lengths; on the host the same kernel through the host JIT
+// (fibers). One kernel per (head_dim, heads, kv_heads, dtype, causal,
+// layouts, varlen, device) serves every batch size and sequence length:
+// the token counts are launch-time extents, not compile-time constants.
+// Errors (tx.ops.attention, at the caller's line): ranks, shapes, dtypes,
+// head dims, heads that do not divide, devices, cu_seqlens of the wrong
+// type or size, GPUs other than sm_90.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+
+#include "tx/runtime/tensor.hpp"
+
+namespace tx::ops {
+
+struct AttentionOptions {
+  bool causal = false;
+  bool bottom_right = false;  // the causal diagonal ends at the last key (see above)
+  double scale = 0;           // 0: 1 / sqrt(head_dim)
+  // Variable-length batches: packed q, k, v and their offsets (see above).
+  const Tensor* cu_seqlens_q = nullptr;
+  const Tensor* cu_seqlens_k = nullptr;
+  std::int64_t max_seqlen_q = 0;
+  std::int64_t max_seqlen_k = 0;
+};
+
+struct AttentionResult {
+  Tensor out;
+  Tensor lse;
+};
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& opt = {},
+                          std::source_location loc = std::source_location::current());
+
+// What attention(q, k, v, opt) runs, in words ("wgmma, key blocks of 128,
+// q (batch, seq, heads, dim), k/v (batch, heads, seq, dim)" or "host ..."),
+// and any copy it makes first; without running it.
+std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const AttentionOptions& opt = {});
+
+namespace detail {
+// Attention kernels this process has built (compiled from the DSL), for
+// tests that check a new shape reuses one.
+std::uint64_t attention_kernels_built();
+}  // namespace detail
+
+}  // namespace tx::ops

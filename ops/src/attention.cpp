@@ -1,0 +1,523 @@
+// tx::ops::attention: the forward kernel of samples/attention_hopper.cpp
+// (read that first: the algorithm, the pipelines, the online softmax),
+// generalized for the library:
+// - shape-generic: the token counts are T::dim extents and the batch and
+//   sequence lengths scalars, so one kernel serves every batch size and
+//   sequence length (the tile loop's trip count is computed at launch);
+// - both storage layouts of q, k, v: (tokens, heads, head_dim) -- the
+//   (batch, seq, heads, dim) layout, and every variable-length batch -- or
+//   (batch * heads * seq, head_dim) for (batch, heads, seq, dim) storage;
+// - variable-length batches: each sequence's first token and length come
+//   from cu_seqlens, its keys past its length are masked and its rows past
+//   its length are not stored (where=), since the tile reaches into the
+//   next sequence's tokens.
+#include "tx/ops/attention.hpp"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+#include <thread>
+
+#include "special_ops.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/tx.hpp"
+
+namespace tx::ops {
+
+namespace {
+
+constexpr std::int64_t BM = 128;  // query rows per tile: two consumer warpgroups of 64
+
+struct AttnConfig {
+  std::int64_t D = 128, heads = 1, kv_heads = 1;
+  DType t = bf16;
+  bool causal = false, bottom_right = false, varlen = false;
+  bool q_heads_major = false, kv_heads_major = false;  // (B, H, S, D) storage
+  double scale = 0;
+  std::int64_t bn = 128, stages = 2, ctas = 132;
+  std::string key(const Device& d) const {
+    char s[320];
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &scale, sizeof bits);
+    std::snprintf(s, sizeof s, "attention|d%lld|h%lld/%lld|%s|c%d%d|v%d|l%d%d|s%llx|bn%lld|%lld|%s",
+                  static_cast<long long>(D), static_cast<long long>(heads),
+                  static_cast<long long>(kv_heads), t.name().c_str(), causal, bottom_right, varlen,
+                  q_heads_major, kv_heads_major, static_cast<unsigned long long>(bits),
+                  static_cast<long long>(bn), static_cast<long long>(ctas), d.str().c_str());
+    return s;
+  }
+};
+
+// Key blocks per head dim, from bench/attention on an H100 (docs/attention.md):
+// D 128 non-causal 176 (640 TFLOP/s at S 4096 against 627 with 128), causal
+// 128; D 256 80 (shared memory: Q 64 KiB, two stages of K and V 160 KiB).
+std::int64_t key_block(std::int64_t D, bool causal) {
+  if (D == 64) return 128;
+  if (D == 128) return causal ? 128 : 176;
+  return 80;
+}
+
+PrimFunc attention_kernel(const AttnConfig& c) {
+  const std::int64_t D = c.D, H = c.heads, HK = c.kv_heads, BN = c.bn, STAGES = c.stages;
+  const std::int64_t group = H / HK;
+  const DType t = c.t;
+  const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(D));
+  const double c2 = scale * std::numbers::log2e;
+  std::vector<std::string> names = {"q", "k", "v", "o", "lse"};
+  if (c.varlen) names.insert(names.end(), {"cu_seqlens_q", "cu_seqlens_k"});
+  names.insert(names.end(), {"batch", "seq_q", "seq_k"});
+  const std::string name =
+      "attention_d" + std::to_string(D) + (c.causal ? "_causal" : "") + (c.varlen ? "_varlen" : "");
+  return T::prim_func_n(name, names, [&](const std::vector<Handle>& h) {
+    // Storage: (tokens, heads, D), or (batch * heads * seq, D).
+    auto tokens = [&](const Handle& p, bool heads_major, std::int64_t nh, const char* dim) {
+      Var n = T::dim(dim);
+      return heads_major ? T::match_buffer(p, {n, D}, t) : T::match_buffer(p, {n, nh, D}, t);
+    };
+    auto Q = tokens(h[0], c.q_heads_major, H, "q_rows");
+    auto K = tokens(h[1], c.kv_heads_major, HK, "kv_rows");
+    auto V = T::match_buffer(
+        h[2], c.kv_heads_major ? Extents{K->dims[0], D} : Extents{K->dims[0], HK, D}, t);
+    auto O = T::match_buffer(
+        h[3], c.q_heads_major ? Extents{Q->dims[0], D} : Extents{Q->dims[0], H, D}, t);
+    // (rows, 1) rather than flat: a flat buffer known at launch takes the
+    // element-by-element masked copy, which register tiles do not have.
+    auto LSE = T::match_buffer(h[4], {Q->dims[0], c.q_heads_major ? 1 : H}, f32);
+    std::size_t at = 5;
+    TileBuffer cu_q, cu_k;
+    if (c.varlen) {
+      Var nb = T::dim("batch_plus_1");
+      cu_q = T::match_buffer(h[at++], {nb}, i32);
+      cu_k = T::match_buffer(h[at++], {nb}, i32);
+    }
+    // Variable lengths: the batch is cu_seqlens' extent - 1 (the kernel then
+    // knows b + 1 stays inside it); the scalar is passed but not read.
+    Var batch_arg = T::match_scalar(h[at++], i32, "batch", DimFacts{.min = 1});
+    Expr batch = c.varlen ? Expr(cu_q->dims[0] - 1) : Expr(batch_arg);
+    Var seq_q = T::match_scalar(h[at++], i32, "seq_q", DimFacts{.min = 1});
+    Var seq_k = T::match_scalar(h[at++], i32, "seq_k", DimFacts{.min = 1});
+    // No parameter overlaps another (checked at launch): cu_seqlens, which
+    // nothing writes, then read the same in every thread (uniform guards).
+    T::no_alias();
+    T::device_entry();
+    auto cta = T::cta_id({c.ctas});
+    auto wg = T::warpgroup_id({3});
+    auto tid = T::thread_id_in_wg({128});
+    auto Qs = T::alloc_buffer({BM, D}, t, scope::shared, layouts::swizzled_tiles({BM, D}, t));
+    auto Ks = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
+                              layouts::swizzled_tiles({STAGES, BN, D}, t));
+    auto Vs = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
+                              layouts::swizzled_tiles({STAGES, BN, D}, t));
+    auto qpipe = T::pipeline({.stages = 1, .consumer_arrivals = 2});
+    auto kpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
+    auto vpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
+    // Pipeline positions, the same count on both sides: key blocks so far
+    // (kv(0)) and live tiles so far (kv(1): a variable-length batch skips the
+    // row blocks past a sequence's end, anywhere in the schedule).
+    auto kv = T::alloc_buffer({2}, i32, scope::local);
+    kv(0) = 0;
+    kv(1) = 0;
+    // Tiles: (row block, batch * head), counted at launch.
+    auto tiles_m = T::let(ceildiv(seq_q, BM), "tiles_m");
+    auto heads_total = T::let(batch * H, "heads_total");
+    auto rounds = T::let(ceildiv(tiles_m * heads_total, c.ctas), "rounds");
+    struct Tile {
+      Var live, m0, b, h, q0, lq, k0, lk, n_end, diagonal;
+    };
+    auto tile_of = [&](Var r) {
+      Tile x;
+      auto t_ = T::let(cta + r * c.ctas, "tile");
+      auto valid = T::let(t_ < tiles_m * heads_total, "valid");
+      // Causal: row blocks across heads, longest first; else a head's blocks together.
+      auto mb = T::let(
+          c.causal ? Expr(tiles_m - 1 - min(t_ / heads_total, tiles_m - 1)) : Expr(t_ % tiles_m),
+          "mb");
+      auto bh = T::let(c.causal ? Expr(t_ % heads_total) : Expr(min(t_ / tiles_m, heads_total - 1)),
+                       "bh");
+      // (The max(.., 0) state what holds, for the range analysis.)
+      x.b = T::let(max(bh / H, 0), "b");
+      x.h = T::let(max(bh % H, 0), "h");
+      x.m0 = T::let(max(mb, 0) * BM, "m0");
+      if (c.varlen) {
+        x.q0 = T::let(max(cu_q(x.b), 0), "q0");
+        x.lq = T::let(max(cu_q(x.b + 1) - x.q0, 0), "lq");
+        x.k0 = T::let(max(cu_k(x.b), 0), "k0");
+        x.lk = T::let(max(cu_k(x.b + 1) - x.k0, 0), "lk");
+      } else {
+        x.q0 = T::let(x.b * seq_q, "q0");
+        x.lq = T::let(Expr(seq_q), "lq");
+        x.k0 = T::let(x.b * seq_k, "k0");
+        x.lk = T::let(Expr(seq_k), "lk");
+      }
+      x.live = T::let(valid && x.m0 < x.lq, "live");
+      x.diagonal = T::let(c.bottom_right ? Expr(x.lk - x.lq) : Expr(0), "diagonal");
+      auto nkb = T::let(ceildiv(x.lk, BN), "nkb");
+      x.n_end = T::let(c.causal ? max(min(ceildiv(x.m0 + BM + x.diagonal, BN), nkb), 0) : Expr(nkb),
+                       "n_end");
+      return x;
+    };
+    // The regions of a tile: rows [s0, s0 + n) of head hd of batch b's sequence.
+    auto rows = [&](const TileBuffer& X, bool heads_major, std::int64_t nh, Expr b, Expr hd,
+                    Expr start, Expr s0, Expr seq, std::int64_t n) {
+      if (heads_major) return X[region(span((b * nh + hd) * seq + s0, n), {0, D})];
+      return X[region(span(start + s0, n), span(hd, 1), {0, D})];
+    };
+    T::if_(wg == 0,
+           [&] {  // the producer
+             T::cuda::decrease_registers(24);
+             for (Var r : T::serial(rounds, "r")) {
+               Tile x = tile_of(r);
+               T::if_(x.live, [&] {
+                 auto hk = T::let(x.h / group), qi = T::let(kv(1));
+                 qpipe.producer_acquire(qi);
+                 Tx::warpgroup::copy_async(
+                     Qs, rows(Q, c.q_heads_major, H, x.b, x.h, x.q0, x.m0, seq_q, BM),
+                     {.barrier = qpipe.full(qi), .partial = true});
+                 T::if_(tid == 0, [&] { qpipe.producer_commit(qi); });
+                 for (Var j : T::serial(x.n_end, "j")) {
+                   auto it = T::let(kv(0) + j), s = T::let(kpipe.stage(it));
+                   kpipe.producer_acquire(it);
+                   Tx::warpgroup::copy_async(
+                       Ks[region(span(s, 1), {0, BN}, {0, D})],
+                       rows(K, c.kv_heads_major, HK, x.b, hk, x.k0, j * BN, seq_k, BN),
+                       {.barrier = kpipe.full(it), .partial = true});
+                   T::if_(tid == 0, [&] { kpipe.producer_commit(it); });
+                   vpipe.producer_acquire(it);
+                   Tx::warpgroup::copy_async(
+                       Vs[region(span(s, 1), {0, BN}, {0, D})],
+                       rows(V, c.kv_heads_major, HK, x.b, hk, x.k0, j * BN, seq_k, BN),
+                       {.barrier = vpipe.full(it), .partial = true});
+                   T::if_(tid == 0, [&] { vpipe.producer_commit(it); });
+                 }
+                 kv(0) = kv(0) + x.n_end;
+                 kv(1) = kv(1) + 1;
+               });
+             }
+           })
+        .else_([&] {  // the consumers: 64 query rows each
+          T::cuda::increase_registers(240);
+          auto S = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
+          auto P = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_a(64, BN, t));
+          auto Oacc = T::alloc_buffer({64, D}, f32, scope::local, frag::wgmma_c(64, D));
+          auto row = [&](const char* n) {
+            return T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64), n);
+          };
+          auto m = row("m"), l = row("l"), m_new = row("m_new"), alpha = row("alpha");
+          auto row0 = T::let(max(wg - 1, 0) * 64);
+          auto Qw = Qs[region(span(row0, 64), {0, D})];
+          auto K_at = [&](Expr it) {
+            return Ks[region(span(kpipe.stage(it), 1), {0, BN}, {0, D})];
+          };
+          auto V_at = [&](Expr it) {
+            return Vs[region(span(vpipe.stage(it), 1), {0, BN}, {0, D})];
+          };
+          auto release = [&](const T::Pipeline& pipe, Expr it) {
+            T::if_(tid == 0, [&] { pipe.consumer_release(it); });
+          };
+          for (Var r : T::serial(rounds, "r")) {
+            Tile x = tile_of(r);
+            T::if_(x.live, [&] {
+              auto n_full = T::let(c.causal ? min(floordiv(x.m0 + x.diagonal + 1, BN), x.lk / BN)
+                                            : Expr(x.lk / BN));
+              auto softmax = [&](Var j) {
+                T::if_(j >= n_full, [&] {
+                  auto first_row = T::let(x.m0 + row0 + x.diagonal);
+                  Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) -> Expr {
+                                        Expr past_end = j * BN + k >= x.lk;
+                                        if (!c.causal) return past_end;
+                                        return past_end || j * BN + k > first_row + i;
+                                      }});
+                });
+                Tx::warpgroup::max(m_new, S);
+                Tx::warpgroup::maximum(m_new, m_new, m);
+                Tx::warpgroup::sub(alpha, m, m_new);
+                Tx::warpgroup::exp2(alpha, alpha, {.scale = c2});
+                Tx::warpgroup::maximum(m, m, m_new);
+                Tx::warpgroup::mul(m_new, m, -c2);
+                Tx::warpgroup::exp2(S, S, {.scale = c2, .bias = m_new.all()});
+                Tx::warpgroup::mul(l, l, alpha);
+                Tx::warpgroup::sum(l, S, {.accum = true});
+              };
+              auto qi = T::let(kv(1));
+              qpipe.consumer_wait(qi);
+              Tx::warpgroup::fill(Oacc, 0.0f);
+              Tx::warpgroup::fill(m, -1e30f);  // finite: rows with no key keep alpha = 1
+              Tx::warpgroup::fill(l, 0.0f);
+              T::if_(x.n_end > 0, [&] {
+                auto it0 = T::let(kv(0));
+                kpipe.consumer_wait(it0);
+                Tx::warpgroup::gemm(S, Qw, K_at(it0), {.transpose_b = true});
+                release(kpipe, it0);
+                softmax(T::let(0, "j0"));
+                Tx::warpgroup::cast(P, S);
+                for (Var j : T::serial(1, x.n_end - 1, "j")) {
+                  auto it = T::let(kv(0) + j);
+                  kpipe.consumer_wait(it);
+                  vpipe.consumer_wait(it - 1);
+                  Tx::warpgroup::gemm(S, Qw, K_at(it), {.pending = 1, .transpose_b = true});
+                  Tx::warpgroup::mul(Oacc, Oacc, alpha);
+                  Tx::warpgroup::gemm(Oacc, P, V_at(it - 1), {.accum = true, .pending = 2});
+                  T::cuda::wgmma_wait(1, S);
+                  release(kpipe, it);
+                  softmax(j);
+                  T::cuda::wgmma_wait(0, Oacc, {.after = l});
+                  release(vpipe, it - 1);
+                  Tx::warpgroup::cast(P, S);
+                }
+                auto last = T::let(kv(0) + x.n_end - 1);
+                vpipe.consumer_wait(last);
+                Tx::warpgroup::mul(Oacc, Oacc, alpha);
+                Tx::warpgroup::gemm(Oacc, P, V_at(last), {.accum = true});
+                release(vpipe, last);
+              });
+              release(qpipe, qi);
+              kv(0) = kv(0) + x.n_end;
+              kv(1) = kv(1) + 1;
+              auto lse = row("lse");
+              Tx::warpgroup::log2(lse, l);
+              Tx::warpgroup::fma(lse, m, c2, lse);
+              Tx::warpgroup::mul(lse, lse, std::numbers::ln2);
+              Tx::warpgroup::maximum(l, l, 1e-30f);
+              Tx::warpgroup::reciprocal(l, l);
+              Tx::warpgroup::mul(Oacc, Oacc, l);
+              auto Oout = T::alloc_buffer({64, D}, t, scope::local, frag::wgmma_c(64, D));
+              Tx::warpgroup::cast(Oout, Oacc);
+              // Rows past the sequence's end belong to the next sequence (or head).
+              auto first = T::let(x.m0 + row0), rows_left = T::let(x.lq - first);
+              if (c.q_heads_major) {
+                auto rbase = T::let((x.b * H + x.h) * seq_q + first);
+                Tx::warpgroup::copy(
+                    O[region(span(rbase, 64), {0, D})], Oout,
+                    {.partial = true, .where = [&](Expr i, Expr) { return i < rows_left; }});
+                Tx::warpgroup::copy(
+                    LSE[region(span(rbase, 64), {0, 1})], lse,
+                    {.partial = true, .where = [&](Expr i, Expr) { return i < rows_left; }});
+              } else {
+                Tx::warpgroup::copy(
+                    O[region(span(x.q0 + first, 64), span(x.h, 1), {0, D})], Oout,
+                    {.partial = true, .where = [&](Expr i, Expr, Expr) { return i < rows_left; }});
+                Tx::warpgroup::copy(
+                    LSE[region(span(x.q0 + first, 64), span(x.h, 1))], lse,
+                    {.partial = true, .where = [&](Expr i, Expr) { return i < rows_left; }});
+              }
+            });
+          }
+        });
+  });
+}
+
+struct Checked {
+  AttnConfig config;
+  std::int64_t batch = 0, seq_q = 0, seq_k = 0;
+  Tensor q, k, v;  // as the kernel reads them (possibly copies)
+  std::string copies;
+};
+
+bool tokens_major(const Tensor& x) {  // (B, H, S, D) seen on (B, S, H, D) storage
+  return x.transpose(1, 2).is_contiguous();
+}
+
+Checked check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
+              SourceLoc loc) {
+  const std::string op = "tx.ops.attention";
+  Checked c;
+  c.config.varlen = opt.cu_seqlens_q || opt.cu_seqlens_k;
+  const std::size_t rank = c.config.varlen ? 3 : 4;
+  const char* shape_words =
+      c.config.varlen ? "(tokens, heads, head_dim)" : "(batch, heads, seq, head_dim)";
+  for (auto [x, n] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    if (!x->defined()) fail(op, n, loc, "an undefined tensor");
+    if (x->shape().size() != rank)
+      fail(op, n, loc,
+           "rank " + std::to_string(x->shape().size()) + ": attention takes " + shape_words +
+               (c.config.varlen ? " with cu_seqlens" : ""));
+    if (x->dtype() != bf16 && x->dtype() != f16)
+      fail(op, n, loc, "dtype " + x->dtype().name() + ": attention takes bfloat16 or float16");
+    if (x->dtype() != q.dtype())
+      fail(op, n, loc, "dtype " + x->dtype().name() + " differs from q's " + q.dtype().name());
+    if (!(x->device() == q.device()))
+      fail(op, n, loc, "on " + x->device().str() + ", q on " + q.device().str());
+  }
+  const auto& qs = q.shape();
+  const auto& ks = k.shape();
+  const std::size_t hd = 1, dd = rank - 1;  // heads are dimension 1 in both forms
+  const std::int64_t D = qs[dd], H = qs[hd], HK = ks[hd];
+  if (D != 64 && D != 128 && D != 256)
+    fail(op, "q", loc,
+         "head_dim " + std::to_string(D) +
+             ": the kernel takes 64, 128 or 256 (pad q, k and v "
+             "with zeros to the next one, scale unchanged)");
+  if (ks[dd] != D || v.shape()[dd] != D)
+    fail(op, ks[dd] != D ? "k" : "v", loc,
+         "head_dim " + std::to_string(ks[dd] != D ? ks[dd] : v.shape()[dd]) + " differs from q's " +
+             std::to_string(D));
+  if (H < 1 || HK < 1 || H % HK != 0)
+    fail(op, "k", loc,
+         std::to_string(HK) + " K/V heads do not divide q's " + std::to_string(H) +
+             " heads (grouped-query attention needs heads % kv_heads == 0)");
+  if (v.shape() != ks) fail(op, "v", loc, "shape differs from k's");
+  c.config.D = D;
+  c.config.heads = H;
+  c.config.kv_heads = HK;
+  c.config.t = q.dtype();
+  c.config.causal = opt.causal;
+  c.config.bottom_right = opt.bottom_right;
+  if (opt.bottom_right && !opt.causal)
+    fail(op, "bottom_right", loc, "applies to causal masking (.causal = true)");
+  if (!(opt.scale >= 0) || std::isinf(opt.scale))
+    fail(op, "scale", loc, "must be finite and positive (0: 1 / sqrt(head_dim))");
+  c.config.scale = opt.scale;
+  if (c.config.varlen) {
+    if (!opt.cu_seqlens_q || !opt.cu_seqlens_k)
+      fail(op, opt.cu_seqlens_q ? "cu_seqlens_k" : "cu_seqlens_q", loc,
+           "variable-length batches take both cu_seqlens_q and cu_seqlens_k");
+    for (auto [x, n] :
+         {std::pair{opt.cu_seqlens_q, "cu_seqlens_q"}, {opt.cu_seqlens_k, "cu_seqlens_k"}}) {
+      if (!x->defined() || x->shape().size() != 1 || x->dtype() != i32 || x->shape()[0] < 2)
+        fail(op, n, loc, "an int32 (batch + 1) tensor of cumulative offsets");
+      if (!(x->device() == q.device()))
+        fail(op, n, loc, "on " + x->device().str() + ", q on " + q.device().str());
+    }
+    if (opt.cu_seqlens_q->shape() != opt.cu_seqlens_k->shape())
+      fail(op, "cu_seqlens_k", loc, "a different batch than cu_seqlens_q");
+    if (opt.max_seqlen_q < 1 || opt.max_seqlen_k < 1)
+      fail(op, "max_seqlen_q", loc,
+           "variable-length batches need max_seqlen_q and max_seqlen_k (the longest sequences; "
+           "they size the grid)");
+    c.batch = opt.cu_seqlens_q->shape()[0] - 1;
+    c.seq_q = opt.max_seqlen_q;
+    c.seq_k = opt.max_seqlen_k;
+    c.q = q.is_contiguous() ? q : q.contiguous();
+    c.k = k.is_contiguous() ? k : k.contiguous();
+    c.v = v.is_contiguous() ? v : v.contiguous();
+    if (!q.is_contiguous() || !k.is_contiguous() || !v.is_contiguous())
+      c.copies = ", strided inputs copied to contiguous first";
+  } else {
+    if (ks[0] != qs[0])
+      fail(op, "k", loc,
+           "batch " + std::to_string(ks[0]) + " differs from q's " + std::to_string(qs[0]));
+    c.batch = qs[0];
+    c.seq_q = qs[2];
+    c.seq_k = ks[2];
+    // q: heads-major or tokens-major storage, else a tokens-major copy.
+    c.config.q_heads_major = q.is_contiguous();
+    c.q = q;
+    if (!q.is_contiguous() && !tokens_major(q)) {
+      c.q = q.transpose(1, 2).contiguous().transpose(1, 2);
+      c.copies += ", q copied to (batch, seq, heads, dim)";
+    }
+    const bool kv_hm = k.is_contiguous() && v.is_contiguous();
+    const bool kv_tm = tokens_major(k) && tokens_major(v);
+    c.config.kv_heads_major = kv_hm;
+    c.k = k;
+    c.v = v;
+    if (!kv_hm && !kv_tm) {
+      c.k = k.transpose(1, 2).contiguous().transpose(1, 2);
+      c.v = v.transpose(1, 2).contiguous().transpose(1, 2);
+      c.copies += ", k and v copied to (batch, seq, heads, dim)";
+    }
+  }
+  const Device d = q.device();
+  if (d.is_cuda()) {
+    const runtime::DeviceInfo& info = runtime::device_info(d.index);
+    if (info.cc_major != 9)
+      fail(op, "q", loc,
+           "the attention kernel is for sm_90 (H100 / H200: TMA, wgmma); this GPU is " + info.name +
+               " (" + info.arch() + "); run it on the host (Device::host()) instead");
+    c.config.ctas = info.sm_count;
+  } else {
+    c.config.ctas = std::max(4u, 2 * std::thread::hardware_concurrency());
+  }
+  c.config.bn = key_block(D, opt.causal);
+  return c;
+}
+
+std::atomic<std::uint64_t> g_built{0};
+
+Kernel kernel_for(const AttnConfig& config, const Device& d) {
+  return detail::special_cached(config.key(d), [&] {
+    ++g_built;
+    return compile(attention_kernel(config), {.device = d, .approx_math = true});
+  });
+}
+
+std::string layout_words(bool heads_major) {
+  return heads_major ? "(batch, heads, seq, dim)" : "(batch, seq, heads, dim)";
+}
+
+}  // namespace
+
+std::uint64_t detail::attention_kernels_built() { return g_built.load(); }
+
+std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const AttentionOptions& opt) {
+  Checked c = check(q, k, v, opt, std::source_location::current());
+  std::string where = q.device().is_cuda() ? "wgmma" : "host";
+  std::string s = where + ", key blocks of " + std::to_string(c.config.bn) + ", " +
+                  std::to_string(c.config.ctas) + " persistent CTAs";
+  if (c.config.varlen)
+    s += ", variable lengths (packed tokens)";
+  else
+    s += ", q " + layout_words(c.config.q_heads_major) + ", k/v " +
+         layout_words(c.config.kv_heads_major);
+  return s + c.copies;
+}
+
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionOptions& opt, std::source_location loc) {
+  Checked c = check(q, k, v, opt, loc);
+  const Device d = q.device();
+  const std::int64_t D = c.config.D, H = c.config.heads, HK = c.config.kv_heads;
+  AttentionResult r;
+  if (c.config.varlen) {
+    const std::int64_t tq = q.shape()[0], tk = k.shape()[0];
+    r.out = Tensor::empty({tq, H, D}, q.dtype(), d);
+    Tensor lse = Tensor::empty({std::max<std::int64_t>(tq, 1), H}, f32, d);
+    if (tq == 0) {
+      r.lse = lse.slice(0, 0, 0).transpose(0, 1);
+      return r;
+    }
+    if (tk == 0) {  // no keys: every row sees none
+      r.out.fill_bits(0);
+      lse.fill_bits(0xff800000u);
+      r.lse = lse.transpose(0, 1);
+      return r;
+    }
+    Kernel kern = kernel_for(c.config, d);
+    kern.launch({c.q, c.k, c.v, r.out, lse, *opt.cu_seqlens_q, *opt.cu_seqlens_k, c.batch, c.seq_q,
+                 c.seq_k},
+                loc);
+    r.lse = lse.transpose(0, 1);
+    return r;
+  }
+  const std::int64_t B = c.batch, Sq = c.seq_q, Sk = c.seq_k;
+  // O and lse in q's layout; the kernel sees them flat.
+  Tensor o = c.config.q_heads_major ? Tensor::empty({B, H, Sq, D}, q.dtype(), d)
+                                    : Tensor::empty({B, Sq, H, D}, q.dtype(), d);
+  Tensor lse = c.config.q_heads_major ? Tensor::empty({B, H, Sq}, f32, d)
+                                      : Tensor::empty({B, Sq, H}, f32, d);
+  r.out = c.config.q_heads_major ? o : o.transpose(1, 2);
+  r.lse = c.config.q_heads_major ? lse : lse.permute({0, 2, 1});
+  if (B == 0 || Sq == 0) return r;
+  if (Sk == 0) {  // PyTorch: an empty softmax times an empty V is 0
+    o.fill_bits(0);
+    lse.fill_bits(0xff800000u);
+    return r;
+  }
+  auto flat = [&](const Tensor& x, bool heads_major, std::int64_t nh, std::int64_t s) {
+    return heads_major ? x.reshape({B * nh * s, D}) : x.transpose(1, 2).reshape({B * s, nh, D});
+  };
+  Tensor qk = flat(c.q, c.config.q_heads_major, H, Sq);
+  Tensor kk = flat(c.k, c.config.kv_heads_major, HK, Sk);
+  Tensor vk = flat(c.v, c.config.kv_heads_major, HK, Sk);
+  Tensor ok = c.config.q_heads_major ? o.reshape({B * H * Sq, D}) : o.reshape({B * Sq, H, D});
+  Tensor lk = c.config.q_heads_major ? lse.reshape({B * H * Sq, 1}) : lse.reshape({B * Sq, H});
+  if (B > 2147483647 / std::max<std::int64_t>(Sq, Sk) || B * H * ((Sq + BM - 1) / BM) > 2147483647)
+    fail("tx.ops.attention", "q", loc, "more than 2^31 tiles or tokens in one call");
+  Kernel kern = kernel_for(c.config, d);
+  kern.launch({qk, kk, vk, ok, lk, B, Sq, Sk}, loc);
+  return r;
+}
+
+}  // namespace tx::ops
