@@ -36,11 +36,20 @@ void Registry::add(std::string op, Variant v) {
   entries_.emplace_back(std::move(op), std::move(v));
 }
 
-std::vector<const Variant*> Registry::variants(const std::string& op,
-                                               const std::string& target) const {
+bool Variant::runs_on(TargetKind k) const {
+  return std::find(targets.begin(), targets.end(), k) != targets.end();
+}
+
+std::vector<const Variant*> Registry::variants(const std::string& op, TargetKind target) const {
+  std::vector<const Variant*> out = variants(op);
+  std::erase_if(out, [&](const Variant* v) { return !v->runs_on(target); });
+  return out;
+}
+
+std::vector<const Variant*> Registry::variants(const std::string& op) const {
   std::vector<const Variant*> out;
   for (const auto& [o, v] : entries_)
-    if (o == op && v.target == target) out.push_back(&v);
+    if (o == op) out.push_back(&v);
   std::stable_sort(out.begin(), out.end(), [](const Variant* a, const Variant* b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->name < b->name;
@@ -95,9 +104,10 @@ std::string try_variant(const Variant& v, const DispatchContext& ctx, Stmt* out)
 DispatchResult dispatch(const DispatchContext& ctx) {
   const TileCallNode* call = ctx.call;
   const std::string qn = call->qualified_name();
-  auto candidates = Registry::global().variants(call->op, ctx.target);
+  auto candidates = Registry::global().variants(call->op);
   if (candidates.empty())
-    fail(qn, "", call->loc, "unknown tile primitive '" + call->op + "' for target " + ctx.target);
+    fail(qn, "", call->loc,
+         "unknown tile primitive '" + call->op + "' for target " + ctx.target.str());
 
   DispatchResult result;
   const std::string& forced = call->attrs.variant;
@@ -112,8 +122,19 @@ DispatchResult dispatch(const DispatchContext& ctx) {
            "variant \"" + forced + "\" is not registered for " + call->op + " (have: " + names +
                ")");
     }
+    if (!(*it)->runs_on(ctx.target.kind))
+      fail(qn, "", call->loc,
+           "forced variant \"" + forced + "\" does not apply: " +
+               ((*it)->off_target.empty() ? "it emits no code for the " + ctx.target.str()
+                                          : (*it)->off_target),
+           "  call: " + tile_call_str(call));
     candidates = {*it};
   }
+  // Variants of other targets are not tried (their code would not run here).
+  std::erase_if(candidates, [&](const Variant* v) { return !v->runs_on(ctx.target.kind); });
+  if (candidates.empty())
+    fail(qn, "", call->loc,
+         "no variant of " + call->op + " emits code for the " + ctx.target.str());
 
   for (const Variant* v : candidates) {
     Stmt lowered;

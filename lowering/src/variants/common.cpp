@@ -20,11 +20,6 @@ std::string operand_reason(const BufferRegion& r, const std::string& what) {
   return "operand " + r.buffer->name + ": " + what;
 }
 
-Check target_is_cuda(const DispatchContext& ctx) {
-  if (ctx.target != "cuda") return "non-cuda target " + ctx.target;
-  return ok();
-}
-
 Check scope_fits_cta(const DispatchContext& ctx) {
   if (ctx.scope_threads > ctx.cta_threads || ctx.cta_threads % ctx.scope_threads != 0)
     return std::string(exec_scope_name(ctx.scope)) + " scope needs a multiple of " +
@@ -158,8 +153,7 @@ Check symbolic_regions_flat(const DispatchContext& ctx) {
 }
 
 std::vector<std::pair<std::string, Predicate>> common_predicates() {
-  return {{"target", target_is_cuda},
-          {"scope_fits_cta", scope_fits_cta},
+  return {{"scope_fits_cta", scope_fits_cta},
           {"all_threads_active", all_threads_active},
           {"regions_in_bounds", regions_in_bounds},
           {"symbolic_regions_flat", symbolic_regions_flat}};
