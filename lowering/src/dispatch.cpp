@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "tx/printer.hpp"
+#include "tx/tile_op_table.hpp"
 
 namespace tx::lowering {
 
@@ -32,6 +33,11 @@ Registry& Registry::global() {
   return *r;
 }
 
+void Registry::add(Variant v) {
+  std::string family = v.family;
+  add(std::move(family), std::move(v));
+}
+
 void Registry::add(std::string op, Variant v) {
   entries_.emplace_back(std::move(op), std::move(v));
 }
@@ -47,9 +53,12 @@ std::vector<const Variant*> Registry::variants(const std::string& op, TargetKind
 }
 
 std::vector<const Variant*> Registry::variants(const std::string& op) const {
+  // Those registered for the op's family, and for the op itself.
+  const TileOpDef* def = find_tile_op(op);
+  const std::string family = def ? def->family : std::string();
   std::vector<const Variant*> out;
   for (const auto& [o, v] : entries_)
-    if (o == op) out.push_back(&v);
+    if (o == op || (!family.empty() && o == family)) out.push_back(&v);
   std::stable_sort(out.begin(), out.end(), [](const Variant* a, const Variant* b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->name < b->name;
@@ -59,8 +68,8 @@ std::vector<const Variant*> Registry::variants(const std::string& op) const {
 
 std::vector<std::string> Registry::ops() const {
   std::vector<std::string> out;
-  for (const auto& [o, v] : entries_)
-    if (std::find(out.begin(), out.end(), o) == out.end()) out.push_back(o);
+  for (const TileOpDef* d : tile_ops())
+    if (!variants(d->name).empty()) out.push_back(d->name);
   return out;
 }
 
@@ -79,7 +88,8 @@ std::string strip_operand(const std::string& reason) {
 // A fix the user can apply, where the call shows one.
 std::string dispatch_hint(const TileCallNode* call, std::string* operand) {
   // copy moves between any memories; gemm/fallback takes global operands.
-  bool copy = call->op == "copy" || call->op == "copy_async" || call->op == "gemm";
+  const TileOpDef* def = find_tile_op(call->op);
+  bool copy = def && def->has(TileOpFlag::global);
   for (const TileArg& a : call->args) {
     auto* r = std::get_if<BufferRegion>(&a);
     if (!r || !r->buffer || r->buffer->scope != MemScope::global || copy) continue;

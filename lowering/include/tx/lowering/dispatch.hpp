@@ -84,11 +84,15 @@ class Registry {
  public:
   // The process-wide registry, with tx's built-in variants (registered on first use).
   static Registry& global();
+  // For every op of v.family (the FAMILY column of tile_op_table.hpp).
+  void add(Variant v);
+  // For one op (or family) by name.
   void add(std::string op, Variant v);
   // Variants for op on a target kind, by descending priority then name.
   std::vector<const Variant*> variants(const std::string& op, TargetKind target) const;
   // Every variant of op, whatever its target.
   std::vector<const Variant*> variants(const std::string& op) const;
+  // The tile ops (in table order) that have a variant.
   std::vector<std::string> ops() const;
 
  private:
