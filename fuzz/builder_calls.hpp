@@ -879,7 +879,8 @@ class Session {
         if (d->has(tx::TileOpFlag::fuzz)) v.push_back(d);
       return v;
     }();
-    const tx::TileOpDef& def = *kOps[static_cast<std::size_t>(in_.below(static_cast<int>(kOps.size())))];
+    const tx::TileOpDef& def =
+        *kOps[static_cast<std::size_t>(in_.below(static_cast<int>(kOps.size())))];
     tx::ExecScope sc = static_cast<tx::ExecScope>(in_.below(4));
     tx::TileAttrs at;
     if (in_.chance(15)) at.scale = expr();

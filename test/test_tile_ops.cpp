@@ -93,8 +93,8 @@ TEST_CASE("the table: every op has its builders' row, variants on each target, a
 }
 
 TEST_CASE("docs/tile_ops.md is the table's index") {
-  const auto page = std::filesystem::path(__FILE__).parent_path().parent_path() / "docs" /
-                    "tile_ops.md";
+  const auto page =
+      std::filesystem::path(__FILE__).parent_path().parent_path() / "docs" / "tile_ops.md";
   std::string want;
   {
     // The index of tx's own rows (a toy op added by another case is not on the page).
@@ -123,11 +123,20 @@ TEST_CASE("make_tile_call checks a call against its row") {
   // The generic builder (what every Tx:: builder calls) with an op's roles wrong.
   bad([&] { detail::emit_tile("nonexistent", ExecScope::warp, {buf().all()}, {}, {}); },
       "unknown tile primitive 'nonexistent'");
-  bad([&] { detail::emit_tile("add", ExecScope::warp, {buf().all(), buf().all()}, {}, {}); },
+  bad(
+      [&] {
+        detail::emit_tile("add", ExecScope::warp, {buf().all(), buf().all()}, {}, {});
+      },
       "add takes 3 operands (dst, a, b), got 2");
-  bad([&] { detail::emit_tile("fill", ExecScope::warp, {buf().all(), buf().all()}, {}, {}); },
+  bad(
+      [&] {
+        detail::emit_tile("fill", ExecScope::warp, {buf().all(), buf().all()}, {}, {});
+      },
       "operand value must be a scalar");
-  bad([&] { detail::emit_tile("copy", ExecScope::warp, {buf().all(), make_float(1.0, f32)}, {}, {}); },
+  bad(
+      [&] {
+        detail::emit_tile("copy", ExecScope::warp, {buf().all(), make_float(1.0, f32)}, {}, {});
+      },
       "operand src must be a tile");
 }
 
@@ -158,10 +167,13 @@ TEST_CASE("a toy op added through the table alone: builder, checks, dispatch, do
     };
     CHECK_THROWS_WITH_AS(lowering::lower(kernel()), doctest::Contains(why), Error);
   };
-  bad(f32, [](TileBuffer R) { toy::thread::toy_twice(R, R); },
+  bad(
+      f32, [](TileBuffer R) { toy::thread::toy_twice(R, R); },
       "toy_twice does not run at thread scope");
-  bad(i32, [](TileBuffer R) { toy::warp::toy_twice(R, R); }, "toy_twice needs a float dtype");
-  bad(f32, [](TileBuffer R) { toy::warp::toy_twice(R, R, {.accum = true}); },
+  bad(
+      i32, [](TileBuffer R) { toy::warp::toy_twice(R, R); }, "toy_twice needs a float dtype");
+  bad(
+      f32, [](TileBuffer R) { toy::warp::toy_twice(R, R, {.accum = true}); },
       "toy_twice takes no axes/accum");
   // A second row of the same name is refused.
   CHECK_THROWS_WITH_AS(add_tile_ops({TOY_TILE_OPS(TX_TILE_OP_DEF)}),

@@ -1,8 +1,6 @@
 // Node factories: every IR node is built here, after its operands are checked.
 #include "tx/ir.hpp"
 
-#include "tx/tile_op_table.hpp"
-
 #include <atomic>
 
 #include "tx/printer.hpp"
@@ -788,7 +786,8 @@ void check_tile_call(const TileOpDef& def, const std::string& qn, ExecScope scop
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const bool region = std::holds_alternative<BufferRegion>(args[i]);
     if (ops[i].role == OperandRole::tile && !region)
-      fail(qn, "", loc, std::string("operand ") + ops[i].name + " must be a tile (a buffer region)");
+      fail(qn, "", loc,
+           std::string("operand ") + ops[i].name + " must be a tile (a buffer region)");
     if (ops[i].role == OperandRole::scalar && region)
       fail(qn, "", loc, std::string("operand ") + ops[i].name + " must be a scalar");
   }

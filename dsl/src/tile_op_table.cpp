@@ -123,8 +123,8 @@ Table& table() {
   return *t;
 }
 
-const TileAttr kAttrs[] = {TileAttr::scale_bias,  TileAttr::accum,   TileAttr::axes,
-                           TileAttr::barrier,     TileAttr::pending, TileAttr::transpose_b,
+const TileAttr kAttrs[] = {TileAttr::scale_bias, TileAttr::accum,   TileAttr::axes,
+                           TileAttr::barrier,    TileAttr::pending, TileAttr::transpose_b,
                            TileAttr::partial};
 
 std::string join_and(const std::vector<std::string>& v) {

@@ -104,6 +104,11 @@ std::string dispatch_hint(const TileCallNode* call, std::string* operand) {
 std::string try_variant(const Variant& v, const DispatchContext& ctx, Stmt* out) {
   for (const auto& [name, pred] : v.when)
     if (Check c = pred(ctx)) return *c;
+  // A variant of another target is turned down after its predicates: what
+  // is wrong with the call itself is said first (and grouped with the other
+  // variants' reasons), the target last.
+  if (!v.runs_on(ctx.target.kind))
+    return v.off_target.empty() ? "it emits no code for the " + ctx.target.str() : v.off_target;
   Plan p = v.plan(ctx);
   if (auto* reason = std::get_if<std::string>(&p)) return *reason;
   *out = std::get<Stmt>(p);
@@ -132,20 +137,8 @@ DispatchResult dispatch(const DispatchContext& ctx) {
            "variant \"" + forced + "\" is not registered for " + call->op + " (have: " + names +
                ")");
     }
-    if (!(*it)->runs_on(ctx.target.kind))
-      fail(qn, "", call->loc,
-           "forced variant \"" + forced + "\" does not apply: " +
-               ((*it)->off_target.empty() ? "it emits no code for the " + ctx.target.str()
-                                          : (*it)->off_target),
-           "  call: " + tile_call_str(call));
     candidates = {*it};
   }
-  // Variants of other targets are not tried (their code would not run here).
-  std::erase_if(candidates, [&](const Variant* v) { return !v->runs_on(ctx.target.kind); });
-  if (candidates.empty())
-    fail(qn, "", call->loc,
-         "no variant of " + call->op + " emits code for the " + ctx.target.str());
-
   for (const Variant* v : candidates) {
     Stmt lowered;
     std::string reason = try_variant(*v, ctx, &lowered);

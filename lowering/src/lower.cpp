@@ -68,6 +68,31 @@ std::int64_t shared_alignment(const Buffer& b) {
   return a;
 }
 
+// What a launch needs to know of a parameter: its declaration, and the
+// facts of the lowered body (its widest vector access, whether it is written).
+KernelParamInfo param_info(const Param& p, const Facts& facts) {
+  KernelParamInfo info;
+  if (p.scalar.defined()) {
+    info.name = p.scalar.name();
+    info.dtype = p.scalar.dtype();
+    info.is_scalar = true;
+    info.min = p.min;
+    info.max = p.max;
+    info.multiple_of = p.multiple_of;
+    return info;
+  }
+  info.name = p.buffer->name;
+  info.dtype = p.buffer->dtype;
+  info.shape = p.buffer->shape;
+  info.elems = p.buffer->storage_elems();
+  info.dims = p.buffer->dims;
+  info.symbolic = p.buffer->symbolic();
+  auto it = facts.widest.find(p.buffer->data.get());
+  info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
+  info.written = facts.written.count(p.buffer->data.get()) > 0;
+  return info;
+}
+
 }  // namespace
 
 bool LoweredKernel::shape_generic() const { return !dims.empty() || launch.symbolic_grid; }
@@ -117,29 +142,7 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
 
   Facts facts;
   facts.visit(s);
-  for (const Param& p : f->params) {
-    KernelParamInfo info;
-    if (p.scalar.defined()) {
-      info.name = p.scalar.name();
-      info.dtype = p.scalar.dtype();
-      info.is_scalar = true;
-      info.min = p.min;
-      info.max = p.max;
-      info.multiple_of = p.multiple_of;
-      k.params.push_back(info);
-      continue;
-    }
-    info.name = p.buffer->name;
-    info.dtype = p.buffer->dtype;
-    info.shape = p.buffer->shape;
-    info.elems = p.buffer->storage_elems();
-    info.dims = p.buffer->dims;
-    info.symbolic = p.buffer->symbolic();
-    auto it = facts.widest.find(p.buffer->data.get());
-    info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
-    info.written = facts.written.count(p.buffer->data.get()) > 0;
-    k.params.push_back(info);
-  }
+  for (const Param& p : f->params) k.params.push_back(param_info(p, facts));
   k.dims = f->dims;
   std::int64_t off = 0;
   for (const Buffer& b : facts.shared) {

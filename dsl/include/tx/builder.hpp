@@ -512,53 +512,57 @@ TileScheduler tile_scheduler(TileSchedulerConfig config, Loc loc = Loc::current(
 // parameters are the row's signature.
 
 // A signature's builder; `kScope` is the namespace's execution scope.
-#define TX_TILE_SIG_dst_src(NAME)                                                                  \
-  inline void NAME(::tx::TileOperand dst, ::tx::TileOperand src, ::tx::TileAttrs a = {}, ::tx::Loc loc = ::tx::Loc::current()) { \
-    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, src.region}, std::move(a), loc);           \
+#define TX_TILE_SIG_dst_src(NAME)                                                        \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileOperand src, ::tx::TileAttrs a = {}, \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                               \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, src.region}, std::move(a), loc); \
   }
-#define TX_TILE_SIG_dst(NAME)                                                      \
-  inline void NAME(::tx::TileOperand dst, ::tx::TileAttrs a = {}, ::tx::Loc loc = ::tx::Loc::current()) { \
-    ::tx::detail::emit_tile(#NAME, kScope, {dst.region}, std::move(a), loc);       \
+#define TX_TILE_SIG_dst(NAME)                                                \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileAttrs a = {},            \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                   \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region}, std::move(a), loc); \
   }
-#define TX_TILE_SIG_dst_value(NAME)                                                            \
-  inline void NAME(::tx::TileOperand dst, ::tx::Value value, ::tx::TileAttrs a = {}, ::tx::Loc loc = ::tx::Loc::current()) { \
-    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, value.value}, std::move(a), loc);      \
+#define TX_TILE_SIG_dst_value(NAME)                                                       \
+  inline void NAME(::tx::TileOperand dst, ::tx::Value value, ::tx::TileAttrs a = {},      \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                                \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, value.value}, std::move(a), loc); \
   }
-#define TX_TILE_SIG_dst_2(NAME)                                                          \
-  inline void NAME(::tx::TileOperand dst, ::tx::TileOrScalar a, ::tx::TileOrScalar b, ::tx::TileAttrs at = {},   \
-                   ::tx::Loc loc = ::tx::Loc::current()) {                                           \
+#define TX_TILE_SIG_dst_2(NAME)                                                             \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileOrScalar a, ::tx::TileOrScalar b,       \
+                   ::tx::TileAttrs at = {}, ::tx::Loc loc = ::tx::Loc::current()) {         \
     ::tx::detail::emit_tile(#NAME, kScope, {dst.region, a.arg, b.arg}, std::move(at), loc); \
   }
-#define TX_TILE_SIG_dst_3(NAME)                                                                 \
-  inline void NAME(::tx::TileOperand dst, ::tx::TileOrScalar a, ::tx::TileOrScalar b, ::tx::TileOrScalar c,             \
-                   ::tx::TileAttrs at = {}, ::tx::Loc loc = ::tx::Loc::current()) {                               \
+#define TX_TILE_SIG_dst_3(NAME)                                                                    \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileOrScalar a, ::tx::TileOrScalar b,              \
+                   ::tx::TileOrScalar c, ::tx::TileAttrs at = {},                                  \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                                         \
     ::tx::detail::emit_tile(#NAME, kScope, {dst.region, a.arg, b.arg, c.arg}, std::move(at), loc); \
   }
-#define TX_TILE_SIG_d_a_b(NAME)                                                                  \
-  inline void NAME(::tx::TileOperand d, ::tx::TileOperand a, ::tx::TileOperand b, ::tx::TileAttrs at = {},               \
-                   ::tx::Loc loc = ::tx::Loc::current()) {                                                   \
+#define TX_TILE_SIG_d_a_b(NAME)                                                                 \
+  inline void NAME(::tx::TileOperand d, ::tx::TileOperand a, ::tx::TileOperand b,               \
+                   ::tx::TileAttrs at = {}, ::tx::Loc loc = ::tx::Loc::current()) {             \
     ::tx::detail::emit_tile(#NAME, kScope, {d.region, a.region, b.region}, std::move(at), loc); \
   }
 #define TX_TILE_BUILDER(NAME, FAMILY, SIG, ...) TX_TILE_SIG_##SIG(NAME)
 
 // The builders of a table of rows (TX_TILE_OP_TABLE's form), in namespaces
 // thread, warp, warpgroup and cta of the enclosing one.
-#define TX_DEFINE_TILE_BUILDERS(TABLE)                                             \
-  namespace thread {                                                               \
-  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::thread;               \
-  TABLE(TX_TILE_BUILDER)                                                           \
-  }                                                                                \
-  namespace warp {                                                                 \
-  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::warp;                 \
-  TABLE(TX_TILE_BUILDER)                                                           \
-  }                                                                                \
-  namespace warpgroup {                                                            \
-  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::warpgroup;            \
-  TABLE(TX_TILE_BUILDER)                                                           \
-  }                                                                                \
-  namespace cta {                                                                  \
-  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::cta;                  \
-  TABLE(TX_TILE_BUILDER)                                                           \
+#define TX_DEFINE_TILE_BUILDERS(TABLE)                                  \
+  namespace thread {                                                    \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::thread;    \
+  TABLE(TX_TILE_BUILDER)                                                \
+  }                                                                     \
+  namespace warp {                                                      \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::warp;      \
+  TABLE(TX_TILE_BUILDER)                                                \
+  }                                                                     \
+  namespace warpgroup {                                                 \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::warpgroup; \
+  TABLE(TX_TILE_BUILDER)                                                \
+  }                                                                     \
+  namespace cta {                                                       \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::cta;       \
+  TABLE(TX_TILE_BUILDER)                                                \
   }
 
 namespace Tx {

@@ -133,15 +133,22 @@
 #define TX_SCOPES_ALL (TX_SCOPE(thread) | TX_SCOPE(warp) | TX_SCOPE(warpgroup) | TX_SCOPE(cta))
 #define TX_ATTR(A) static_cast<unsigned>(::tx::TileAttr::A)
 #define TX_FLAG(F) static_cast<unsigned>(::tx::TileOpFlag::F)
-#define TX_MATH(...) [](const std::vector<::tx::Expr>& x) -> ::tx::Expr { (void)x; return __VA_ARGS__; }
+#define TX_MATH(...)                                   \
+  [](const std::vector<::tx::Expr>& x) -> ::tx::Expr { \
+    (void)x;                                           \
+    return __VA_ARGS__;                                \
+  }
 #define TX_NO_MATH nullptr
 #define TX_COMBINE(OP) ::std::optional<::tx::BinOp>(::tx::BinOp::OP)
 #define TX_NO_COMBINE ::std::nullopt
 
 // One row as a TileOpDef (for add_tile_ops and the built-in table).
-#define TX_TILE_OP_DEF(NAME, FAMILY, SIG, SCOPES, ATTRS, DTYPE, FLAGS, DOC, SUMMARY, MATH, COMBINE) \
-  ::tx::TileOpDef{#NAME,   #FAMILY, ::tx::TileSig::SIG, (SCOPES), (ATTRS), ::tx::DTypeRule::DTYPE, \
-                  (FLAGS), DOC,     SUMMARY,            MATH,     COMBINE},
+#define TX_TILE_OP_DEF(NAME, FAMILY, SIG, SCOPES, ATTRS, DTYPE, FLAGS, DOC, SUMMARY, MATH, \
+                       COMBINE)                                                            \
+  ::tx::TileOpDef{#NAME,    #FAMILY, ::tx::TileSig::SIG,                                   \
+                  (SCOPES), (ATTRS), ::tx::DTypeRule::DTYPE,                               \
+                  (FLAGS),  DOC,     SUMMARY,                                              \
+                  MATH,     COMBINE},
 
 namespace tx {
 

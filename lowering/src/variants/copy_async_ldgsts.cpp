@@ -30,7 +30,7 @@ Check global_to_shared(const DispatchContext& ctx) {
   if (ctx.call->attrs.barrier.defined())
     return "barrier= asks for completion on an mbarrier, which cp.async groups do not signal "
            "(copy_async/tma does)";
-  if (!ctx.target.has_sm(80))
+  if (ctx.target.below_sm(80))
     return "cp.async needs sm_80; the target is sm_" + std::to_string(ctx.target.sm);
   if (src.buffer->symbolic())
     return operand_reason(src,

@@ -42,7 +42,7 @@ Check barrier_and_operands(const DispatchContext& ctx) {
   if (!ctx.call->attrs.barrier.defined())
     return "a TMA copy completes on an mbarrier: pass {.barrier = pipe.full(it)} (without "
            "one, copy_async/ldgsts uses commit / wait groups)";
-  if (!ctx.target.has_sm(90))
+  if (ctx.target.below_sm(90))
     return "the TMA needs sm_90; the target is sm_" + std::to_string(ctx.target.sm);
   return ok();
 }

@@ -48,9 +48,9 @@ Check local_and_shared(const DispatchContext& ctx) {
     return operand_reason(dst,
                           "ldmatrix / stmatrix copy between a shared tile and a register "
                           "fragment (one operand local, the other shared)");
-  if (load && !ctx.target.has_sm(75))
+  if (load && ctx.target.below_sm(75))
     return "ldmatrix needs sm_75; the target is sm_" + std::to_string(ctx.target.sm);
-  if (store && !ctx.target.has_sm(90))
+  if (store && ctx.target.below_sm(90))
     return "stmatrix needs sm_90; the target is sm_" + std::to_string(ctx.target.sm);
   if (dst.buffer->dtype.bytes() != 2)
     return operand_reason(

@@ -52,7 +52,7 @@ Check warpgroup_and_dtypes(const DispatchContext& ctx) {
   if (b.buffer->scope != MemScope::shared)
     return operand_reason(b, std::string("scope ") + mem_scope_name(b.buffer->scope) +
                                  ": wgmma reads B from shared memory");
-  if (ctx.target.sm != 90)
+  if (ctx.target.is_cuda() && ctx.target.sm != 90)
     return "wgmma is an sm_90a instruction; the target is sm_" + std::to_string(ctx.target.sm);
   DType ta = a.buffer->dtype, tb = b.buffer->dtype;
   bool half = (ta == f16 || ta == bf16) && ta == tb;

@@ -3,8 +3,9 @@
 // Variants register per op with a name, the target kinds they emit code for
 // (CUDA, the host, or both), a priority, named predicates that answer ok or
 // a reason, and a planner that either fails with a reason or returns the
-// lowered code. The variants of the call's target are tried by descending
-// priority (ties by name); TileAttrs::variant forces one by name.
+// lowered code. Variants are tried by descending priority (ties by name); one
+// for another target kind is turned down after its predicates (its reason
+// is then its `off_target`). TileAttrs::variant forces one by name.
 // When every variant fails, the error lists each variant with its reason and
 // prints the call:
 //
@@ -71,7 +72,7 @@ struct Variant {
   // stores and arithmetic) run on both.
   std::vector<TargetKind> targets{TargetKind::cuda, TargetKind::host};
   // Why it is not on the other kinds, with what lowers the call there
-  // instead: the reason a variant forced by name on such a target gives.
+  // instead: its reason on such a target, once its predicates hold.
   std::string off_target{};
   int priority = 10;
   std::vector<std::pair<std::string, Predicate>> when;

@@ -30,6 +30,9 @@ struct Target {
   bool is_host() const { return kind == TargetKind::host; }
   // A CUDA target of at least sm_<version> (false on the host).
   bool has_sm(int version) const { return is_cuda() && sm >= version; }
+  // A CUDA target below sm_<version>: an instruction of that version is
+  // missing (false on the host, whose variants are chosen by kind).
+  bool below_sm(int version) const { return is_cuda() && sm < version; }
   std::string str() const;  // "cuda sm_90a", "cuda sm_80", "host"
   bool operator==(const Target&) const = default;
 };
