@@ -849,11 +849,11 @@ class Emitter {
       case Intrinsic::erf:
         return libm("erff", "erf", x);
       case Intrinsic::erfc:
-        // The GPU's erfc algorithm (codegen_cuda.cpp's tx_erfc), not libm's:
+        // The GPU's erfc algorithm (codegen/cuda.cpp's tx_erfc), not libm's:
         // the two devices then agree within an ulp or two.
         return libm("tx_host_erfcf", "erfc", x);
       case Intrinsic::normcdf:
-        // Likewise the GPU's normcdf (codegen_cuda.cpp's tx_normcdf).
+        // Likewise the GPU's normcdf (codegen/cuda.cpp's tx_normcdf).
         return libm("tx_host_normcdff", "tx_host_normcdf", x);
       case Intrinsic::fabs:
         if (t.is_float()) return un(llvm::Intrinsic::fabs);

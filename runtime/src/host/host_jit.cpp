@@ -520,7 +520,7 @@ std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool 
 
 }  // namespace tx::runtime
 
-// The f32 erfc of the CUDA code generator (tx_erfc in codegen_cuda.cpp),
+// The f32 erfc of the CUDA code generator (tx_erfc in lowering/src/codegen/cuda.cpp),
 // step for step, for JIT-compiled kernels to call: Numerical Recipes'
 // fit t * exp(-z^2) * exp(P(t)), exp(-z^2) corrected by z*z's remainder.
 extern "C" float tx_host_erfcf(float x) {
@@ -541,7 +541,7 @@ extern "C" float tx_host_erfcf(float x) {
   return x >= 0.0f ? r : 2.0f - r;
 }
 
-// The f32 normcdf of the CUDA code generator (tx_normcdf in codegen_cuda.cpp),
+// The f32 normcdf of the CUDA code generator (tx_normcdf in lowering/src/codegen/cuda.cpp),
 // step for step, with exp2 for the GPU's ex2.approx.ftz: the same fit in
 // u = |x| / sqrt2, x^2 / 2 kept exact and the exponent as a two-float sum.
 extern "C" float tx_host_normcdff(float x) {
