@@ -14,9 +14,9 @@
 #                                      bench_elementwise --compare-exact
 #   scripts/device_launch.sh baseline  the launch floor and compare-exact of
 #                                      the tree before the change (BASE_REF,
-#                                      default the merge-base with main's
-#                                      first parent; needs git on the
-#                                      machine), on the same warm machine
+#                                      default fd8c839, where the launch-path
+#                                      branch started; needs the repository's
+#                                      .git there), on the same warm machine
 #
 # Compare the two stages' launch_floor*.json (tx_kernel_us) and
 # compare_exact*.txt on the same card: the per-launch host cost must not
@@ -92,7 +92,7 @@ baseline)
     echo "baseline: no git repository here; run the 'launch' stage of the old tree instead"
     exit 1
   }
-  ref=${BASE_REF:-$(git merge-base HEAD HEAD^1 2>/dev/null || echo HEAD~1)}
+  ref=${BASE_REF:-fd8c839}
   step "the tree at $ref into /tmp/base"
   rm -rf /tmp/base && mkdir -p /tmp/base && git archive "$ref" | tar -x -C /tmp/base
   build build-base /tmp/base bench_elementwise tx_aot
