@@ -16,7 +16,8 @@
 #                                      the tree before the change (BASE_REF,
 #                                      default fd8c839, where the launch-path
 #                                      branch started; needs the repository's
-#                                      .git there), on the same warm machine
+#                                      .git there, or BASE_DIR: a copy of the
+#                                      old tree), on the same warm machine
 #
 # Compare the two stages' launch_floor*.json (tx_kernel_us) and
 # compare_exact*.txt on the same card: the per-launch host cost must not
@@ -88,13 +89,17 @@ launch)
   floor_and_exact $B ""
   ;;
 baseline)
-  command -v git > /dev/null && git rev-parse --git-dir > /dev/null 2>&1 || {
-    echo "baseline: no git repository here; run the 'launch' stage of the old tree instead"
-    exit 1
-  }
-  ref=${BASE_REF:-fd8c839}
-  step "the tree at $ref into /tmp/base"
-  rm -rf /tmp/base && mkdir -p /tmp/base && git archive "$ref" | tar -x -C /tmp/base
+  if [ -n "${BASE_DIR:-}" ]; then  # a copy of the old tree (e.g. git worktree add, carried)
+    rm -rf /tmp/base && cp -r "$BASE_DIR" /tmp/base && rm -rf /tmp/base/build-base
+  else
+    command -v git > /dev/null && git rev-parse --git-dir > /dev/null 2>&1 || {
+      echo "baseline: no git repository here: set BASE_DIR to a copy of the old tree"
+      exit 1
+    }
+    ref=${BASE_REF:-fd8c839}
+    step "the tree at $ref into /tmp/base"
+    rm -rf /tmp/base && mkdir -p /tmp/base && git archive "$ref" | tar -x -C /tmp/base
+  fi
   build build-base /tmp/base bench_elementwise tx_aot
   floor_and_exact /tmp/base/build-base "_base"
   ;;
