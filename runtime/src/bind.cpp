@@ -206,6 +206,8 @@ void Binder::bind_extents(BoundLaunch& b, std::size_t i, const Tensor& t) const 
     }
     std::size_t k = 0;
     while (k < dims.size() && pi.dims[d].get() != dims[k].var.get()) ++k;
+    if (k == dims.size())
+      bad(b, i, "extent " + to_string(pi.dims[d]) + " is neither a constant nor a T::dim");
     if (b.dim_from[k] < 0) {
       b.dim_value[k] = got;
       b.dim_from[k] = static_cast<int>(i);
