@@ -870,10 +870,17 @@ class Session {
   }
 
   void tile_op() {
-    static const char* const kOps[] = {
-        "copy",    "zero", "fill", "cast", "sqrt", "exp",        "silu", "add", "mul",    "fdiv",
-        "maximum", "fma",  "sum",  "max",  "min",  "reciprocal", "exp2", "sub", "minimum"};
-    std::string op = in_.pick(kOps);
+    // The ops the table (tx/tile_op_table.hpp) marks for this fuzzer, in
+    // table order: a new row with TX_FLAG(fuzz) is called here without
+    // touching this file.
+    static const std::vector<const tx::TileOpDef*> kOps = [] {
+      std::vector<const tx::TileOpDef*> v;
+      for (const tx::TileOpDef* d : tx::tile_ops())
+        if (d->has(tx::TileOpFlag::fuzz)) v.push_back(d);
+      return v;
+    }();
+    const tx::TileOpDef& def =
+        *kOps[static_cast<std::size_t>(in_.below(static_cast<int>(kOps.size())))];
     tx::ExecScope sc = static_cast<tx::ExecScope>(in_.below(4));
     tx::TileAttrs at;
     if (in_.chance(15)) at.scale = expr();
@@ -886,71 +893,30 @@ class Session {
     static const char* const kVariants[] = {"", "fallback", "reg", "gmem_smem", "nonsense"};
     if (in_.chance(15)) at.variant = in_.pick(kVariants);
     if (in_.chance(5)) at.dtype = dtype();
-    log(std::string("Tx.") + tx::exec_scope_name(sc) + "." + op);
+    log(std::string("Tx.") + tx::exec_scope_name(sc) + "." + def.name);
     // Operands drawn in a fixed order (a call's arguments are evaluated in
     // an order the compiler picks, and the same bytes must make the same
-    // calls under gcc and clang).
+    // calls under gcc and clang), then given to the op in its roles: tiles
+    // take d, then src; tiles-or-scalars a, b, c; scalars the value. The
+    // call is what the op's builder Tx::<scope>::<op> records.
     tx::BufferRegion d = operand();
     tx::BufferRegion src = operand();
     tx::TileOrScalar a = scalar_or_tile(), b = scalar_or_tile(), c3 = scalar_or_tile();
     tx::Expr value = expr();
-    // Each scope's functions, through one macro: the namespaces differ only
-    // by the scope they pass.
-#define TXB_SCOPED(CALL)           \
-  switch (sc) {                    \
-    case tx::ExecScope::thread:    \
-      tx::Tx::thread::CALL;        \
-      break;                       \
-    case tx::ExecScope::warp:      \
-      tx::Tx::warp::CALL;          \
-      break;                       \
-    case tx::ExecScope::warpgroup: \
-      tx::Tx::warpgroup::CALL;     \
-      break;                       \
-    case tx::ExecScope::cta:       \
-      tx::Tx::cta::CALL;           \
-      break;                       \
-  }
-    if (op == "copy") {
-      TXB_SCOPED(copy(d, src, at))
-    } else if (op == "zero") {
-      TXB_SCOPED(zero(d, at))
-    } else if (op == "fill") {
-      TXB_SCOPED(fill(d, value, at))
-    } else if (op == "cast") {
-      TXB_SCOPED(cast(d, src, at))
-    } else if (op == "sqrt") {
-      TXB_SCOPED(sqrt(d, src, at))
-    } else if (op == "exp") {
-      TXB_SCOPED(exp(d, src, at))
-    } else if (op == "exp2") {
-      TXB_SCOPED(exp2(d, src, at))
-    } else if (op == "silu") {
-      TXB_SCOPED(silu(d, src, at))
-    } else if (op == "reciprocal") {
-      TXB_SCOPED(reciprocal(d, src, at))
-    } else if (op == "add") {
-      TXB_SCOPED(add(d, a, b, at))
-    } else if (op == "sub") {
-      TXB_SCOPED(sub(d, a, b, at))
-    } else if (op == "mul") {
-      TXB_SCOPED(mul(d, a, b, at))
-    } else if (op == "fdiv") {
-      TXB_SCOPED(fdiv(d, a, b, at))
-    } else if (op == "maximum") {
-      TXB_SCOPED(maximum(d, a, b, at))
-    } else if (op == "minimum") {
-      TXB_SCOPED(minimum(d, a, b, at))
-    } else if (op == "fma") {
-      TXB_SCOPED(fma(d, a, b, c3, at))
-    } else if (op == "sum") {
-      TXB_SCOPED(sum(d, src, at))
-    } else if (op == "max") {
-      TXB_SCOPED(max(d, src, at))
-    } else {
-      TXB_SCOPED(min(d, src, at))
+    const tx::BufferRegion tiles[] = {d, src};
+    const tx::TileArg either[] = {a.arg, b.arg, c3.arg};
+    std::vector<tx::TileArg> args;
+    std::size_t ti = 0, ei = 0;
+    for (const tx::OperandDef& o : def.operands()) {
+      if (o.role == tx::OperandRole::tile)
+        args.push_back(tiles[ti++ % 2]);
+      else if (o.role == tx::OperandRole::tile_or_scalar)
+        args.push_back(either[ei++ % 3]);
+      else
+        args.push_back(value);
     }
-#undef TXB_SCOPED
+    tx::detail::emit_tile(def.name, sc, std::move(args), std::move(at),
+                          std::source_location::current());
   }
 
   void barrier() {

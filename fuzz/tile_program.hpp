@@ -49,6 +49,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -175,16 +176,28 @@ inline ExecScope family_scope(Family f) {
   return ExecScope::cta;
 }
 
+// What an op is, from its row of the tile-op table (tx/tile_op_table.hpp).
+inline const tx::TileOpDef* def_of(const std::string& n) { return tx::find_tile_op(n); }
+// Elementwise (dst, src) ops that compute (not cast): sqrt, exp, ...
 inline bool is_unary(const std::string& n) {
-  return n == "sqrt" || n == "exp" || n == "exp2" || n == "reciprocal" || n == "silu";
+  const tx::TileOpDef* d = def_of(n);
+  return d && d->family == "elementwise" && d->sig == tx::TileSig::dst_src && !d->converts();
 }
 inline bool is_binary(const std::string& n) {
-  return n == "add" || n == "sub" || n == "mul" || n == "fdiv" || n == "maximum" || n == "minimum";
+  const tx::TileOpDef* d = def_of(n);
+  return d && d->family == "elementwise" && d->sig == tx::TileSig::dst_2;
 }
-inline bool is_reduction(const std::string& n) { return n == "sum" || n == "max" || n == "min"; }
-inline bool float_only(const std::string& n) { return is_unary(n) || n == "fdiv"; }
+inline bool is_reduction(const std::string& n) {
+  const tx::TileOpDef* d = def_of(n);
+  return d && d->family == "reduction";
+}
+inline bool float_only(const std::string& n) {
+  const tx::TileOpDef* d = def_of(n);
+  return d && d->float_only();
+}
 inline bool commutative(const std::string& n) {
-  return n == "add" || n == "mul" || n == "maximum" || n == "minimum";
+  const tx::TileOpDef* d = def_of(n);
+  return d && d->commutative();
 }
 
 // ------------------------------------------------------------------- printing
@@ -793,8 +806,18 @@ class Generator {
     int src = pick_written();
     if (src < 0) return load_stage();
     const Buf sb = p_.bufs[static_cast<std::size_t>(src)];
+    // The elementwise ops the model (Model::fl / Model::in below) knows, in
+    // the order the corpus was made with; their properties come from the
+    // table. (An op of the table the model does not know is fuzzed by the
+    // builder-call fuzzer.)
     static const char* kOps[] = {"add",     "sqrt", "mul",        "exp",  "sub",  "maximum",
                                  "minimum", "fdiv", "reciprocal", "silu", "exp2", "fma"};
+    static const bool all_in_table = [] {
+      for (const char* n : kOps)
+        if (!def_of(n)) std::abort();  // the model names an op the table lacks
+      return true;
+    }();
+    (void)all_in_table;
     std::string name = kOps[in_.below(12)];
     if (!sb.dtype.is_float() && float_only(name) && !in_.chance(10)) name = "add";
     int dst = in_.chance(45) ? src : like(src);

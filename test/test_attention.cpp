@@ -122,7 +122,7 @@ TEST_CASE("where= errors name the op and the reason") {
                          auto m = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64));
                          Tx::warpgroup::max(m, S, {.where = [](Expr r, Expr) { return r > 1; }});
                        }),
-                       doctest::Contains("applies to elementwise ops and copy"), Error);
+                       doctest::Contains("where= (write only where a condition on the coordinates holds) applies to"), Error);
   // A variant that does not implement it says so (never drops the condition).
   auto copy = with_tile([](TileBuffer, TileBuffer G) {
     auto Ssm = T::alloc_buffer({64, 64}, f32, scope::shared);

@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "tx/printer.hpp"
+#include "tx/tile_op_table.hpp"
 
 namespace tx {
 
@@ -785,6 +786,68 @@ Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::i
                                                       std::move(body), loc, std::move(ee)));
 }
 
+namespace {
+
+const TileOpDef* def_of(const std::string& qn, const std::string& op, SourceLoc loc) {
+  const TileOpDef* def = find_tile_op(op);
+  if (!def)
+    fail(qn, "", loc,
+         "unknown tile primitive '" + op + "' (the tile ops are TX_TILE_OP_TABLE's rows)");
+  return def;
+}
+
+// What the table says of a call: its scope, its operands' count and roles
+// (a tile scale / bias, already moved into args, aside), and the attributes
+// a builder call can be checked for (the variants check the rest, knowing
+// the operands' memories and layouts).
+void check_tile_call(const TileOpDef& def, const std::string& qn, ExecScope scope,
+                     const std::vector<TileArg>& args, const TileAttrs& attrs, SourceLoc loc) {
+  if (!def.runs_at(scope))
+    fail(qn, "", loc, def.name + " does not run at " + exec_scope_name(scope) + " scope");
+  const std::vector<OperandDef>& ops = def.operands();
+  const std::size_t attr_args = (attrs.scale_arg >= 0) + (attrs.bias_arg >= 0);
+  if (args.size() != ops.size() + attr_args) {
+    std::string names;
+    for (const OperandDef& o : ops) names += (names.empty() ? "" : ", ") + std::string(o.name);
+    fail(qn, "", loc,
+         def.name + " takes " + std::to_string(ops.size()) + " operands (" + names + "), got " +
+             std::to_string(args.size() - attr_args));
+  }
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const bool region = std::holds_alternative<BufferRegion>(args[i]);
+    if (ops[i].role == OperandRole::tile && !region)
+      fail(qn, "", loc,
+           std::string("operand ") + ops[i].name + " must be a tile (a buffer region)");
+    if (ops[i].role == OperandRole::scalar && region)
+      fail(qn, "", loc, std::string("operand ") + ops[i].name + " must be a scalar");
+  }
+  if (attrs.partial && !def.accepts(TileAttr::partial))
+    fail(qn, "", loc,
+         "partial= (tiles reaching past a tensor's end) applies to " +
+             ops_accepting(TileAttr::partial));
+  if (attrs.transpose_b && !def.accepts(TileAttr::transpose_b))
+    fail(qn, "", loc,
+         "transpose_b= (B given as (N, K)) applies to " + ops_accepting(TileAttr::transpose_b));
+  if (attrs.where) {
+    if (!def.accepts(TileAttr::where))
+      fail(qn, "", loc,
+           "where= (write only where a condition on the coordinates holds) applies to " +
+               ops_accepting(TileAttr::where));
+    if (!attrs.where.cond.dtype().is_bool())
+      fail(qn, "", loc,
+           "where= must be a condition (a comparison), got a " + attrs.where.cond.dtype().name() +
+               " expression: " + operand_text(attrs.where.cond));
+    const auto* dst = args.empty() ? nullptr : std::get_if<BufferRegion>(&args[0]);
+    if (dst && dst->buffer && static_cast<std::size_t>(attrs.where.rank) != dst->ranges.size())
+      fail(qn, dst->buffer->name, loc,
+           "the where= lambda takes " + std::to_string(attrs.where.rank) +
+               " coordinates, but the destination region has " +
+               std::to_string(dst->ranges.size()) + " dimensions (one coordinate per dimension)");
+  }
+}
+
+}  // namespace
+
 Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, TileAttrs attrs,
                     SourceLoc loc) {
   std::string qn = std::string("Tx.") + exec_scope_name(scope) + "." + op;
@@ -800,27 +863,7 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
     args.emplace_back(std::move(*sb->tile));
     sb->tile.reset();
   }
-  if (attrs.partial && op != "copy" && op != "copy_async")
-    fail(qn, "", loc,
-         "partial= (tiles reaching past a tensor's end) applies to copy and copy_async");
-  if (attrs.transpose_b && op != "gemm")
-    fail(qn, "", loc, "transpose_b= (B given as (N, K)) applies to gemm");
-  if (attrs.where) {
-    if (op == "gemm" || op == "copy_async" || op == "sum" || op == "max" || op == "min")
-      fail(qn, "", loc,
-           "where= (write only where a condition on the coordinates holds) applies to "
-           "elementwise ops and copy");
-    if (!attrs.where.cond.dtype().is_bool())
-      fail(qn, "", loc,
-           "where= must be a condition (a comparison), got a " + attrs.where.cond.dtype().name() +
-               " expression: " + operand_text(attrs.where.cond));
-    const auto* dst = args.empty() ? nullptr : std::get_if<BufferRegion>(&args[0]);
-    if (dst && dst->buffer && static_cast<std::size_t>(attrs.where.rank) != dst->ranges.size())
-      fail(qn, dst->buffer->name, loc,
-           "the where= lambda takes " + std::to_string(attrs.where.rank) +
-               " coordinates, but the destination region has " +
-               std::to_string(dst->ranges.size()) + " dimensions (one coordinate per dimension)");
-  }
+  check_tile_call(*def_of(qn, op, loc), qn, scope, args, attrs, loc);
   for (const TileArg& a : args) {
     if (auto* r = std::get_if<BufferRegion>(&a)) {
       if (!r->buffer) fail(qn, "", loc, "undefined buffer operand");

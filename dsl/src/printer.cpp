@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "tx/ir_functor.hpp"
+#include "tx/tile_op_table.hpp"
 
 namespace tx {
 
@@ -172,7 +173,7 @@ class Printer : public IRVisitor {
     if (a.scale.value.defined()) s += ", scale=" + expr(a.scale.value);
     if (a.bias_arg >= 0) s += ", bias=" + arg(n->args[static_cast<std::size_t>(a.bias_arg)]);
     if (a.bias.value.defined()) s += ", bias=" + expr(a.bias.value);
-    if (is_reduction_op(n->op) || n->op == "gemm")
+    if (const TileOpDef* def = find_tile_op(n->op); def && def->accepts(TileAttr::accum))
       s += std::string(", accum=") + (a.accum ? "True" : "False");
     if (!a.axes.empty()) {
       s += ", axes=[";
@@ -197,10 +198,6 @@ class Printer : public IRVisitor {
   }
 
  private:
-  static bool is_reduction_op(const std::string& op) {
-    return op == "sum" || op == "max" || op == "min";
-  }
-
   // A buffer's extents as written: constants, or T::dim variables.
   std::string dims_str(const Buffer& b) {
     if (!b->symbolic()) return shape_str(b->shape);

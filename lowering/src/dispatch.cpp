@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "tx/printer.hpp"
+#include "tx/tile_op_table.hpp"
 
 namespace tx::lowering {
 
@@ -32,15 +33,32 @@ Registry& Registry::global() {
   return *r;
 }
 
+void Registry::add(Variant v) {
+  std::string family = v.family;
+  add(std::move(family), std::move(v));
+}
+
 void Registry::add(std::string op, Variant v) {
   entries_.emplace_back(std::move(op), std::move(v));
 }
 
-std::vector<const Variant*> Registry::variants(const std::string& op,
-                                               const std::string& target) const {
+bool Variant::runs_on(TargetKind k) const {
+  return std::find(targets.begin(), targets.end(), k) != targets.end();
+}
+
+std::vector<const Variant*> Registry::variants(const std::string& op, TargetKind target) const {
+  std::vector<const Variant*> out = variants(op);
+  std::erase_if(out, [&](const Variant* v) { return !v->runs_on(target); });
+  return out;
+}
+
+std::vector<const Variant*> Registry::variants(const std::string& op) const {
+  // Those registered for the op's family, and for the op itself.
+  const TileOpDef* def = find_tile_op(op);
+  const std::string family = def ? def->family : std::string();
   std::vector<const Variant*> out;
   for (const auto& [o, v] : entries_)
-    if (o == op && v.target == target) out.push_back(&v);
+    if (o == op || (!family.empty() && o == family)) out.push_back(&v);
   std::stable_sort(out.begin(), out.end(), [](const Variant* a, const Variant* b) {
     if (a->priority != b->priority) return a->priority > b->priority;
     return a->name < b->name;
@@ -50,8 +68,8 @@ std::vector<const Variant*> Registry::variants(const std::string& op,
 
 std::vector<std::string> Registry::ops() const {
   std::vector<std::string> out;
-  for (const auto& [o, v] : entries_)
-    if (std::find(out.begin(), out.end(), o) == out.end()) out.push_back(o);
+  for (const TileOpDef* d : tile_ops())
+    if (!variants(d->name).empty()) out.push_back(d->name);
   return out;
 }
 
@@ -70,7 +88,8 @@ std::string strip_operand(const std::string& reason) {
 // A fix the user can apply, where the call shows one.
 std::string dispatch_hint(const TileCallNode* call, std::string* operand) {
   // copy moves between any memories; gemm/fallback takes global operands.
-  bool copy = call->op == "copy" || call->op == "copy_async" || call->op == "gemm";
+  const TileOpDef* def = find_tile_op(call->op);
+  bool copy = def && def->has(TileOpFlag::global);
   for (const TileArg& a : call->args) {
     auto* r = std::get_if<BufferRegion>(&a);
     if (!r || !r->buffer || r->buffer->scope != MemScope::global || copy) continue;
@@ -85,6 +104,11 @@ std::string dispatch_hint(const TileCallNode* call, std::string* operand) {
 std::string try_variant(const Variant& v, const DispatchContext& ctx, Stmt* out) {
   for (const auto& [name, pred] : v.when)
     if (Check c = pred(ctx)) return *c;
+  // A variant of another target is turned down after its predicates: what
+  // is wrong with the call itself is said first (and grouped with the other
+  // variants' reasons), the target last.
+  if (!v.runs_on(ctx.target.kind))
+    return v.off_target.empty() ? "it emits no code for the " + ctx.target.str() : v.off_target;
   Plan p = v.plan(ctx);
   if (auto* reason = std::get_if<std::string>(&p)) return *reason;
   *out = std::get<Stmt>(p);
@@ -95,9 +119,10 @@ std::string try_variant(const Variant& v, const DispatchContext& ctx, Stmt* out)
 DispatchResult dispatch(const DispatchContext& ctx) {
   const TileCallNode* call = ctx.call;
   const std::string qn = call->qualified_name();
-  auto candidates = Registry::global().variants(call->op, ctx.target);
+  auto candidates = Registry::global().variants(call->op);
   if (candidates.empty())
-    fail(qn, "", call->loc, "unknown tile primitive '" + call->op + "' for target " + ctx.target);
+    fail(qn, "", call->loc,
+         "unknown tile primitive '" + call->op + "' for target " + ctx.target.str());
 
   DispatchResult result;
   const std::string& forced = call->attrs.variant;
@@ -114,7 +139,6 @@ DispatchResult dispatch(const DispatchContext& ctx) {
     }
     candidates = {*it};
   }
-
   for (const Variant* v : candidates) {
     Stmt lowered;
     std::string reason = try_variant(*v, ctx, &lowered);

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tx/lowering/host_form.hpp"
 #include "tx/printer.hpp"
 
 namespace tx::lowering {
@@ -56,6 +57,31 @@ class Facts : public IRVisitor {
   }
 };
 
+// What a launch needs to know of a parameter: its declaration, and the
+// facts of the lowered body (its widest vector access, whether it is written).
+KernelParamInfo param_info(const Param& p, const Facts& facts) {
+  KernelParamInfo info;
+  if (p.scalar.defined()) {
+    info.name = p.scalar.name();
+    info.dtype = p.scalar.dtype();
+    info.is_scalar = true;
+    info.min = p.min;
+    info.max = p.max;
+    info.multiple_of = p.multiple_of;
+    return info;
+  }
+  info.name = p.buffer->name;
+  info.dtype = p.buffer->dtype;
+  info.shape = p.buffer->shape;
+  info.elems = p.buffer->storage_elems();
+  info.dims = p.buffer->dims;
+  info.symbolic = p.buffer->symbolic();
+  auto it = facts.widest.find(p.buffer->data.get());
+  info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
+  info.written = facts.written.count(p.buffer->data.get()) > 0;
+  return info;
+}
+
 }  // namespace
 
 std::int64_t shared_alignment(const Buffer& b) {
@@ -63,15 +89,6 @@ std::int64_t shared_alignment(const Buffer& b) {
   std::int64_t a = bytes >= 128 ? 128 : 16;
   if (auto sw = b->layout.swizzle()) a = std::max(a, sw->period() * b->dtype.bytes());
   return a;
-}
-
-int target_sm(const LowerOptions& opt) {
-  if (opt.host) return 0;
-  const std::string& a = opt.arch;
-  if (a.rfind("sm_", 0) != 0 && a.rfind("compute_", 0) != 0) return 80;
-  std::size_t i = a.find('_') + 1, j = i;
-  while (j < a.size() && std::isdigit(static_cast<unsigned char>(a[j]))) ++j;
-  return j > i ? std::stoi(a.substr(i, j - i)) : 80;
 }
 
 bool LoweredKernel::shape_generic() const { return !dims.empty() || launch.symbolic_grid; }
@@ -85,13 +102,14 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
 
   LoweredKernel k;
   k.source = f;
+  k.target = opt.target();
   if (debug) log << "# ---- IR as written ----\n" << to_string(f);
   k.launch = verify_kernel(f);
   verify_scopes(f);
   verify_writes(f);
   check_bounds(f, k.launch);
   Stmt s = f->body;
-  s = lower_tile_ops(s, k.launch, &k.dispatched, target_sm(opt));
+  s = lower_tile_ops(s, k.launch, &k.dispatched, k.target);
   step("lower_tile_ops", s);
   s = lower_scope_ids(s);
   step("lower_scope_ids", s);
@@ -120,29 +138,7 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
 
   Facts facts;
   facts.visit(s);
-  for (const Param& p : f->params) {
-    KernelParamInfo info;
-    if (p.scalar.defined()) {
-      info.name = p.scalar.name();
-      info.dtype = p.scalar.dtype();
-      info.is_scalar = true;
-      info.min = p.min;
-      info.max = p.max;
-      info.multiple_of = p.multiple_of;
-      k.params.push_back(info);
-      continue;
-    }
-    info.name = p.buffer->name;
-    info.dtype = p.buffer->dtype;
-    info.shape = p.buffer->shape;
-    info.elems = p.buffer->storage_elems();
-    info.dims = p.buffer->dims;
-    info.symbolic = p.buffer->symbolic();
-    auto it = facts.widest.find(p.buffer->data.get());
-    info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
-    info.written = facts.written.count(p.buffer->data.get()) > 0;
-    k.params.push_back(info);
-  }
+  for (const Param& p : f->params) k.params.push_back(param_info(p, facts));
   k.dims = f->dims;
   std::int64_t off = 0;
   for (const Buffer& b : facts.shared) {
@@ -163,8 +159,52 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
            "a TMA copy reads " + m.global->name + ", which is not a kernel parameter");
     k.tensor_maps.push_back(tp);
   }
-  check_limits(k, opt.arch, opt.host);
+  check_limits(k, opt.arch, k.target.is_host());
+  if (k.target.is_host())
+    k.host = std::make_shared<const HostForm>(lower_host_form(k, opt.check_indices, step));
   return k;
+}
+
+HostForm lower_host_form(const LoweredKernel& k, bool checked,
+                         const std::function<void(const char*, const Stmt&)>& step) {
+  auto after = [&](const char* name, const Stmt& s) {
+    if (step) step(name, s);
+  };
+  HostForm h;
+  h.checked = checked;
+  if (const CallNode* first = first_mbarrier_call(k.lowered->body)) {
+    // The checked mode's race detector orders accesses by barrier epochs; it
+    // does not follow mbarrier phases, so it would report every pipeline
+    // stage as a race.
+    if (checked)
+      fail(std::string("T.ptx.") + intrinsic_name(first->op), k.source->name, first->loc,
+           "the checked mode (TX_CHECK=1) does not run mbarrier pipelines: its race detector "
+           "orders accesses by barriers and would not follow the mbarrier phases; run the kernel "
+           "unchecked on the host, or under compute-sanitizer on the GPU");
+    h.fibers = true;
+    h.body = k.lowered->body;
+    h.func = k.lowered;
+    return h;
+  }
+  HostContext cx;
+  cx.launch = k.launch;
+  cx.thread = h.thread;
+  Stmt s = k.lowered->body;
+  if (checked) {
+    auto plan = std::make_shared<CheckPlan>();
+    s = instrument_checks(k, plan.get());
+    h.checks = plan;
+    after("instrument_checks", s);
+  }
+  s = isolate_shuffles(s, cx);
+  after("isolate_shuffles", s);
+  s = sink_local_allocations(s);
+  after("sink_local_allocations", s);
+  s = split_regions(s, cx);
+  after("split_regions", s);
+  h.body = s;
+  h.func = k.lowered.with_body(s, true);
+  return h;
 }
 
 }  // namespace tx::lowering

@@ -72,7 +72,8 @@ namespace {
   X(cuPointerGetAttribute)
 
 // Stream-ordered allocation (CUDA 11.2+): optional; without it tensors fall
-// back to cuMemAlloc / cuMemFree.
+// back to cuMemAlloc / cuMemFree. Stream capture and graphs (CUDA 12 names):
+// optional; without them tx::Graph is a tx error and nothing is capturing.
 #define TX_CU_OPTIONAL(X)      \
   X(cuMemAllocAsync)           \
   X(cuMemFreeAsync)            \
@@ -80,7 +81,15 @@ namespace {
   X(cuMemPoolSetAttribute)     \
   X(cuMemPoolGetAttribute)     \
   X(cuMemPoolTrimTo)           \
-  X(cuTensorMapEncodeTiled)
+  X(cuTensorMapEncodeTiled)    \
+  X(cuStreamIsCapturing)       \
+  X(cuStreamBeginCapture)      \
+  X(cuStreamEndCapture)        \
+  X(cuGraphInstantiate)        \
+  X(cuGraphLaunch)             \
+  X(cuGraphGetNodes)           \
+  X(cuGraphExecDestroy)        \
+  X(cuGraphDestroy)
 
 struct Driver {
   void* handle = nullptr;
@@ -186,9 +195,33 @@ std::atomic<bool> g_lost{false};
 std::mutex g_lost_mu;
 std::string g_lost_reason;  // the first sticky error, under g_lost_mu
 
+// The errors of a call that stream capture (a CUDA graph being recorded)
+// does not allow.
+bool capture_error(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_STREAM_CAPTURE_MERGE:
+    case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED:
+    case CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+    case CUDA_ERROR_STREAM_CAPTURE_ISOLATION:
+    case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT:
+    case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void check(CUresult r, const char* call, const std::string& what, const std::string& detail = {}) {
   if (r == CUDA_SUCCESS) return;
   std::string reason = std::string(call) + " failed: " + result_text(driver(), r);
+  if (capture_error(r))
+    reason +=
+        " (a CUDA graph is being captured: a synchronization, a synchronous copy, a host read or "
+        "an allocation without a stream-ordered pool is not allowed then; allocate tensors and "
+        "run each op once before capturing, so that its first-use setup happens outside the "
+        "graph)";
   if (sticky(r)) {
     {
       std::lock_guard<std::mutex> lock(g_lost_mu);
@@ -480,6 +513,78 @@ std::string TensorMapSpec::describe() const {
   return s;
 }
 
+// ------------------------------------------------------- CUDA graphs
+
+bool stream_capturing(int ordinal, StreamHandle stream) {
+  const Driver& d = driver();
+  if (!d.error.empty() || !d.p_cuStreamIsCapturing) return false;
+  make_current(ordinal < 0 ? device_ordinal() : ordinal);
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = d.p_cuStreamIsCapturing(static_cast<CUstream>(stream), &status);
+  // The legacy stream while another stream captures in global mode answers
+  // CAPTURE_IMPLICIT: work there would break that capture as well.
+  if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) return true;
+  return r == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+namespace {
+const Driver& need_graphs(const std::string& what) {
+  const Driver& d = need();
+  if (!d.p_cuStreamBeginCapture || !d.p_cuStreamEndCapture || !d.p_cuGraphInstantiate ||
+      !d.p_cuGraphLaunch || !d.p_cuGraphExecDestroy || !d.p_cuGraphDestroy || !d.p_cuGraphGetNodes)
+    fail("tx.cuda", what, {}, "the driver has no CUDA graph API (CUDA 12 or newer is needed)");
+  return d;
+}
+}  // namespace
+
+void begin_capture(int ordinal, StreamHandle stream, const std::string& what) {
+  const Driver& d = need_graphs(what);
+  make_current(ordinal);
+  if (!stream)
+    fail("tx.cuda", what, {}, "the legacy default stream cannot be captured into a graph");
+  // Thread-local: calls that capture forbids are refused in this thread
+  // only; other threads of the process go on using the GPU.
+  check(
+      d.p_cuStreamBeginCapture(static_cast<CUstream>(stream), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+      "cuStreamBeginCapture", what);
+}
+
+GraphHandle end_capture(int ordinal, StreamHandle stream, const std::string& what) {
+  const Driver& d = need_graphs(what);
+  make_current(ordinal);
+  CUgraph g = nullptr;
+  check(d.p_cuStreamEndCapture(static_cast<CUstream>(stream), &g), "cuStreamEndCapture", what);
+  return g;
+}
+
+GraphExecHandle graph_instantiate(int ordinal, GraphHandle graph, const std::string& what) {
+  const Driver& d = need_graphs(what);
+  make_current(ordinal);
+  CUgraphExec e = nullptr;
+  check(d.p_cuGraphInstantiate(&e, static_cast<CUgraph>(graph), 0), "cuGraphInstantiate", what);
+  return e;
+}
+
+std::size_t graph_node_count(GraphHandle graph) {
+  const Driver& d = need_graphs("graph");
+  std::size_t n = 0;
+  check(d.p_cuGraphGetNodes(static_cast<CUgraph>(graph), nullptr, &n), "cuGraphGetNodes", "graph");
+  return n;
+}
+
+void graph_launch(int ordinal, GraphExecHandle exec, StreamHandle stream, const std::string& what) {
+  const Driver& d = make_current(ordinal);
+  check(d.p_cuGraphLaunch(static_cast<CUgraphExec>(exec), static_cast<CUstream>(stream)),
+        "cuGraphLaunch", what);
+}
+
+void graph_destroy(int ordinal, GraphHandle graph, GraphExecHandle exec) noexcept {
+  if (!make_current_noexcept(ordinal)) return;
+  const Driver& d = driver();
+  if (exec && d.p_cuGraphExecDestroy) d.p_cuGraphExecDestroy(static_cast<CUgraphExec>(exec));
+  if (graph && d.p_cuGraphDestroy) d.p_cuGraphDestroy(static_cast<CUgraph>(graph));
+}
+
 void synchronize(const std::string& what) {
   const Driver& d = make_current();
   check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", what);
@@ -570,8 +675,12 @@ DevicePtr device_alloc_cached(std::size_t bytes, int ordinal, StreamHandle strea
   // The message is built only on failure: allocation is on every op's path.
   auto what = [bytes] { return "device_alloc(" + std::to_string(bytes) + " bytes)"; };
   if (DeviceState& ds = device_state(ordinal); ds.pool) {
+    if (cache && n <= kCachedBlockMax) n = rounded_block(n);
+    // A stream being captured into a CUDA graph records the allocation (a
+    // graph node): a block from the host-side free list would be memory the
+    // graph does not own. (The legacy stream is never captured.)
+    if (cache && stream && stream_capturing(ordinal, stream)) cache = false;
     if (cache && n <= kCachedBlockMax) {
-      n = rounded_block(n);
       BlockCache& c = block_cache(ordinal);
       std::lock_guard<std::mutex> lock(c.mu);
       auto it = c.free.find({stream, n});
@@ -617,7 +726,14 @@ void device_free_cached(DevicePtr p, std::size_t bytes, int ordinal, StreamHandl
   // once -- no device-wide synchronization, unlike cuMemFree.
   if (device_state(ordinal).pool) {
     const std::size_t n = rounded_block(bytes);
-    if (cache && n <= kCachedBlockMax) {
+    bool capturing = false;
+    if (cache && stream) {
+      try {
+        capturing = stream_capturing(ordinal, stream);
+      } catch (...) {
+      }
+    }
+    if (cache && !capturing && n <= kCachedBlockMax) {
       BlockCache& c = block_cache(ordinal);
       std::lock_guard<std::mutex> lock(c.mu);
       if (c.cached_bytes + n <= kCacheKeepMax) {

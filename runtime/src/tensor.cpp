@@ -97,15 +97,27 @@ std::string shape_str(const std::vector<std::int64_t>& shape) {
 // Copies between host and device memory, ordered with the GPU work of this
 // thread: on its current stream (then waited for), so a copy after a kernel
 // on a caller's stream sees what the kernel wrote.
+// A copy that waits for its stream cannot be recorded into a CUDA graph:
+// refused, saying why, while the stream is being captured.
+void refuse_while_capturing(const Stream& s, const char* what) {
+  if (runtime::stream_capturing(s.device().index, s.handle()))
+    fail("tx.Tensor", s.device().str(), {},
+         std::string(what) +
+             " waits for the GPU, which cannot happen while a CUDA graph is being captured on "
+             "the current stream of " +
+             s.device().str() + ": copy outside the capture (before it, or after a replay)");
+}
 void host_copy_from_device(void* dst, runtime::DevicePtr src, std::size_t n, int ordinal) {
   Stream s = current_stream(Device::cuda(ordinal));
   if (s.is_default()) return runtime::copy_to_host(dst, src, n);
+  refuse_while_capturing(s, "reading a tensor back to the host");
   runtime::copy_to_host(dst, src, n, s.handle());
   s.synchronize();
 }
 void device_copy_from_host(runtime::DevicePtr dst, const void* src, std::size_t n, int ordinal) {
   Stream s = current_stream(Device::cuda(ordinal));
   if (s.is_default()) return runtime::copy_to_device(dst, src, n);
+  refuse_while_capturing(s, "copying host data into a tensor");
   runtime::copy_to_device(dst, src, n, s.handle());
   s.synchronize();
 }

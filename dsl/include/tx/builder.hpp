@@ -23,6 +23,7 @@
 
 #include "tx/expr.hpp"
 #include "tx/ir.hpp"
+#include "tx/tile_op_table.hpp"
 
 namespace tx {
 
@@ -563,83 +564,67 @@ TileScheduler tile_scheduler(TileSchedulerConfig config, Loc loc = Loc::current(
 // ------------------------------------------------------------ tile primitives
 //
 // Tx::<scope>::<op>(dst, srcs..., attrs). Unqualified Tx::<op> is thread scope.
+// One builder per row of TX_TILE_OP_TABLE (tile_op_table.hpp) and scope; its
+// parameters are the row's signature.
+
+// A signature's builder; `kScope` is the namespace's execution scope.
+#define TX_TILE_SIG_dst_src(NAME)                                                        \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileOperand src, ::tx::TileAttrs a = {}, \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                               \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, src.region}, std::move(a), loc); \
+  }
+#define TX_TILE_SIG_dst(NAME)                                                \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileAttrs a = {},            \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                   \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region}, std::move(a), loc); \
+  }
+#define TX_TILE_SIG_dst_value(NAME)                                                       \
+  inline void NAME(::tx::TileOperand dst, ::tx::Value value, ::tx::TileAttrs a = {},      \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                                \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, value.value}, std::move(a), loc); \
+  }
+#define TX_TILE_SIG_dst_2(NAME)                                                             \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileOrScalar a, ::tx::TileOrScalar b,       \
+                   ::tx::TileAttrs at = {}, ::tx::Loc loc = ::tx::Loc::current()) {         \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, a.arg, b.arg}, std::move(at), loc); \
+  }
+#define TX_TILE_SIG_dst_3(NAME)                                                                    \
+  inline void NAME(::tx::TileOperand dst, ::tx::TileOrScalar a, ::tx::TileOrScalar b,              \
+                   ::tx::TileOrScalar c, ::tx::TileAttrs at = {},                                  \
+                   ::tx::Loc loc = ::tx::Loc::current()) {                                         \
+    ::tx::detail::emit_tile(#NAME, kScope, {dst.region, a.arg, b.arg, c.arg}, std::move(at), loc); \
+  }
+#define TX_TILE_SIG_d_a_b(NAME)                                                                 \
+  inline void NAME(::tx::TileOperand d, ::tx::TileOperand a, ::tx::TileOperand b,               \
+                   ::tx::TileAttrs at = {}, ::tx::Loc loc = ::tx::Loc::current()) {             \
+    ::tx::detail::emit_tile(#NAME, kScope, {d.region, a.region, b.region}, std::move(at), loc); \
+  }
+#define TX_TILE_BUILDER(NAME, FAMILY, SIG, ...) TX_TILE_SIG_##SIG(NAME)
+
+// The builders of a table of rows (TX_TILE_OP_TABLE's form), in namespaces
+// thread, warp, warpgroup and cta of the enclosing one.
+#define TX_DEFINE_TILE_BUILDERS(TABLE)                                  \
+  namespace thread {                                                    \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::thread;    \
+  TABLE(TX_TILE_BUILDER)                                                \
+  }                                                                     \
+  namespace warp {                                                      \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::warp;      \
+  TABLE(TX_TILE_BUILDER)                                                \
+  }                                                                     \
+  namespace warpgroup {                                                 \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::warpgroup; \
+  TABLE(TX_TILE_BUILDER)                                                \
+  }                                                                     \
+  namespace cta {                                                       \
+  inline constexpr ::tx::ExecScope kScope = ::tx::ExecScope::cta;       \
+  TABLE(TX_TILE_BUILDER)                                                \
+  }
 
 namespace Tx {
 
-#define TX_TILE_OPS(SCOPE)                                                                         \
-  inline void copy(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
-    detail::emit_tile("copy", SCOPE, {dst.region, src.region}, std::move(a), loc);                 \
-  }                                                                                                \
-  inline void copy_async(TileOperand dst, TileOperand src, TileAttrs a = {},                       \
-                         Loc loc = Loc::current()) {                                               \
-    detail::emit_tile("copy_async", SCOPE, {dst.region, src.region}, std::move(a), loc);           \
-  }                                                                                                \
-  inline void gemm(TileOperand d, TileOperand a, TileOperand b, TileAttrs at = {},                 \
-                   Loc loc = Loc::current()) {                                                     \
-    detail::emit_tile("gemm", SCOPE, {d.region, a.region, b.region}, std::move(at), loc);          \
-  }                                                                                                \
-  inline void zero(TileOperand dst, TileAttrs a = {}, Loc loc = Loc::current()) {                  \
-    detail::emit_tile("zero", SCOPE, {dst.region}, std::move(a), loc);                             \
-  }                                                                                                \
-  inline void fill(TileOperand dst, Value value, TileAttrs a = {}, Loc loc = Loc::current()) {     \
-    detail::emit_tile("fill", SCOPE, {dst.region, value.value}, std::move(a), loc);                \
-  }                                                                                                \
-  inline void cast(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
-    detail::emit_tile("cast", SCOPE, {dst.region, src.region}, std::move(a), loc);                 \
-  }                                                                                                \
-  TX_TILE_UNARY(SCOPE, sqrt)                                                                       \
-  TX_TILE_UNARY(SCOPE, exp)                                                                        \
-  TX_TILE_UNARY(SCOPE, exp2)                                                                       \
-  TX_TILE_UNARY(SCOPE, log)                                                                        \
-  TX_TILE_UNARY(SCOPE, log2)                                                                       \
-  TX_TILE_UNARY(SCOPE, reciprocal)                                                                 \
-  TX_TILE_UNARY(SCOPE, silu)                                                                       \
-  TX_TILE_BINARY(SCOPE, add)                                                                       \
-  TX_TILE_BINARY(SCOPE, sub)                                                                       \
-  TX_TILE_BINARY(SCOPE, mul)                                                                       \
-  TX_TILE_BINARY(SCOPE, fdiv)                                                                      \
-  TX_TILE_BINARY(SCOPE, maximum)                                                                   \
-  TX_TILE_BINARY(SCOPE, minimum)                                                                   \
-  inline void fma(TileOperand dst, TileOrScalar a, TileOrScalar b, TileOrScalar c,                 \
-                  TileAttrs at = {}, Loc loc = Loc::current()) {                                   \
-    detail::emit_tile("fma", SCOPE, {dst.region, a.arg, b.arg, c.arg}, std::move(at), loc);        \
-  }                                                                                                \
-  TX_TILE_REDUCE(SCOPE, sum)                                                                       \
-  TX_TILE_REDUCE(SCOPE, max)                                                                       \
-  TX_TILE_REDUCE(SCOPE, min)
-
-#define TX_TILE_UNARY(SCOPE, NAME)                                                                 \
-  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
-    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);                  \
-  }
-#define TX_TILE_BINARY(SCOPE, NAME)                                                    \
-  inline void NAME(TileOperand dst, TileOrScalar a, TileOrScalar b, TileAttrs at = {}, \
-                   Loc loc = Loc::current()) {                                         \
-    detail::emit_tile(#NAME, SCOPE, {dst.region, a.arg, b.arg}, std::move(at), loc);   \
-  }
-#define TX_TILE_REDUCE(SCOPE, NAME)                                                                \
-  inline void NAME(TileOperand dst, TileOperand src, TileAttrs a = {}, Loc loc = Loc::current()) { \
-    detail::emit_tile(#NAME, SCOPE, {dst.region, src.region}, std::move(a), loc);                  \
-  }
-
-namespace thread {
-TX_TILE_OPS(ExecScope::thread)
-}
-namespace warp {
-TX_TILE_OPS(ExecScope::warp)
-}
-namespace warpgroup {
-TX_TILE_OPS(ExecScope::warpgroup)
-}
-namespace cta {
-TX_TILE_OPS(ExecScope::cta)
-}
+TX_DEFINE_TILE_BUILDERS(TX_TILE_OP_TABLE)
 using namespace thread;  // NOLINT: Tx::sum(...) is Tx::thread::sum(...)
-
-#undef TX_TILE_OPS
-#undef TX_TILE_UNARY
-#undef TX_TILE_BINARY
-#undef TX_TILE_REDUCE
 
 }  // namespace Tx
 

@@ -15,8 +15,8 @@ namespace {
 
 class TileLowerer : public ScopedMutator {
  public:
-  TileLowerer(const LaunchConfig& launch, std::vector<TileCallRecord>* log, int sm)
-      : ScopedMutator(launch), log_(log), sm_(sm) {}
+  TileLowerer(const LaunchConfig& launch, std::vector<TileCallRecord>* log, const Target& target)
+      : ScopedMutator(launch), log_(log), target_(target) {}
   using ScopedMutator::mutate_node;
 
   Stmt mutate_node(const Stmt& self, const TileCallNode*) override {
@@ -38,7 +38,7 @@ class TileLowerer : public ScopedMutator {
     ctx.env = &env_;
     ctx.guards = guards_;
     ctx.in_loop = loops_ > 0;
-    ctx.sm = sm_;
+    ctx.target = target_;
     if (Expr whole = whole_tile(n); whole.defined()) {
       // An asynchronous copy that may reach past an extent known at launch
       // is copied synchronously, masked like a copy (cp.async zero-fill is
@@ -143,15 +143,15 @@ class TileLowerer : public ScopedMutator {
  public:
  private:
   std::vector<TileCallRecord>* log_;
-  int sm_;
+  Target target_;
   std::vector<Stmt> synthesized_;  // calls made here live as long as the pass
 };
 
 }  // namespace
 
 Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log,
-                    int sm) {
-  TileLowerer l(launch, log, sm);
+                    const Target& target) {
+  TileLowerer l(launch, log, target);
   return l.mutate(s);
 }
 

@@ -233,9 +233,11 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
       }
     } w;
     w.visit(f->body);
+    VarFact read_only;
+    read_only.invariant_memory = true;
     for (const Param& p : f->params)
       if (p.buffer && p.buffer->scope == MemScope::global && !w.data.count(p.buffer->data.get()))
-        lc.param_facts.emplace_back(p.buffer->data, VarFact{.invariant_memory = true});
+        lc.param_facts.emplace_back(p.buffer->data, read_only);
   }
   BarrierCheck bc(lc);
   bc.mutate(f->body);

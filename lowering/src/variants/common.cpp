@@ -21,11 +21,6 @@ std::string operand_reason(const BufferRegion& r, const std::string& what) {
   return "operand " + r.buffer->name + ": " + what;
 }
 
-Check target_is_cuda(const DispatchContext& ctx) {
-  if (ctx.target != "cuda") return "non-cuda target " + ctx.target;
-  return ok();
-}
-
 Check scope_fits_cta(const DispatchContext& ctx) {
   if (ctx.scope_threads > ctx.cta_threads || ctx.cta_threads % ctx.scope_threads != 0)
     return std::string(exec_scope_name(ctx.scope)) + " scope needs a multiple of " +
@@ -72,7 +67,11 @@ Check in_bounds(const DispatchContext& ctx, bool masks_partial_tiles) {
         if (s.lo < 0)
           return operand_reason(*r,
                                 "region in dimension " + std::to_string(d) + " may start below 0");
-        if (r->buffer->dims.size() > 1 && !(partial && masks_partial_tiles))
+        // (A symbolic inner extent is symbolic_regions_flat's to refuse.)
+        bool inner_symbolic = false;
+        for (std::size_t e = 1; e < r->buffer->dims.size(); ++e)
+          inner_symbolic = inner_symbolic || !r->buffer->dims[e].as<IntImmNode>();
+        if (r->buffer->dims.size() > 1 && !inner_symbolic && !(partial && masks_partial_tiles))
           return operand_reason(
               *r, "the region may reach past dimension " + std::to_string(d) +
                       ", whose extent is known at launch: " +
@@ -175,8 +174,7 @@ Check symbolic_regions_flat(const DispatchContext& ctx) {
 }
 
 std::vector<std::pair<std::string, Predicate>> common_predicates() {
-  return {{"target", target_is_cuda},
-          {"scope_fits_cta", scope_fits_cta},
+  return {{"scope_fits_cta", scope_fits_cta},
           {"all_threads_active", all_threads_active},
           {"regions_in_bounds", regions_in_bounds},
           {"symbolic_regions_flat", symbolic_regions_flat},
@@ -262,8 +260,8 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
   if (!plan.spec) return "not an elementwise op";
   const ElementwiseSpec& spec = *plan.spec;
   const std::vector<TileArg> operands = call->operands();
-  if (static_cast<int>(operands.size()) != spec.inputs + 1)
-    return "takes " + std::to_string(spec.inputs + 1) + " operands, got " +
+  if (static_cast<int>(operands.size()) != spec.inputs() + 1)
+    return "takes " + std::to_string(spec.inputs() + 1) + " operands, got " +
            std::to_string(operands.size());
   const BufferRegion* dst = std::get_if<BufferRegion>(&operands[0]);
   if (!dst) return "the destination must be a buffer region";
@@ -280,29 +278,29 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
       auto* r = std::get_if<BufferRegion>(&inputs[i]);
       if (!r) continue;
       const DType it = r->buffer->dtype;
-      if (!spec.converts && it != dt && !(it.is_float() && dt.is_float()))
+      if (!spec.converts() && it != dt && !(it.is_float() && dt.is_float()))
         return operand_reason(*r, "dtype " + it.name() + " differs from the destination's " +
                                       dt.name() + " (use Tx cast)");
     }
-    if (spec.inputs >= 2 && std::holds_alternative<Expr>(inputs[0])) {
-      if (!spec.commutative)
+    if (spec.inputs() >= 2 && std::holds_alternative<Expr>(inputs[0])) {
+      if (!spec.commutative())
         return "operand 1 is a scalar; " + spec.name +
                " is not commutative, so its left operand must be a tile";
       std::swap(inputs[0], inputs[1]);
     }
-    if (spec.inputs >= 1 && spec.name != "fma") {
+    if (spec.inputs() >= 1 && spec.name != "fma") {
       bool any_region = false;
       for (auto& in : inputs) any_region |= std::holds_alternative<BufferRegion>(in);
       if (!any_region) return "needs at least one tile input";
     }
   }
-  if (spec.float_only && !dt.is_float())
+  if (spec.float_only() && !dt.is_float())
     return "operand " + dst->buffer->name + ": " + spec.name + " needs a float dtype, got " +
            dt.name();
   if (dt.is_bool() && spec.name != "cast" && spec.name != "fill" && spec.name != "zero")
     return "operand " + dst->buffer->name + ": no arithmetic on bool tiles";
   const bool tile_scale = call->attrs.scale_arg >= 0, tile_bias = call->attrs.bias_arg >= 0;
-  if ((call->attrs.scale || call->attrs.bias || tile_scale || tile_bias) && !spec.scale_bias)
+  if ((call->attrs.scale || call->attrs.bias || tile_scale || tile_bias) && !spec.accepts(TileAttr::scale_bias))
     return spec.name + " takes no scale/bias";
   // A tile scale / bias: a float region that broadcasts to the destination
   // (checked by the variant, like any input), loaded beside the op's inputs.
@@ -318,9 +316,11 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
         static_cast<int>(inputs.size());
     inputs.emplace_back(r);
   }
-  if (!call->attrs.axes.empty() || call->attrs.accum) return spec.name + " takes no axes/accum";
-  plan.compute = compute_dtype(spec.converts ? f32 : dt);
-  if (!spec.converts && dt.is_float())  // the widest of the operands' compute dtypes
+  if ((!call->attrs.axes.empty() && !spec.accepts(TileAttr::axes)) ||
+      (call->attrs.accum && !spec.accepts(TileAttr::accum)))
+    return spec.name + " takes no axes/accum";
+  plan.compute = compute_dtype(spec.converts() ? f32 : dt);
+  if (!spec.converts() && dt.is_float())  // the widest of the operands' compute dtypes
     for (const TileArg& in : inputs)
       if (auto* r = std::get_if<BufferRegion>(&in);
           r && r->buffer->dtype.is_float() &&
@@ -367,7 +367,7 @@ Expr elementwise_value(const ElementwisePlan& plan, const std::vector<Expr>& loa
     if (bias) x = make_binary(BinOp::Add, x, bias);
     xs[0] = x;
   }
-  Expr r = plan.spec->compute(xs);
+  Expr r = plan.spec->math(xs);
   return r.dtype() == dt ? r : make_cast(dt, r);
 }
 

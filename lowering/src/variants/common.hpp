@@ -20,7 +20,6 @@ std::vector<const BufferRegion*> region_args(const TileCallNode* call);
 // "operand A_smem: <what>"
 std::string operand_reason(const BufferRegion& r, const std::string& what);
 
-Check target_is_cuda(const DispatchContext& ctx);
 // The scope's threads exist in the CTA (warp needs a multiple of 32, ...).
 Check scope_fits_cta(const DispatchContext& ctx);
 // No enclosing guard splits the scope's group of threads.

@@ -27,11 +27,11 @@ Check global_to_shared(const DispatchContext& ctx) {
     return operand_reason(dst, std::string("cp.async copies global -> shared (here ") +
                                    mem_scope_name(src.buffer->scope) + " -> " +
                                    mem_scope_name(dst.buffer->scope) + ")");
-  if (ctx.sm == 0) return "the host runs no PTX (copy_async/sync copies synchronously)";
   if (ctx.call->attrs.barrier.defined())
     return "barrier= asks for completion on an mbarrier, which cp.async groups do not signal "
            "(copy_async/tma does)";
-  if (ctx.sm < 80) return "cp.async needs sm_80; the target is sm_" + std::to_string(ctx.sm);
+  if (ctx.target.below_sm(80))
+    return "cp.async needs sm_80; the target is sm_" + std::to_string(ctx.target.sm);
   if (src.buffer->symbolic())
     return operand_reason(src,
                           "extent known at launch: a partial tile would need zero-filled "
@@ -91,6 +91,8 @@ namespace tx::lowering {
 void register_copy_async_ldgsts(Registry& r) {
   using namespace variants;
   Variant v;
+  v.targets = {TargetKind::cuda};
+  v.off_target = "the host runs no PTX (copy_async/sync copies synchronously)";
   v.family = "copy_async";
   v.name = "ldgsts";
   v.priority = 20;

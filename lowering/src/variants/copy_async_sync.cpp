@@ -34,7 +34,7 @@ Plan plan(const DispatchContext& ctx) {
   } catch (const Error& e) {
     return std::string("as a synchronous copy: ") + e.what();
   }
-  if (ctx.sm >= 80) {
+  if (ctx.target.has_sm(80)) {
     static std::mutex mu;
     static std::set<std::string> warned;
     std::string site = ctx.call->loc.str() + ":" + std::to_string(ctx.call->loc.column);
@@ -54,7 +54,7 @@ Plan plan(const DispatchContext& ctx) {
     // the arrive that follows the call (one thread's) publishes the stage,
     // and on sm_90 visible to the asynchronous proxy (wgmma, TMA stores).
     std::vector<Stmt> seq = {body};
-    if (ctx.sm >= 90)
+    if (ctx.target.has_sm(90))
       seq.push_back(
           make_evaluate(make_call(Intrinsic::fence_proxy_async, {}, ctx.call->loc), ctx.call->loc));
     seq.push_back(make_barrier(ctx.scope, ctx.call->loc));

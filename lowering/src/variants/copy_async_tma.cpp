@@ -42,8 +42,8 @@ Check barrier_and_operands(const DispatchContext& ctx) {
   if (!ctx.call->attrs.barrier.defined())
     return "a TMA copy completes on an mbarrier: pass {.barrier = pipe.full(it)} (without "
            "one, copy_async/ldgsts uses commit / wait groups)";
-  if (ctx.sm == 0) return "the host runs no PTX (copy_async/sync copies synchronously)";
-  if (ctx.sm < 90) return "the TMA needs sm_90; the target is sm_" + std::to_string(ctx.sm);
+  if (ctx.target.below_sm(90))
+    return "the TMA needs sm_90; the target is sm_" + std::to_string(ctx.target.sm);
   return ok();
 }
 
@@ -197,6 +197,8 @@ namespace tx::lowering {
 void register_copy_async_tma(Registry& r) {
   using namespace variants;
   Variant v;
+  v.targets = {TargetKind::cuda};
+  v.off_target = "the host runs no PTX (copy_async/sync copies synchronously)";
   v.family = "copy_async";
   v.name = "tma";
   v.priority = 30;

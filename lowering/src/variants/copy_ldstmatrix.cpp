@@ -48,11 +48,10 @@ Check local_and_shared(const DispatchContext& ctx) {
     return operand_reason(dst,
                           "ldmatrix / stmatrix copy between a shared tile and a register "
                           "fragment (one operand local, the other shared)");
-  if (ctx.sm == 0) return "the host runs no PTX (copy/reg copies the fragment element by element)";
-  if (load && ctx.sm < 75)
-    return "ldmatrix needs sm_75; the target is sm_" + std::to_string(ctx.sm);
-  if (store && ctx.sm < 90)
-    return "stmatrix needs sm_90; the target is sm_" + std::to_string(ctx.sm);
+  if (load && ctx.target.below_sm(75))
+    return "ldmatrix needs sm_75; the target is sm_" + std::to_string(ctx.target.sm);
+  if (store && ctx.target.below_sm(90))
+    return "stmatrix needs sm_90; the target is sm_" + std::to_string(ctx.target.sm);
   if (dst.buffer->dtype.bytes() != 2)
     return operand_reason(
         dst, "dtype " + dst.buffer->dtype.name() + ": ldmatrix / stmatrix move 16-bit elements");
@@ -237,6 +236,8 @@ namespace tx::lowering {
 void register_copy_ldstmatrix(Registry& r) {
   using namespace variants;
   Variant v;
+  v.targets = {TargetKind::cuda};
+  v.off_target = "the host runs no PTX (copy/reg copies the fragment element by element)";
   v.family = "copy";
   v.name = "ldstmatrix";
   v.priority = 20;

@@ -169,16 +169,15 @@ namespace tx::lowering {
 
 void register_elementwise_smem(Registry& r) {
   using namespace variants;
-  for (const ElementwiseSpec& spec : elementwise_ops()) {
-    Variant v;
-    v.family = "elementwise";
-    v.name = "smem";
-    v.priority = 10;
-    v.when = common_predicates_where();
-    v.when.push_back({"all_shared", all_shared});
-    v.plan = plan;
-    r.add(spec.name, v);
-  }
+  // One registration for every op of the elementwise family (tile_op_table.hpp).
+  Variant v;
+  v.family = "elementwise";
+  v.name = "smem";
+  v.priority = 10;
+  v.when = common_predicates_where();
+  v.when.push_back({"all_shared", all_shared});
+  v.plan = plan;
+  r.add(v);
 }
 
 }  // namespace tx::lowering

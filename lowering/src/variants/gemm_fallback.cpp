@@ -61,7 +61,7 @@ Expr matrix_offset(const RegionLayout& l, const Expr& row, const Expr& col) {
 // On a GPU, once per call site (a kernel rebuilt in a loop should not flood
 // the log): the FMA loops are far slower than the tensor cores.
 void warn_once(const DispatchContext& ctx) {
-  if (ctx.sm <= 0) return;
+  if (!ctx.target.is_cuda()) return;
   static std::mutex mu;
   static std::set<std::string> warned;
   std::string site = ctx.call->loc.str() + ":" + std::to_string(ctx.call->loc.column);

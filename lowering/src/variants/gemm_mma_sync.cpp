@@ -61,9 +61,8 @@ Check registers_and_dtypes(const DispatchContext& ctx) {
       return operand_reason(*r, std::string("scope ") + mem_scope_name(r->buffer->scope) +
                                     ": stage with ldmatrix first (Tx::warp::copy into a "
                                     "register fragment, frag::mma_a / mma_b)");
-  if (ctx.sm == 0) return "the host runs no PTX (gemm/fallback computes the same product)";
-  if (ctx.sm < 80)
-    return "mma.sync m16n8k16 needs sm_80; the target is sm_" + std::to_string(ctx.sm);
+  if (ctx.target.below_sm(80))
+    return "mma.sync m16n8k16 needs sm_80; the target is sm_" + std::to_string(ctx.target.sm);
   if (d.buffer->dtype != f32)
     return operand_reason(d, "dtype " + d.buffer->dtype.name() +
                                  ": the accumulator must be f32 (Tx::warp::cast afterwards)");
@@ -74,8 +73,8 @@ Check registers_and_dtypes(const DispatchContext& ctx) {
     return operand_reason(b, "dtypes " + ta.name() + " x " + tb.name() +
                                  ": mma.sync takes f16 x f16, bf16 x bf16 (m16n8k16) or fp8 "
                                  "e4m3 / e5m2 (m16n8k32)");
-  if (fp8 && ctx.sm < 89)
-    return "fp8 mma (m16n8k32) needs sm_89; the target is sm_" + std::to_string(ctx.sm);
+  if (fp8 && ctx.target.below_sm(89))
+    return "fp8 mma (m16n8k32) needs sm_89; the target is sm_" + std::to_string(ctx.target.sm);
   return ok();
 }
 
@@ -232,6 +231,8 @@ namespace tx::lowering {
 void register_gemm_mma_sync(Registry& r) {
   using namespace variants;
   Variant v;
+  v.targets = {TargetKind::cuda};
+  v.off_target = "the host runs no PTX (gemm/fallback computes the same product)";
   v.family = "gemm";
   v.name = "mma_sync";
   v.priority = 20;

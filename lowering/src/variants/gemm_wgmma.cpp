@@ -52,9 +52,8 @@ Check warpgroup_and_dtypes(const DispatchContext& ctx) {
   if (b.buffer->scope != MemScope::shared)
     return operand_reason(b, std::string("scope ") + mem_scope_name(b.buffer->scope) +
                                  ": wgmma reads B from shared memory");
-  if (ctx.sm == 0) return "the host runs no PTX (gemm/fallback computes the same product)";
-  if (ctx.sm != 90)
-    return "wgmma is an sm_90a instruction; the target is sm_" + std::to_string(ctx.sm);
+  if (ctx.target.is_cuda() && ctx.target.sm != 90)
+    return "wgmma is an sm_90a instruction; the target is sm_" + std::to_string(ctx.target.sm);
   DType ta = a.buffer->dtype, tb = b.buffer->dtype;
   bool half = (ta == f16 || ta == bf16) && ta == tb;
   bool fp8 = ta.is_fp8() && tb.is_fp8();
@@ -354,6 +353,8 @@ namespace tx::lowering {
 void register_gemm_wgmma(Registry& r) {
   using namespace variants;
   Variant v;
+  v.targets = {TargetKind::cuda};
+  v.off_target = "the host runs no PTX (gemm/fallback computes the same product)";
   v.family = "gemm";
   v.name = "wgmma";
   v.priority = 30;

@@ -200,17 +200,16 @@ namespace tx::lowering {
 
 void register_reduction_cross_warp(Registry& r) {
   using namespace variants;
-  for (const char* op : {"sum", "max", "min"}) {
-    Variant v;
-    v.family = "reduction";
-    v.name = "cross_warp";
-    v.priority = 10;
-    v.when = common_predicates();
-    v.when.push_back({"all_local", all_local});
-    v.when.push_back({"across_warps", across_warps});
-    v.plan = plan;
-    r.add(op, v);
-  }
+  // One registration for every op of the reduction family (tile_op_table.hpp).
+  Variant v;
+  v.family = "reduction";
+  v.name = "cross_warp";
+  v.priority = 10;
+  v.when = common_predicates();
+  v.when.push_back({"all_local", all_local});
+  v.when.push_back({"across_warps", across_warps});
+  v.plan = plan;
+  r.add(v);
 }
 
 }  // namespace tx::lowering

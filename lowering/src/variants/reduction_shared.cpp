@@ -126,16 +126,15 @@ namespace tx::lowering {
 
 void register_reduction_shared(Registry& r) {
   using namespace variants;
-  for (const char* op : {"sum", "max", "min"}) {
-    Variant v;
-    v.family = "reduction";
-    v.name = "shared";
-    v.priority = 10;
-    v.when = common_predicates();
-    v.when.push_back({"all_shared", all_shared});
-    v.plan = plan;
-    r.add(op, v);
-  }
+  // One registration for every op of the reduction family (tile_op_table.hpp).
+  Variant v;
+  v.family = "reduction";
+  v.name = "shared";
+  v.priority = 10;
+  v.when = common_predicates();
+  v.when.push_back({"all_shared", all_shared});
+  v.plan = plan;
+  r.add(v);
 }
 
 }  // namespace tx::lowering

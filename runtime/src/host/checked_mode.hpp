@@ -14,10 +14,11 @@
 // and another reads or writes is a race too. CTAs run one after the other in
 // this mode.
 //
-// The checks are inserted into the lowered IR by instrument_checks (as the
-// check_* intrinsics), so they survive the host passes where the accesses
-// they guard go; emit_llvm turns them into calls of the tx_host_check_*
-// functions below, with the thread of the enclosing thread loop.
+// The checks are inserted into the lowered IR by lowering's instrument_checks
+// pass (as the check_* intrinsics), so they survive the host passes where the
+// accesses they guard go; the LLVM code generator (lowering/src/codegen/llvm.cpp)
+// turns them into calls of the tx_host_check_* functions below, with the
+// thread of the enclosing thread loop.
 #pragma once
 
 #include <cstdint>
@@ -26,34 +27,15 @@
 #include <vector>
 
 #include "tx/ir.hpp"
-#include "tx/lowering/lower.hpp"
+#include "tx/lowering/host_form.hpp"
 
 namespace tx::runtime::host {
 
-// A buffer the checks know by its slot number.
-struct CheckBuffer {
-  int param = -1;  // the kernel argument it is, for global buffers
-  std::string name;
-  MemScope scope = MemScope::global;
-  std::int64_t elems = 0;           // valid indices: [0, elems)
-  std::vector<std::int64_t> shape;  // the user's shape, when row-major (coordinates)
-  bool races = false;               // shared and global buffers are tracked
-};
-
-// Where a check sits: the op the user wrote and its line.
-struct CheckSite {
-  std::string op;    // "T.store", "Tx.warp.copy", "T.floordiv"
-  std::string what;  // the buffer, or the expression of a division
-  SourceLoc loc;
-};
-
-struct CheckPlan {
-  std::vector<CheckBuffer> buffers;
-  std::vector<CheckSite> sites;
-};
-
-// Inserts the checks into a lowered kernel body; fills `plan`.
-Stmt instrument_checks(const lowering::LoweredKernel& k, CheckPlan* plan);
+// The plan (which buffer each check's slot is, which op each site) comes
+// with the host form (lowering/host_form.hpp).
+using lowering::CheckBuffer;
+using lowering::CheckPlan;
+using lowering::CheckSite;
 
 // The state of one checked launch (what tx_host_check_* update).
 class Checker {

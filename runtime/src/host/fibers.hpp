@@ -16,7 +16,7 @@
 // the waits.
 //
 // Synchronization runs through the tx_fiber_* functions the JIT-compiled
-// thread function calls (emit_llvm, fiber mode):
+// thread function calls (codegen/llvm.cpp, fiber mode):
 //   tx_fiber_sync            bar.sync of a group (the CTA, a warpgroup, a
 //                            warp); threads that returned count as arrived,
 //                            as exited threads do on the GPU
@@ -33,16 +33,13 @@
 #include <string>
 #include <vector>
 
+#include "llvm.hpp"  // lowering/src/codegen: WaitSite, FiberEntry
 #include "tx/ir.hpp"
 
 namespace tx::runtime::host {
 
-// A place where a fiber can wait, for the deadlock report.
-struct WaitSite {
-  std::string op;       // "T.ptx.mbarrier_wait", "T.cuda.cta_sync", ...
-  std::string operand;  // the barrier as written ("pipe_full[T.floormod(it, 2)]"), or empty
-  SourceLoc loc;
-};
+using lowering::FiberEntry;
+using lowering::WaitSite;
 
 struct FiberPlan {
   std::string kernel;
@@ -51,10 +48,6 @@ struct FiberPlan {
   std::int64_t scratch_bytes = 0;  // per CTA (its shared memory): zeroed before each CTA
   std::vector<WaitSite> sites;
 };
-
-// The JIT-compiled thread function: thread `thread` of CTA `cta` (linear id).
-using FiberEntry = void (*)(void* const* args, std::int64_t cta, void* scratch, void* fibers,
-                            const std::int64_t* grid, std::int32_t thread);
 
 // Runs CTAs [first, end) one after another, each as plan.block fibers.
 // A deadlock or a misused mbarrier is a tx error (fail()).

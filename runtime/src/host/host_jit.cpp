@@ -1,30 +1,33 @@
 // The host fallback: tx::runtime::host_compile / host_jit_available.
 //
-//   lowered IR -> isolate_shuffles -> sink_local_allocations -> split_regions
-//              -> emit_llvm -> LLVM O2 without automatic unrolling (vectorizes
-//                 the thread loops)
+//   host form (lowering::lower for Target::host(): the lowered IR through
+//   instrument_checks, isolate_shuffles, sink_local_allocations, split_regions)
+//              -> codegen/llvm (emit_llvm) -> LLVM O2 without automatic
+//                 unrolling (vectorizes the thread loops)
 //              -> ORC LLJIT -> a function that runs a range of CTAs
 //
 // Kernels that synchronize through mbarriers (pipelines, warp
-// specialization) take the fiber schedule instead (fibers.hpp): the lowered
-// IR -> emit_llvm_fibers -> a function that runs one thread, which the fiber
-// scheduler runs once per thread of each CTA, switching at every wait.
+// specialization) take the fiber schedule instead (fibers.hpp): their host
+// form is the lowered body -> emit_llvm_fibers -> a function that runs one
+// thread, which the fiber scheduler runs once per thread of each CTA,
+// switching at every wait.
 //
 // One LLJIT serves the process (a function-local static, never destroyed so
 // that no kernel outlives it at exit). Compiles are serialized by one mutex
-// and cached in memory under the GPU cache's key (kernel_cache_key: SHA-256
-// of the kernel's CUDA source, tx and IR versions, the target -- here the
-// host's triple and CPU -- the compiler version -- here LLVM's -- and the
-// launch shape the host code is specialized for), so compiling the same
-// kernel twice JITs once. A launch runs the CTAs
+// and cached in memory under the GPU cache's key function (kernel_cache_key:
+// SHA-256 of the host form's structural hash, tx and IR versions, the target
+// -- here the host's triple and CPU -- the compiler version -- here LLVM's --
+// and the launch shape the host code is specialized for), so compiling the
+// same kernel twice JITs once. A launch runs the CTAs
 // in order, or splits the grid into contiguous ranges over a few std::threads
 // when there is enough work; CTAs never share state, so the split changes no
 // result.
 //
-// Environment: TX_DEBUG_IR=1 prints the host form after each host pass;
-// TX_HOST_DUMP_LLVM=1 prints the optimized LLVM IR; TX_HOST_JIT_TIMING=1
-// prints where compile time goes; TX_HOST_CACHE=0 bypasses the compile cache;
-// TX_HOST_THREADS=n caps the worker threads of a launch (1: sequential).
+// Environment: TX_DEBUG_IR=1 prints the host form after each host pass (where
+// lower() did not build it already); TX_HOST_DUMP_LLVM=1 prints the optimized
+// LLVM IR; TX_HOST_JIT_TIMING=1 prints where compile time goes; TX_HOST_CACHE=0
+// bypasses the compile cache; TX_HOST_THREADS=n caps the worker threads of a
+// launch (1: sequential).
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -57,9 +60,10 @@
 #include <vector>
 
 #include "checked_mode.hpp"
-#include "emit_llvm.hpp"
-#include "host_passes.hpp"
-#include "tx/lowering/codegen_cuda.hpp"
+#include "fibers.hpp"
+#include "llvm.hpp"  // lowering/src/codegen: the host code generator
+#include "tx/lowering/host_form.hpp"
+#include "tx/lowering/identifier.hpp"
 #include "tx/printer.hpp"
 #include "tx/runtime/disk_cache.hpp"
 #include "tx/runtime/kernel.hpp"
@@ -203,8 +207,9 @@ void optimize(llvm::Module& m, llvm::TargetMachine* tm, bool libmvec) {
 
 class JitKernel : public HostKernel {
  public:
-  JitKernel(host::HostEntry fn, const lowering::LaunchConfig& launch, std::int64_t scratch_bytes,
-            std::string name, std::shared_ptr<const host::CheckPlan> plan)
+  JitKernel(lowering::HostEntry fn, const lowering::LaunchConfig& launch,
+            std::int64_t scratch_bytes, std::string name,
+            std::shared_ptr<const lowering::CheckPlan> plan)
       : fn_(fn),
         launch_(launch),
         block_(launch.block),
@@ -212,7 +217,8 @@ class JitKernel : public HostKernel {
         name_(std::move(name)),
         plan_(std::move(plan)) {}
   // The fiber schedule: `fiber` runs one thread.
-  JitKernel(host::FiberEntry fiber, host::FiberPlan fibers, const lowering::LaunchConfig& launch)
+  JitKernel(lowering::FiberEntry fiber, host::FiberPlan fibers,
+            const lowering::LaunchConfig& launch)
       : fiber_(fiber),
         fibers_(std::move(fibers)),
         launch_(launch),
@@ -327,49 +333,27 @@ class JitKernel : public HostKernel {
     return static_cast<int>(std::min<std::int64_t>(cap, blocks));
   }
 
-  host::HostEntry fn_ = nullptr;
-  host::FiberEntry fiber_ = nullptr;
+  lowering::HostEntry fn_ = nullptr;
+  lowering::FiberEntry fiber_ = nullptr;
   host::FiberPlan fibers_;
   lowering::LaunchConfig launch_;
   std::int64_t block_ = 1;
   std::int64_t scratch_bytes_ = 0;
   std::string name_;
-  std::shared_ptr<const host::CheckPlan> plan_;  // set in the checked mode
+  std::shared_ptr<const lowering::CheckPlan> plan_;  // set in the checked mode
 };
 
 std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKernel& k,
-                                             bool checked) {
+                                             const lowering::HostForm& form) {
   using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
+  auto t1 = clock::now();
   const std::string& name = k.source->name;
   SourceLoc loc = k.source->loc;
-  bool debug = env_flag("TX_DEBUG_IR");
-  auto log = [&](const char* pass, const Stmt& s) {
-    if (debug)
-      std::cerr << "// host: after " << pass << "\n" << to_string(k.lowered.with_body(s, true));
-  };
-
-  host::HostContext cx;
-  cx.launch = k.launch;
-  Stmt s = k.lowered->body;
-  std::shared_ptr<host::CheckPlan> plan;
-  if (checked) {
-    plan = std::make_shared<host::CheckPlan>();
-    s = host::instrument_checks(k, plan.get());
-    log("instrument_checks", s);
-  }
-  s = host::isolate_shuffles(s, cx);
-  log("isolate_shuffles", s);
-  s = host::sink_local_allocations(s);
-  log("sink_local_allocations", s);
-  s = host::split_regions(s, cx);
-  log("split_regions", s);
-  auto t1 = clock::now();
-
+  const bool checked = form.checked;
   auto ctx = std::make_unique<llvm::LLVMContext>();
   std::string fname =
       "tx_host_" + lowering::sanitize_identifier(name) + "_" + std::to_string(j.next_id++);
-  host::EmittedModule em = host::emit_llvm(*ctx, k, s, cx.thread, fname, checked);
+  lowering::EmittedModule em = lowering::emit_llvm(*ctx, k, form.body, form.thread, fname, checked);
   llvm::Module& m = *em.module;
   m.setDataLayout(j.jit->getDataLayout());
   m.setTargetTriple(j.jit->getTargetTriple().str());
@@ -412,35 +396,13 @@ std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKern
     };
     std::fprintf(
         stderr,
-        "tx host_jit %s: host passes %.2f ms, LLVM IR %.2f ms (%zu instructions), O2 %.2f ms%s, "
-        "codegen %.2f ms\n",
-        name.c_str(), ms(t0, t1), ms(t1, t2), instructions, ms(t2, t3),
+        "tx host_jit %s: LLVM IR %.2f ms (%zu instructions), O2 %.2f ms%s, codegen %.2f ms\n",
+        name.c_str(), ms(t1, t2), instructions, ms(t2, t3),
         instructions > kOptimizeLimit ? " (skipped: too large)" : "", ms(t3, t4));
   }
-  return std::make_shared<JitKernel>(sym->toPtr<host::HostEntry>(), k.launch, em.scratch_bytes,
-                                     name, plan);
+  return std::make_shared<JitKernel>(sym->toPtr<lowering::HostEntry>(), k.launch, em.scratch_bytes,
+                                     name, form.checks);
 }
-
-// Kernels that wait on mbarriers or named barriers run as fibers: no region
-// split orders a producer and consumers that wait on each other inside
-// their own loops. The first such intrinsic in a kernel, or null.
-const CallNode* first_mbarrier_call(const lowering::LoweredKernel& k) {
-  struct Find : IRVisitor {
-    const CallNode* found = nullptr;
-    using IRVisitor::visit_node;
-    void visit_node(const CallNode* n) override {
-      if (!found && (n->op == Intrinsic::mbarrier_init || n->op == Intrinsic::mbarrier_wait ||
-                     n->op == Intrinsic::mbarrier_arrive || n->op == Intrinsic::mbarrier_expect_tx ||
-                     n->op == Intrinsic::named_barrier_sync ||
-                     n->op == Intrinsic::named_barrier_arrive))
-        found = n;
-      IRVisitor::visit_node(n);
-    }
-  } f;
-  f.visit(k.lowered->body);
-  return f.found;
-}
-bool needs_fibers(const lowering::LoweredKernel& k) { return first_mbarrier_call(k) != nullptr; }
 
 // A fiber's stack: its register tiles (all of them, as LLVM allocas) and
 // room for spills and the calls into the scheduler.
@@ -453,7 +415,8 @@ std::int64_t fiber_stack_bytes(const Stmt& body) {
   return 2 * locals + 128 * 1024;
 }
 
-std::shared_ptr<HostKernel> compile_fibers(Jit& j, const lowering::LoweredKernel& k) {
+std::shared_ptr<HostKernel> compile_fibers(Jit& j, const lowering::LoweredKernel& k,
+                                           const lowering::HostForm& form) {
   const std::string& name = k.source->name;
   SourceLoc loc = k.source->loc;
   auto ctx = std::make_unique<llvm::LLVMContext>();
@@ -462,8 +425,8 @@ std::shared_ptr<HostKernel> compile_fibers(Jit& j, const lowering::LoweredKernel
   host::FiberPlan plan;
   plan.kernel = name;
   plan.block = k.launch.block;
-  plan.stack_bytes = fiber_stack_bytes(k.lowered->body);
-  host::EmittedModule em = host::emit_llvm_fibers(*ctx, k, k.lowered->body, fname, &plan.sites);
+  plan.stack_bytes = fiber_stack_bytes(form.body);
+  lowering::EmittedModule em = lowering::emit_llvm_fibers(*ctx, k, form.body, fname, &plan.sites);
   plan.scratch_bytes = em.scratch_bytes;
   llvm::Module& m = *em.module;
   m.setDataLayout(j.jit->getDataLayout());
@@ -483,7 +446,7 @@ std::shared_ptr<HostKernel> compile_fibers(Jit& j, const lowering::LoweredKernel
     fail("tx.host_jit", name, loc, llvm_message(std::move(e)));
   auto sym = j.jit->lookup(fname);
   if (!sym) fail("tx.host_jit", name, loc, llvm_message(sym.takeError()));
-  return std::make_shared<JitKernel>(sym->toPtr<host::FiberEntry>(), std::move(plan), k.launch);
+  return std::make_shared<JitKernel>(sym->toPtr<lowering::FiberEntry>(), std::move(plan), k.launch);
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> shared_layout(const lowering::LoweredKernel& k) {
@@ -502,59 +465,63 @@ bool host_jit_available(std::string* why) {
 }
 
 namespace {
-// The checked mode's race detector orders accesses by barrier epochs; it
-// does not follow mbarrier phases, so it would report every pipeline stage
-// as a race.
-void refuse_checked_fibers(const lowering::LoweredKernel& k) {
-  const CallNode* first = first_mbarrier_call(k);
-  if (first)
-    fail(std::string("T.ptx.") + intrinsic_name(first->op), k.source->name, first->loc,
-         "the checked mode (TX_CHECK=1) does not run mbarrier pipelines: its race detector "
-         "orders accesses by barriers and would not follow the mbarrier phases; run the kernel "
-         "unchecked on the host, or under compute-sanitizer on the GPU");
+
+// The host form of `k` for this compile: lower()'s, where it built one in
+// this mode, else made now (a kernel lowered for another target, or by hand).
+std::shared_ptr<const lowering::HostForm> host_form_of(const lowering::LoweredKernel& k,
+                                                       bool checked) {
+  if (k.host && k.host->checked == checked) return k.host;
+  auto step = [&](const char* pass, const Stmt& s) {
+    if (env_flag("TX_DEBUG_IR"))
+      std::cerr << "# ---- IR after " << pass << " ----\n"
+                << to_string(k.lowered.with_body(s, true));
+  };
+  return std::make_shared<const lowering::HostForm>(lowering::lower_host_form(k, checked, step));
 }
+
+// The compile cache's key: the host form's structure fixes the kernel's
+// semantics but not the launch; the host code loops over the grid and lays
+// out shared memory itself.
+std::string host_cache_key(const Jit& j, const lowering::LoweredKernel& k,
+                           const lowering::HostForm& form) {
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx",
+                static_cast<unsigned long long>(structural_hash(form.func)));
+  std::vector<std::string> launch{"grid=" + std::to_string(k.launch.grid[0]) + "," +
+                                      std::to_string(k.launch.grid[1]) + "," +
+                                      std::to_string(k.launch.grid[2]),
+                                  "block=" + std::to_string(k.launch.block)};
+  for (auto [offset, bytes] : shared_layout(k))
+    launch.push_back("shared=" + std::to_string(offset) + "+" + std::to_string(bytes));
+  if (form.checked) launch.push_back("checked");
+  if (form.fibers) launch.push_back("fibers");
+  return kernel_cache_key(std::string("host form ") + hash, launch, j.target,
+                          "LLVM " LLVM_VERSION_STRING);
+}
+
 }  // namespace
 
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
-                                         const std::string& cuda_source, bool checked) {
-  const bool fibers = needs_fibers(k);
-  if (fibers && checked) refuse_checked_fibers(k);
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool checked) {
+  std::shared_ptr<const lowering::HostForm> form = host_form_of(k, checked);
   Jit& j = jit();
   if (!j.jit) fail("tx.host_jit", k.source->name, k.source->loc, j.error);
-  bool use_cache =
+  const bool use_cache =
       !(std::getenv("TX_HOST_CACHE") && std::string(std::getenv("TX_HOST_CACHE")) == "0");
-  std::string key;
-  if (use_cache) {
-    const std::string cuda =
-        cuda_source.empty()
-            ? lowering::codegen_cuda(k, {lowering::sanitize_identifier(k.source->name), false})
-            : cuda_source;
-    // The CUDA source fixes the kernel's semantics but not the launch; the
-    // host code loops over the grid and lays out shared memory itself.
-    std::vector<std::string> launch{"grid=" + std::to_string(k.launch.grid[0]) + "," +
-                                        std::to_string(k.launch.grid[1]) + "," +
-                                        std::to_string(k.launch.grid[2]),
-                                    "block=" + std::to_string(k.launch.block)};
-    for (auto [offset, bytes] : shared_layout(k))
-      launch.push_back("shared=" + std::to_string(offset) + "+" + std::to_string(bytes));
-    if (checked) launch.push_back("checked");
-    key = kernel_cache_key(cuda, launch, j.target, "LLVM " LLVM_VERSION_STRING);
-  }
-
+  const std::string key = use_cache ? host_cache_key(j, k, *form) : std::string();
   std::lock_guard<std::mutex> lock(j.mu);
   if (use_cache) {
     auto it = j.cache.find(key);
     if (it != j.cache.end()) return it->second;
   }
   std::shared_ptr<HostKernel> kernel =
-      fibers ? compile_fibers(j, k) : compile_uncached(j, k, checked);
+      form->fibers ? compile_fibers(j, k, *form) : compile_uncached(j, k, *form);
   if (use_cache) j.cache.emplace(key, kernel);
   return kernel;
 }
 
 }  // namespace tx::runtime
 
-// The f32 erfc of the CUDA code generator (tx_erfc in codegen_cuda.cpp),
+// The f32 erfc of the CUDA code generator (tx_erfc in lowering/src/codegen/cuda.cpp),
 // step for step, for JIT-compiled kernels to call: Numerical Recipes'
 // fit t * exp(-z^2) * exp(P(t)), exp(-z^2) corrected by z*z's remainder.
 extern "C" float tx_host_erfcf(float x) {
@@ -575,7 +542,7 @@ extern "C" float tx_host_erfcf(float x) {
   return x >= 0.0f ? r : 2.0f - r;
 }
 
-// The f32 normcdf of the CUDA code generator (tx_normcdf in codegen_cuda.cpp),
+// The f32 normcdf of the CUDA code generator (tx_normcdf in lowering/src/codegen/cuda.cpp),
 // step for step, with exp2 for the GPU's ex2.approx.ftz: the same fit in
 // u = |x| / sqrt2, x^2 / 2 kept exact and the exponent as a two-float sum.
 extern "C" float tx_host_normcdff(float x) {

@@ -1,4 +1,5 @@
-// CUDA source from a lowered kernel: one extern "C" __global__ function,
+// The CUDA code generator (lowering/src/codegen/cuda.cpp; its sibling for
+// the host is codegen/llvm.cpp). CUDA source from a lowered kernel: one extern "C" __global__ function,
 // self-contained (no #include: NVRTC needs no include path), with a small
 // prelude of conversion helpers for f16/bf16/fp8 storage types.
 //
@@ -11,6 +12,7 @@
 
 #include <string>
 
+#include "tx/lowering/identifier.hpp"
 #include "tx/lowering/lower.hpp"
 
 namespace tx::lowering {
@@ -26,8 +28,5 @@ struct CudaOptions {
 };
 
 std::string codegen_cuda(const LoweredKernel& k, const CudaOptions& opt = {});
-
-// A valid C identifier from any name ("my-kernel" -> "my_kernel").
-std::string sanitize_identifier(const std::string& name);
 
 }  // namespace tx::lowering

@@ -1,9 +1,11 @@
 // Scope-aware dispatch of tile primitives.
 //
-// Variants register per (op, target) with a name, a priority, named
-// predicates that answer ok or a reason, and a planner that either fails
-// with a reason or returns the lowered code. Variants are tried by
-// descending priority (ties by name); TileAttrs::variant forces one by name.
+// Variants register per op with a name, the target kinds they emit code for
+// (CUDA, the host, or both), a priority, named predicates that answer ok or
+// a reason, and a planner that either fails with a reason or returns the
+// lowered code. Variants are tried by descending priority (ties by name); one
+// for another target kind is turned down after its predicates (its reason
+// is then its `off_target`). TileAttrs::variant forces one by name.
 // When every variant fails, the error lists each variant with its reason and
 // prints the call:
 //
@@ -22,6 +24,7 @@
 
 #include "tx/ir.hpp"
 #include "tx/lowering/analysis.hpp"
+#include "tx/lowering/target.hpp"
 
 namespace tx::lowering {
 
@@ -35,7 +38,9 @@ struct Guard {
 
 struct DispatchContext {
   const TileCallNode* call = nullptr;
-  std::string target = "cuda";
+  // What the kernel is lowered for: the host runs only portable variants;
+  // CUDA variants check the SM version they need (target.has_sm(90)).
+  Target target{};
   ExecScope scope = ExecScope::thread;
   int scope_threads = 1;
   int cta_threads = 1;
@@ -49,9 +54,6 @@ struct DispatchContext {
   // after a barrier may be overwritten by a faster warp's next trip unless
   // the op ends with a barrier as well.
   bool in_loop = false;
-  // The SM version the kernel targets (sm_80: 80); 0 on the host, where only
-  // portable variants apply (see LowerOptions::host).
-  int sm = 80;
 };
 
 // ok, or the reason a variant does not apply.
@@ -66,20 +68,32 @@ using Planner = std::function<Plan(const DispatchContext&)>;
 struct Variant {
   std::string family;  // "copy", "elementwise", "reduction"
   std::string name;    // "reg", "smem", "gmem_smem", "fallback", "local", "shared"
-  std::string target = "cuda";
+  // The target kinds it emits code for; portable variants (plain loads,
+  // stores and arithmetic) run on both.
+  std::vector<TargetKind> targets{TargetKind::cuda, TargetKind::host};
+  // Why it is not on the other kinds, with what lowers the call there
+  // instead: its reason on such a target, once its predicates hold.
+  std::string off_target{};
   int priority = 10;
   std::vector<std::pair<std::string, Predicate>> when;
   Planner plan;
   std::string qualified() const { return family + "/" + name; }
+  bool runs_on(TargetKind k) const;
 };
 
 class Registry {
  public:
   // The process-wide registry, with tx's built-in variants (registered on first use).
   static Registry& global();
+  // For every op of v.family (the FAMILY column of tile_op_table.hpp).
+  void add(Variant v);
+  // For one op (or family) by name.
   void add(std::string op, Variant v);
-  // Variants for op and target, by descending priority then name.
-  std::vector<const Variant*> variants(const std::string& op, const std::string& target) const;
+  // Variants for op on a target kind, by descending priority then name.
+  std::vector<const Variant*> variants(const std::string& op, TargetKind target) const;
+  // Every variant of op, whatever its target.
+  std::vector<const Variant*> variants(const std::string& op) const;
+  // The tile ops (in table order) that have a variant.
   std::vector<std::string> ops() const;
 
  private:

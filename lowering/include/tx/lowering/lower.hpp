@@ -16,11 +16,19 @@
 //   fast_divide            divisions by launch-time extents as multiply-high and shift
 //   verify_lowered         what code generators may rely on
 //   check_limits           shared memory per CTA, registers per thread vs the target
+//
+// and for the host target, the host form's passes (host_form.hpp):
+//
+//   instrument_checks      (checked mode) run-time checks as intrinsics
+//   isolate_shuffles       warp shuffles through lane arrays and warp barriers
+//   sink_local_allocations register buffers down to the statements that use them
+//   split_regions          barriers split the CTA into loops over its threads
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,8 +36,11 @@
 #include "tx/ir_functor.hpp"
 #include "tx/lowering/analysis.hpp"
 #include "tx/lowering/dispatch.hpp"
+#include "tx/lowering/target.hpp"
 
 namespace tx::lowering {
+
+struct HostForm;  // host_form.hpp
 
 struct LaunchConfig {
   // The grid; for a grid known only at launch (T::cta_id of T::dim
@@ -80,7 +91,11 @@ struct TileCallRecord {
 
 struct LoweredKernel {
   PrimFunc source;   // as the user wrote it
-  PrimFunc lowered;  // flat, ready for a code generator
+  PrimFunc lowered;  // flat, ready for a code generator (GPU form: threads as in CUDA)
+  Target target;     // what it was lowered for
+  // For the host target: the host form (one CTA as a sequential program),
+  // what the host JIT compiles. Null for other targets.
+  std::shared_ptr<const HostForm> host;
   LaunchConfig launch;
   std::vector<KernelParamInfo> params;
   std::vector<SharedAllocation> shared;
@@ -103,12 +118,16 @@ struct LowerOptions {
   // The GPU architecture the kernel is for ("sm_90a"), whose limits the
   // kernel is checked against; empty: the largest limits of any GPU.
   std::string arch{};
-  // The kernel runs on the host (the LLVM JIT): variants that emit PTX
-  // (ldmatrix, mma, cp.async) decline and the portable ones lower every call.
+  // The kernel runs on the host (the LLVM JIT): only portable variants lower
+  // its calls (those that emit PTX -- ldmatrix, mma, cp.async -- are CUDA's),
+  // and the host form's passes run after the others.
   bool host = false;
   // The checked host mode: each index of a multi-dimensional access is
-  // checked against its extent at run time (guard_indices).
+  // checked against its extent at run time (guard_indices), and on the host
+  // every access, barrier and division (instrument_checks).
   bool check_indices = false;
+  // The target these options name: the host, or CUDA of `arch`.
+  Target target() const { return host ? Target::host() : Target::cuda(arch); }
 };
 
 // Hardware limits a kernel is checked against when it is compiled.
@@ -127,11 +146,8 @@ LaunchConfig verify_kernel(const PrimFunc& f);
 void verify_scopes(const PrimFunc& f);
 void verify_writes(const PrimFunc& f);
 void check_bounds(const PrimFunc& f, const LaunchConfig& launch);
-// The SM version PTX-emitting variants may target: 0 on the host, the
-// arch's (sm_90a: 90), 80 when no arch is named.
-int target_sm(const LowerOptions& opt);
 Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log,
-                    int sm = 80);
+                    const Target& target = Target{});
 Stmt lower_scope_ids(const Stmt& s);
 Stmt guard_indices(const Stmt& s, const LaunchConfig& launch);
 Stmt flatten_buffers(const Stmt& s);

@@ -115,6 +115,22 @@ struct TensorMapSpec {
 // elements of a box read as zero. `what` names the kernel for errors.
 void encode_tensor_map(void* out, const TensorMapSpec& spec, const std::string& what);
 
+// CUDA graphs. Whether `stream` of device `ordinal` is being captured into a
+// graph (cuStreamIsCapturing; false where the driver has no capture). Work
+// queued on a capturing stream is recorded, not run: it must not
+// synchronize, read device memory back, or allocate outside the stream's
+// order.
+bool stream_capturing(int ordinal, StreamHandle stream);
+using GraphHandle = void*;      // CUgraph
+using GraphExecHandle = void*;  // CUgraphExec
+// Capture in thread-local mode (calls capture forbids fail in this thread).
+void begin_capture(int ordinal, StreamHandle stream, const std::string& what);
+GraphHandle end_capture(int ordinal, StreamHandle stream, const std::string& what);
+GraphExecHandle graph_instantiate(int ordinal, GraphHandle graph, const std::string& what);
+std::size_t graph_node_count(GraphHandle graph);
+void graph_launch(int ordinal, GraphExecHandle exec, StreamHandle stream, const std::string& what);
+void graph_destroy(int ordinal, GraphHandle graph, GraphExecHandle exec) noexcept;
+
 // cuCtxSynchronize; `what` names the kernel or operation for the error message.
 void synchronize(const std::string& what);
 void synchronize_device(int ordinal, const std::string& what);

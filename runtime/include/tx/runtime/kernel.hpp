@@ -25,9 +25,19 @@
 
 #include "tx/ir.hpp"
 #include "tx/lowering/lower.hpp"
+#include "tx/runtime/stream.hpp"
 #include "tx/runtime/tensor.hpp"
 
 namespace tx {
+
+// Where one launch runs. By default: the kernel's device, on that device's
+// current stream (a StreamGuard's, else the legacy default stream). A CUDA
+// kernel may launch on any GPU of the architecture it was compiled for (each
+// device loads its own module); a host kernel runs on the calling thread.
+struct LaunchOptions {
+  std::optional<Device> device{};  // default: the stream's device, else the kernel's
+  std::optional<Stream> stream{};  // default: the device's current stream
+};
 
 struct CompileOptions {
   // Where launches run; default: tx::default_device() at compile time.
@@ -99,6 +109,11 @@ class Kernel {
               std::source_location loc = std::source_location::current()) const;
   void launch(const Arg* args, std::size_t n, SourceLoc loc = {}) const;
   void launch(const Tensor* const* args, std::size_t n, SourceLoc loc = {}) const;
+  // On the device and stream `where` names (several GPUs, a stream other
+  // than the current one, a stream being captured into a CUDA graph).
+  void launch(const std::vector<Arg>& args, const LaunchOptions& where,
+              std::source_location loc = std::source_location::current()) const;
+  void launch(const Arg* args, std::size_t n, const LaunchOptions& where, SourceLoc loc = {}) const;
 
   // The first argument of k(a, b, ...), which also records the caller's line
   // (a function with a parameter pack cannot default a trailing one).
@@ -122,9 +137,10 @@ class Kernel {
     launch(static_cast<const Arg*>(nullptr), 0, loc);
   }
 
-  // Builds (or fetches from cache) the GPU binary now; returns where it came
-  // from: "memory", "aot" (compiled when tx was built), "prebuilt" (compiled
-  // ahead of time with its launch description), "disk" or "nvrtc".
+  // Builds (or fetches from cache) the GPU binary now, for the kernel's
+  // device; returns where it came from: "memory", "aot" (compiled when tx
+  // was built), "prebuilt" (compiled ahead of time with its launch
+  // description), "disk" or "nvrtc".
   std::string prepare_gpu() const;
 
   // A kernel compiled ahead of time, from its launch description and GPU
@@ -138,6 +154,7 @@ class Kernel {
 
  private:
   const State& full_state(const char* method) const;
+  static const State& full_of(const State& s);
   friend Kernel compile(const PrimFunc& f, const CompileOptions& opt);
   std::shared_ptr<State> state_;
 };
@@ -172,14 +189,13 @@ class HostKernel {
 };
 
 bool host_jit_available(std::string* why = nullptr);
-// Cached in memory per process under the GPU cache's key function
-// (kernel_cache_key over the kernel's CUDA source, with the host target and
-// LLVM version in place of the GPU arch and NVRTC version, and the launch
-// shape the host code is specialized for). `cuda_source` is the kernel's
-// generated CUDA; empty: generated here.
+// JIT-compiles k's host form (lowered for the host: k.host; otherwise, or in
+// the other mode, it is made here). Cached in memory per process under the
+// GPU cache's key function (kernel_cache_key over the host form's structural
+// hash, with the host target and LLVM version in place of the GPU arch and
+// NVRTC version, and the launch shape the host code is specialized for).
 // `checked`: the checked host mode (bounds, division by zero, races; see
 // docs/reliability.md), cached apart from the plain kernel.
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k,
-                                         const std::string& cuda_source = {}, bool checked = false);
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool checked = false);
 
 }  // namespace tx::runtime

@@ -19,7 +19,7 @@
 //    promotions do; integer division never traps (see int_binary);
 //  - CopyBytes is a raw byte copy; the math intrinsics are LLVM intrinsics or
 //    libm calls resolved from the process.
-#include "emit_llvm.hpp"
+#include "llvm.hpp"
 
 #include <llvm/IR/BasicBlock.h>
 #include <llvm/IR/Constants.h>
@@ -36,7 +36,7 @@
 #include "tx/expr.hpp"
 #include "tx/printer.hpp"
 
-namespace tx::runtime::host {
+namespace tx::lowering {
 
 namespace {
 
@@ -76,9 +76,9 @@ struct ScratchLayout {
 
 // With fibers every thread has a stack of its own: register tiles of any
 // size stay there (one copy per CTA would be shared by interleaved threads).
-ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body, bool fibers) {
+ScratchLayout layout_scratch(const LoweredKernel& k, const Stmt& body, bool fibers) {
   ScratchLayout L;
-  for (const lowering::SharedAllocation& a : k.shared) L.offset[a.buffer->data.get()] = a.offset;
+  for (const SharedAllocation& a : k.shared) L.offset[a.buffer->data.get()] = a.offset;
   std::int64_t end = (k.shared_bytes + 63) / 64 * 64;
   for_each_stmt(body, [&](const Stmt& s) {
     auto* a = s.as<AllocateNode>();
@@ -96,8 +96,7 @@ ScratchLayout layout_scratch(const lowering::LoweredKernel& k, const Stmt& body,
 
 class Emitter {
  public:
-  Emitter(llvm::LLVMContext& c, llvm::Module& m, const lowering::LoweredKernel& k, Var thread,
-          bool checked)
+  Emitter(llvm::LLVMContext& c, llvm::Module& m, const LoweredKernel& k, Var thread, bool checked)
       : C(c), M(m), B(c), k_(k), thread_(std::move(thread)), checked_(checked) {
     // a * b + c may become one fma, as nvcc contracts it on the GPU: the two
     // devices then round the same expressions the same way.
@@ -866,11 +865,11 @@ class Emitter {
       case Intrinsic::erf:
         return libm("erff", "erf", x);
       case Intrinsic::erfc:
-        // The GPU's erfc algorithm (codegen_cuda.cpp's tx_erfc), not libm's:
+        // The GPU's erfc algorithm (codegen/cuda.cpp's tx_erfc), not libm's:
         // the two devices then agree within an ulp or two.
         return libm("tx_host_erfcf", "erfc", x);
       case Intrinsic::normcdf:
-        // Likewise the GPU's normcdf (codegen_cuda.cpp's tx_normcdf).
+        // Likewise the GPU's normcdf (codegen/cuda.cpp's tx_normcdf).
         return libm("tx_host_normcdff", "tx_host_normcdf", x);
       case Intrinsic::fabs:
         if (t.is_float()) return un(llvm::Intrinsic::fabs);
@@ -1265,7 +1264,7 @@ class Emitter {
   llvm::LLVMContext& C;
   llvm::Module& M;
   llvm::IRBuilder<> B;
-  const lowering::LoweredKernel& k_;
+  const LoweredKernel& k_;
   Var thread_;
   bool checked_ = false;
   Value* checker_ = nullptr;
@@ -1283,9 +1282,8 @@ class Emitter {
 
 }  // namespace
 
-EmittedModule emit_llvm_fibers(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
-                               const Stmt& body, const std::string& function_name,
-                               std::vector<WaitSite>* sites) {
+EmittedModule emit_llvm_fibers(llvm::LLVMContext& ctx, const LoweredKernel& k, const Stmt& body,
+                               const std::string& function_name, std::vector<WaitSite>* sites) {
   EmittedModule out;
   out.module = std::make_unique<llvm::Module>(function_name, ctx);
   Emitter em(ctx, *out.module, k, Var("thread", i32), false);
@@ -1293,9 +1291,8 @@ EmittedModule emit_llvm_fibers(llvm::LLVMContext& ctx, const lowering::LoweredKe
   return out;
 }
 
-EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k,
-                        const Stmt& host_body, const Var& thread, const std::string& function_name,
-                        bool checked) {
+EmittedModule emit_llvm(llvm::LLVMContext& ctx, const LoweredKernel& k, const Stmt& host_body,
+                        const Var& thread, const std::string& function_name, bool checked) {
   EmittedModule out;
   out.module = std::make_unique<llvm::Module>(function_name, ctx);
   Emitter em(ctx, *out.module, k, thread, checked);
@@ -1303,4 +1300,4 @@ EmittedModule emit_llvm(llvm::LLVMContext& ctx, const lowering::LoweredKernel& k
   return out;
 }
 
-}  // namespace tx::runtime::host
+}  // namespace tx::lowering

@@ -11,19 +11,19 @@
 //                      (placed by lowering's guard_indices; numbered here)
 //
 // An access out of bounds is reported and skipped (a load reads 0), so a
-// checked run never touches memory outside a buffer. See checked_mode.hpp.
+// checked run never touches memory outside a buffer. See runtime/src/host/checked_mode.hpp.
 #include <unordered_map>
 
-#include "checked_mode.hpp"
+#include "tx/lowering/host_form.hpp"
 #include "tx/printer.hpp"
 
-namespace tx::runtime::host {
+namespace tx::lowering {
 
 namespace {
 
 class Instrument : public IRMutator {
  public:
-  Instrument(const lowering::LoweredKernel& k, CheckPlan* plan) : plan_(plan) {
+  Instrument(const LoweredKernel& k, CheckPlan* plan) : plan_(plan) {
     // The user's shapes, for reporting elements as coordinates.
     for (const Param& p : k.source->params)
       if (p.buffer) source_[p.buffer->data.get()] = p.buffer;
@@ -225,9 +225,9 @@ class Instrument : public IRMutator {
 
 }  // namespace
 
-Stmt instrument_checks(const lowering::LoweredKernel& k, CheckPlan* plan) {
+Stmt instrument_checks(const LoweredKernel& k, CheckPlan* plan) {
   Instrument ins(k, plan);
   return ins.mutate(k.lowered->body);
 }
 
-}  // namespace tx::runtime::host
+}  // namespace tx::lowering

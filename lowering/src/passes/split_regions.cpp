@@ -29,14 +29,12 @@
 // under a condition that differs between threads that must meet at it, or
 // inside a loop whose bounds differ between threads. On the GPU these hang
 // or read undefined lanes; no sequential schedule reproduces them.
-#include "host_passes.hpp"
+#include "tx/lowering/host_form.hpp"
 #include "tx/printer.hpp"
 
-namespace tx::runtime::host {
+namespace tx::lowering {
 
 namespace {
-
-using lowering::Uniformity;
 
 bool stmt_uses_var(const Stmt& s, const VarNode* v) {
   struct Finder : IRVisitor {
@@ -298,13 +296,13 @@ class RegionSplitter : public IRMutator {
   }
 
   void check_barrier(const BarrierNode* b) {
-    Uniformity need = lowering::scope_level(b->scope);
+    Uniformity need = scope_level(b->scope);
     for (const Item& it : ctx_) {
       if (it.kind != Item::guard || static_cast<int>(it.level) >= static_cast<int>(need)) continue;
-      std::string group = lowering::uniformity_name(need);
+      std::string group = uniformity_name(need);
       fail(barrier_op(b, cx_), "", b->loc,
            "runs under the condition `" + it.text + "`" + where(it.loc) + ", which varies per " +
-               lowering::uniformity_name(it.level) + ": not every thread of its " + group +
+               uniformity_name(it.level) + ": not every thread of its " + group +
                " reaches it. On the GPU that hangs or reads undefined lanes; the host fallback, "
                "which runs a " +
                group + "'s threads region by region, rejects it");
@@ -349,4 +347,4 @@ Stmt split_regions(const Stmt& s, HostContext& cx) {
   return r.mutate(s);
 }
 
-}  // namespace tx::runtime::host
+}  // namespace tx::lowering

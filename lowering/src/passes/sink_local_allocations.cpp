@@ -14,9 +14,9 @@
 // program can observe: a fresh register buffer holds no defined value.
 #include <unordered_set>
 
-#include "host_passes.hpp"
+#include "tx/lowering/host_form.hpp"
 
-namespace tx::runtime::host {
+namespace tx::lowering {
 
 namespace {
 
@@ -67,4 +67,4 @@ Stmt sink_local_allocations(const Stmt& s) {
   return m.mutate(s);
 }
 
-}  // namespace tx::runtime::host
+}  // namespace tx::lowering

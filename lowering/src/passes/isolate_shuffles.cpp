@@ -15,9 +15,9 @@
 // even when the two end up in the same region. The operand is evaluated at
 // the statement, as on the GPU; the mask only in the reading phase, so a
 // mask that varies per lane still reads the right partner.
-#include "host_passes.hpp"
+#include "tx/lowering/host_form.hpp"
 
-namespace tx::runtime::host {
+namespace tx::lowering {
 
 namespace {
 
@@ -165,4 +165,4 @@ Stmt isolate_shuffles(const Stmt& s, HostContext& cx) {
   return body;
 }
 
-}  // namespace tx::runtime::host
+}  // namespace tx::lowering

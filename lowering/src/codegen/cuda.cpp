@@ -1086,13 +1086,6 @@ class CudaEmitter : public IRVisitor {
 
 }  // namespace
 
-std::string sanitize_identifier(const std::string& name) {
-  std::string s;
-  for (char c : name) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
-  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "k_" + s;
-  return s;
-}
-
 std::string codegen_cuda(const LoweredKernel& k, const CudaOptions& opt) {
   CudaEmitter em(k, opt.approx_math);
   std::string name = opt.kernel_name.empty() ? sanitize_identifier(k.lowered->name)

@@ -7,9 +7,9 @@
 // loaded from memory counts as per-thread, as in lowering's own Env::level.
 #include <numeric>
 
-#include "host_passes.hpp"
+#include "tx/lowering/host_form.hpp"
 
-namespace tx::runtime::host {
+namespace tx::lowering {
 
 namespace {
 
@@ -102,8 +102,7 @@ ThreadDep ThreadDependence::of(const Expr& e) const {
   return w.walk(e);
 }
 
-lowering::Uniformity ThreadDependence::level(const ThreadDep& d) const {
-  using lowering::Uniformity;
+Uniformity ThreadDependence::level(const ThreadDep& d) const {
   if (d.group == ThreadDep::kUniform || d.group >= block_) return Uniformity::cta;
   if (d.group % 128 == 0) return Uniformity::warpgroup;
   if (d.group % 32 == 0) return Uniformity::warp;
@@ -136,4 +135,25 @@ std::string barrier_op(const BarrierNode* b, const HostContext& cx) {
   return "barrier";
 }
 
-}  // namespace tx::runtime::host
+}  // namespace tx::lowering
+
+namespace tx::lowering {
+
+const CallNode* first_mbarrier_call(const Stmt& body) {
+  struct Find : IRVisitor {
+    const CallNode* found = nullptr;
+    using IRVisitor::visit_node;
+    void visit_node(const CallNode* n) override {
+      if (!found && (n->op == Intrinsic::mbarrier_init || n->op == Intrinsic::mbarrier_wait ||
+                     n->op == Intrinsic::mbarrier_arrive || n->op == Intrinsic::mbarrier_expect_tx ||
+                     n->op == Intrinsic::named_barrier_sync ||
+                     n->op == Intrinsic::named_barrier_arrive))
+        found = n;
+      IRVisitor::visit_node(n);
+    }
+  } f;
+  f.visit(body);
+  return f.found;
+}
+
+}  // namespace tx::lowering
