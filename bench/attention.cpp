@@ -46,7 +46,8 @@ std::vector<Row> rows() {
                          .seq_k = s,
                          .head_dim = d,
                          .causal = causal};
-        AttentionTiling t{.bn = d == 256 ? 64 : 128, .stages = 2};
+        // Key blocks as tx::ops::attention picks them (docs/attention.md).
+        AttentionTiling t{.bn = d == 64 ? 128 : d == 128 ? (causal ? 128 : 176) : 80, .stages = 2};
         out.push_back({name(d, s, causal), p, t});
       }
   for (bool causal : {false, true})
@@ -58,7 +59,7 @@ std::vector<Row> rows() {
                     .seq_k = 4096,
                     .head_dim = 128,
                     .causal = causal},
-                   {}});
+                   {.bn = causal ? 128 : 176}});
   return out;
 }
 
@@ -117,9 +118,9 @@ int main(int argc, char** argv) {
     r.tiling.ctas = sms;
     // TX_ATTN_BN=176: key blocks of that many rows (every row).
     if (const char* bn = std::getenv("TX_ATTN_BN")) r.tiling.bn = std::atoi(bn);
-    // TX_ATTN_PINGPONG=0: the consumers issue their MMAs without taking turns.
-    if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "0")
-      r.tiling.pingpong = false;
+    // TX_ATTN_PINGPONG=1: the consumers take turns issuing their MMAs.
+    if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "1")
+      r.tiling.pingpong = true;
     const AttentionShape& p = r.shape;
     const std::int64_t D = p.head_dim;
     tx::Kernel k = tx::compile(attention_hopper(p, tx::bf16, r.tiling), {.approx_math = true});
