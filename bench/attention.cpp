@@ -115,7 +115,9 @@ int main(int argc, char** argv) {
   for (Row r : rows()) {
     if (only && ("," + std::string(only) + ",").find("," + r.name + ",") == std::string::npos)
       continue;
-    r.tiling.ctas = sms;
+    // TX_ATTN_CTAS=n: n persistent CTAs (default: one per SM; more than the
+    // tiles: one CTA per tile, scheduled by the hardware).
+    r.tiling.ctas = std::getenv("TX_ATTN_CTAS") ? std::atoi(std::getenv("TX_ATTN_CTAS")) : sms;
     // TX_ATTN_BN=176: key blocks of that many rows (every row).
     if (const char* bn = std::getenv("TX_ATTN_BN")) r.tiling.bn = std::atoi(bn);
     // TX_ATTN_PINGPONG=1: the consumers take turns issuing their MMAs.

@@ -207,6 +207,8 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                   release(vpipe, it - 1);
                   Tx::warpgroup::cast(P, S);
                 }
+                // Q is read by no more MMA: the producer may load the next tile's.
+                release(qpipe, r);
                 auto last = T::let(kv(0) + n_end - 1);
                 vpipe.consumer_wait(last);
                 my_turn();
@@ -215,8 +217,7 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 their_turn();
                 T::cuda::wgmma_wait(0, Oacc);
                 release(vpipe, last);
-              });
-              release(qpipe, r);
+              }).else_([&] { release(qpipe, r); });
               kv(0) = kv(0) + n_end;
               // Epilogue: lse = (m c + log2 l) ln 2 (-inf for a row with no key),
               // O = O / l (0 for such a row, where O and l are 0).

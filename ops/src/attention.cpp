@@ -265,13 +265,14 @@ PrimFunc attention_kernel(const AttnConfig& c) {
                   release(vpipe, it - 1);
                   Tx::warpgroup::cast(P, S);
                 }
+                // Q is read by no more MMA: the producer may load the next tile's.
+                release(qpipe, qi);
                 auto last = T::let(kv(0) + x.n_end - 1);
                 vpipe.consumer_wait(last);
                 Tx::warpgroup::mul(Oacc, Oacc, alpha);
                 Tx::warpgroup::gemm(Oacc, P, V_at(last), {.accum = true});
                 release(vpipe, last);
-              });
-              release(qpipe, qi);
+              }).else_([&] { release(qpipe, qi); });
               kv(0) = kv(0) + x.n_end;
               kv(1) = kv(1) + 1;
               auto lse = row("lse");
