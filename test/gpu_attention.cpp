@@ -9,26 +9,17 @@
 #include <string>
 
 #include "attention_cases.hpp"
+#include "gpu_support.hpp"
 #include "test_support.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
 
-namespace {
-
-bool hopper(const char* what) {
-  const runtime::DeviceInfo& d = runtime::current_device();
-  if (d.cc_major == 9) return true;
-  MESSAGE("not run: " << what << " needs an sm_90 GPU; this one is " << d.name << " (" << d.arch()
-                      << ")");
-  return false;
-}
-
-}  // namespace
+using tx::test::hopper_gpu;
 
 TEST_CASE("the primitives on the GPU: row softmax of an accumulator, pingpong turns") {
-  if (!hopper("wgmma fragments")) return;
+  if (!hopper_gpu("wgmma fragments")) return;
   for (DType t : {bf16, f16})
     for (std::int64_t n : {64, 128, 256}) {
       CAPTURE(t.name());
@@ -39,7 +30,7 @@ TEST_CASE("the primitives on the GPU: row softmax of an accumulator, pingpong tu
 }
 
 TEST_CASE("samples/attention_hopper.cpp on the GPU against float64: the host's cases") {
-  if (!hopper("the attention kernel")) return;
+  if (!hopper_gpu("the attention kernel")) return;
   for (const auto& c : tx::test::attention_host_cases()) {
     CAPTURE(c.name);
     auto e = tx::test::run_attention_sample(c.shape, c.dtype, c.tiling, Device::cuda());
@@ -50,7 +41,7 @@ TEST_CASE("samples/attention_hopper.cpp on the GPU against float64: the host's c
 
 TEST_CASE(
     "samples/attention_hopper.cpp on the GPU against float64: long sequences, every head dim") {
-  if (!hopper("the attention kernel")) return;
+  if (!hopper_gpu("the attention kernel")) return;
   struct Case {
     const char* name;
     AttentionShape shape;

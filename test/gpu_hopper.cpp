@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "gpu_support.hpp"
 #include "hopper_cases.hpp"
 #include "test_support.hpp"
 #include "tx/runtime/cuda_driver.hpp"
@@ -21,20 +22,10 @@ using namespace tx;
 using tx::test::gemm_error;
 using tx::test::random_values;
 
-namespace {
-
-bool hopper(const char* what) {
-  const runtime::DeviceInfo& d = runtime::current_device();
-  if (d.cc_major == 9) return true;
-  MESSAGE("not run: " << what << " needs an sm_90 GPU; this one is " << d.name << " (" << d.arch()
-                      << ")");
-  return false;
-}
-
-}  // namespace
+using tx::test::hopper_gpu;
 
 TEST_CASE("copy_async/tma moves tiles through every swizzle mode exactly") {
-  if (!hopper("the TMA")) return;
+  if (!hopper_gpu("the TMA")) return;
   struct Case {
     std::int64_t rows, cols;
     DType t;
@@ -83,7 +74,7 @@ TEST_CASE("copy_async/tma moves tiles through every swizzle mode exactly") {
 }
 
 TEST_CASE("T::pipeline: a producer warpgroup runs ahead of two consumers over many phases") {
-  if (!hopper("mbarrier pipelines")) return;
+  if (!hopper_gpu("mbarrier pipelines")) return;
   // Every thread arrives for its own accesses, which compute-sanitizer
   // racecheck follows (it does not follow a warpgroup barrier followed by one
   // thread's arrive, which the memory model also orders).
@@ -134,7 +125,7 @@ void run_hopper_cases(std::initializer_list<HopperCase> cases) {
 }  // namespace
 
 TEST_CASE("samples/gemm_hopper: the warp-specialized wgmma GEMM against float64") {
-  if (!hopper("wgmma")) return;
+  if (!hopper_gpu("wgmma")) return;
   run_hopper_cases({
       {128, 256, 64, {.ctas = 1}},     // one tile, one K step
       {512, 768, 384, {}},             // the sample's shape
@@ -147,7 +138,7 @@ TEST_CASE("samples/gemm_hopper: the warp-specialized wgmma GEMM against float64"
 
 // Separate so that compute-sanitizer (racecheck, synccheck) can run just these.
 TEST_CASE("samples/gemm_hopper: partial tiles in M, N and K (TMA zero fill, masked stores)") {
-  if (!hopper("wgmma")) return;
+  if (!hopper_gpu("wgmma")) return;
   run_hopper_cases({
       {200, 264, 136, {.bm = 128, .bn = 128, .bk = 64, .stages = 4, .ctas = 3}},
       {72, 520, 200, {.ctas = 2}},
@@ -155,7 +146,7 @@ TEST_CASE("samples/gemm_hopper: partial tiles in M, N and K (TMA zero fill, mask
 }
 
 TEST_CASE("gemm/wgmma with A in registers: D = 0.5 A B against float64") {
-  if (!hopper("wgmma")) return;
+  if (!hopper_gpu("wgmma")) return;
   for (DType t : {bf16, f16, f8e4m3, f8e5m2}) {
     for (std::int64_t n : {64, 256}) {
       CAPTURE(t.name());

@@ -619,9 +619,12 @@ class Simplifier : public IRMutator {
           if (Expr r = split(a, b)) return r;
           if (Expr r = split(b, a)) return r;
         }
+          // (x + k) + c = x + (k + c), the constants folded at t's width
+          // (two's complement, as the kernel adds them).
           if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Add) {
             if (auto k = as_const_int(x->b))
-              return rewrite(BinOp::Add, x->a, make_int(*k + *cb, t, loc), loc, {});
+              if (auto kc = fold_int(BinOp::Add, *k, *cb, t))
+                return rewrite(BinOp::Add, x->a, make_int(*kc, t, loc), loc, {});
           }
           break;
         case BinOp::Sub:
@@ -633,7 +636,8 @@ class Simplifier : public IRMutator {
           if (cb && *cb == 0) return make_int(0, t, loc);
           if (auto* x = a.as<BinaryNode>(); x && cb && x->op == BinOp::Mul) {
             if (auto k = as_const_int(x->b))
-              return rewrite(BinOp::Mul, x->a, make_int(*k * *cb, t, loc), loc, {});
+              if (auto kc = fold_int(BinOp::Mul, *k, *cb, t))
+                return rewrite(BinOp::Mul, x->a, make_int(*kc, t, loc), loc, {});
           }
           break;
         case BinOp::Div:
