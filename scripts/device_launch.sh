@@ -12,6 +12,13 @@
 #                                      launches direct vs one replayed graph),
 #                                      the launch floor (3 runs) and
 #                                      bench_elementwise --compare-exact
+#   scripts/device_launch.sh both      BASE_DIR (a copy of the old tree,
+#                                      e.g. `git archive fd8c839`, untracked
+#                                      so it travels): both trees built at
+#                                      once, then bench_launch, the launch
+#                                      floor of old and new alternating (5
+#                                      rounds) and compare-exact of each:
+#                                      the 2% check in one call
 #   scripts/device_launch.sh baseline  the launch floor and compare-exact of
 #                                      the tree before the change (BASE_REF,
 #                                      default fd8c839, where the launch-path
@@ -88,6 +95,31 @@ launch)
   timeout 120 $B/bench/bench_launch --json "$FINAL/launch.json" | tee "$FINAL/launch.md"
   floor_and_exact $B ""
   ;;
+both)
+  [ -n "${BASE_DIR:-}" ] || { echo "both: set BASE_DIR to a copy of the old tree"; exit 2; }
+  rm -rf /tmp/base && cp -r "$BASE_DIR" /tmp/base && rm -rf /tmp/base/build-base
+  step "configure and build both trees at once (8 jobs each)"
+  (cd /tmp/base && TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=build-base) > "$OUT/configure-base.log" 2>&1
+  (TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=build-device) > "$OUT/configure-new.log" 2>&1
+  cmake --build /tmp/base/build-base -j 8 --target bench_elementwise > "$OUT/build-base.log" 2>&1 &
+  cmake --build build-device -j 8 --target bench_elementwise bench_launch > "$OUT/build-new.log" 2>&1 &
+  wait
+  for d in /tmp/base/build-base build-device; do
+    [ -x $d/bench/bench_elementwise ] || { echo "no bench_elementwise in $d"; tail -30 "$OUT"/build-*.log; exit 1; }
+  done
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$FINAL/tests.txt"
+  step "bench_launch: 10 tx launches direct vs replayed as one CUDA graph"
+  timeout 120 build-device/bench/bench_launch --json "$FINAL/launch.json" | tee "$FINAL/launch.md"
+  step "the launch floor, old and new alternating, 5 rounds"
+  for r in 1 2 3 4 5; do
+    echo "base $(timeout 60 /tmp/base/build-base/bench/bench_elementwise --launch-floor)"
+    echo "new  $(timeout 60 build-device/bench/bench_elementwise --launch-floor)"
+  done | tee "$FINAL/launch_floor_both.txt"
+  step "compare-exact, old then new"
+  timeout 200 /tmp/base/build-base/bench/bench_elementwise --compare-exact > "$OUT/ce_base.json" 2> "$FINAL/compare_exact_base.txt"
+  timeout 200 build-device/bench/bench_elementwise --compare-exact > "$OUT/ce_new.json" 2> "$FINAL/compare_exact.txt"
+  paste -d'\n' "$FINAL/compare_exact_base.txt" "$FINAL/compare_exact.txt" | head -40
+  ;;
 baseline)
   if [ -n "${BASE_DIR:-}" ]; then  # a copy of the old tree (e.g. git worktree add, carried)
     rm -rf /tmp/base && cp -r "$BASE_DIR" /tmp/base && rm -rf /tmp/base/build-base
@@ -104,7 +136,7 @@ baseline)
   floor_and_exact /tmp/base/build-base "_base"
   ;;
 *)
-  echo "usage: $0 launch|baseline"
+  echo "usage: $0 launch|both|baseline"
   exit 2
   ;;
 esac
