@@ -42,8 +42,11 @@ configure: setup
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The Jupyter kernel "C++20 (tx)" for this build. Without network (or with
-# TX_NOTEBOOKS=0) it is left out, and ctest shows the notebook test as skipped.
+# Jupyter's Python packages for the notebook tests (which run the kernel of
+# this build through a kernelspec of their own: the user's kernelspecs are
+# left as they are; `notebooks/install_kernel.sh` or `cmake --install`
+# installs one). Without network (or with TX_NOTEBOOKS=0) they are left out,
+# and ctest shows the notebook test as skipped.
 # Where clang-repl-19 is missing (setup could not install it: no network, as
 # on the GPU machines) there is nothing for the kernel to run, so the Python
 # packages are not fetched either.
@@ -51,10 +54,13 @@ notebook-kernel: build
 	@if [ "$${TX_NOTEBOOKS:-1}" = 0 ]; then :; \
 	elif [ ! -x $(BUILD)/tx-kernel ] && ! why=$$($(BUILD)/tx-repl --check 2>&1); then \
 	  echo "make: no Jupyter kernel: $$why; the notebook test will say skipped"; \
-	else notebooks/install_kernel.sh --minimal --build $(BUILD) || \
-	  echo "make: the Jupyter kernel was not installed (see above); the notebook test will say skipped"; fi
+	else notebooks/install_kernel.sh --minimal --packages-only --build $(BUILD) || \
+	  echo "make: Jupyter's packages are missing (see above); the notebook test will say skipped"; fi
 
-demo: notebook-kernel
+# The demo needs the library and one sample, not the ~45 test suites: a first
+# kernel in minutes on a 2-core machine; `make test` builds the rest.
+demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target warp_sqrt_reg
 	$(BUILD)/samples/warp_sqrt_reg
 
 test: notebook-kernel

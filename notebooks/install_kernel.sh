@@ -16,6 +16,13 @@
 #                    nbformat, ipykernel), not jupyter's front ends
 #   --no-pip         install no Python packages
 #   --sys-prefix     install the kernelspec into the Python environment, not ~/.local
+#   --packages-only  only the Python packages, no kernelspec (what `make test`
+#                    needs: its notebook tests use a kernelspec of their own)
+#
+# An installed tx (cmake --install) has its own kernelspec,
+# <prefix>/share/jupyter/kernels/tx, found by Jupyter under /usr/local or a
+# Python environment's prefix; elsewhere:
+#   jupyter kernelspec install --user <prefix>/share/jupyter/kernels/tx
 #
 # Python: $PYTHON (default python3). Where that Python is externally managed
 # (Debian's /usr/bin/python3, PEP 668), the packages go into a virtual
@@ -30,6 +37,7 @@ build="$src/build"
 tx_repl=""
 name=tx
 minimal=0
+packages_only=0
 fallback=0
 pip=1
 where=--user
@@ -39,6 +47,7 @@ while [ $# -gt 0 ]; do
     --tx-repl) tx_repl=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
     --minimal) minimal=1; shift ;;
+    --packages-only) packages_only=1; shift ;;
     --fallback) fallback=1; shift ;;
     --no-pip) pip=0; shift ;;
     --sys-prefix) where=--sys-prefix; shift ;;
@@ -88,6 +97,10 @@ if ! have "$python"; then
   fi
 fi
 python=$("$python" -c "import sys; print(sys.executable)")
+if [ $packages_only = 1 ]; then
+  echo "install_kernel.sh: Jupyter's packages are ready in $python (no kernelspec installed)"
+  exit 0
+fi
 
 # The kernelspec: kernel.json, tx_kernel.py and the logo-less rest.
 stage=$(mktemp -d)

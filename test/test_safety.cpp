@@ -139,7 +139,7 @@ TEST_CASE("an element index out of bounds is an error when the kernel is built")
           B(t) = A(t + 1);
         }));
       },
-      {"T.store", "A", "index `t + 1` reaches 32 (at t = 31), outside [0, 32) of A (32,)", line});
+      {"T.load", "A", "index `t + 1` reaches 32 (at t = 31), outside [0, 32) of A (32,)", line});
 }
 
 TEST_CASE("a guarded access, or one the analysis cannot decide, is not an error") {
@@ -542,7 +542,7 @@ TEST_CASE("an expression error names the user's line and the faulty operand") {
           T::let(A(t) * B(t));
         });
       },
-      {"T.mul", "B[t]", "cast one of them explicitly", line});
+      {"T.mul", "B[t]", "cast explicitly, up to the wider type: cast(B[t], float32)", line});
 }
 
 TEST_CASE("launch and op-library errors name the line of the call") {

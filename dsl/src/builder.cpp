@@ -580,6 +580,8 @@ TileBuffer match_buffer(const Handle& h, Extents shape, DType dtype,
   bool symbolic = false;
   for (std::size_t d = 0; d < shape.items.size(); ++d) {
     const Expr& e = shape.items[d].value;
+    if (!shape.items[d].invalid.empty())
+      fail("T.match_buffer", name.value, loc, shape.items[d].invalid);
     if (!e.defined())
       fail("T.match_buffer", name.value, loc,
            "extent " + std::to_string(d) + " is an undefined (default-constructed) tx::Expr");
@@ -681,6 +683,7 @@ IdVars cta_id(Extents e, Name n, Loc loc) {
   std::vector<std::int64_t> statics;
   bool symbolic = false;
   for (const Extent& x : e.items) {
+    if (!x.invalid.empty()) fail("T.cta_id", n.value, loc, x.invalid);
     if (!x.value.defined()) fail("T.cta_id", "", loc, "an extent is an undefined tx::Expr");
     ex.push_back(x.value);
     auto c = as_const_int(x.value);

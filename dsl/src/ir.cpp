@@ -352,6 +352,27 @@ Expr make_cast(DType t, Expr v, SourceLoc loc) {
   return checked_depth(Expr(std::make_shared<const CastNode>(t, std::move(v), loc)), "T.cast", loc);
 }
 
+namespace {
+// The type that represents both dtypes' values: floats over integers, the
+// wider of two floats or of two integers of one signedness, f32 for f16
+// with bf16 (neither holds the other), a wider signed integer for a signed
+// and an unsigned one.
+DType accurate_common_type(DType a, DType b) {
+  if (a.is_bool()) return b;
+  if (b.is_bool()) return a;
+  if (a.is_float() != b.is_float()) return a.is_float() ? a : b;
+  if (a.is_float()) {
+    if (a.bits == b.bits) return a.bits <= 16 ? DType{TypeCode::Float, 32} : a;
+    return a.bits > b.bits ? a : b;
+  }
+  if (a.is_int() == b.is_int()) return a.bits >= b.bits ? a : b;
+  const DType& u = a.is_int() ? b : a;
+  const DType& i = a.is_int() ? a : b;
+  if (i.bits > u.bits) return i;
+  return DType{TypeCode::Int, std::min(64, 2 * u.bits)};
+}
+}  // namespace
+
 Expr make_binary(BinOp op, Expr a, Expr b, SourceLoc loc) {
   const std::string name = binop_op_name(op);
   if (!a || !b)
@@ -359,10 +380,21 @@ Expr make_binary(BinOp op, Expr a, Expr b, SourceLoc loc) {
          std::string("the ") + (a ? "right" : "left") +
              " operand is an undefined (default-constructed) tx::Expr");
   DType ta = a.dtype(), tb = b.dtype();
-  if (ta != tb)
+  if (ta != tb) {
+    // The hint casts up, to the type that holds both operands' values (f16
+    // and f32: f32; f16 and bf16: f32, as PyTorch promotes), never down.
+    const DType common = accurate_common_type(ta, tb);
+    std::string hint;
+    if (common == ta || common == tb) {
+      const Expr& narrow = common == ta ? b : a;
+      hint = "cast(" + operand_text(narrow) + ", " + common.name() + ")";
+    } else {
+      hint = "cast both to " + common.name();
+    }
     fail(name, operand_text(b), loc,
          "dtype " + tb.name() + " differs from the other operand's " + ta.name() + " (" +
-             operand_text(a) + "); cast one of them explicitly: cast(x, " + ta.name() + ")");
+             operand_text(a) + "); cast explicitly, up to the wider type: " + hint);
+  }
   if (ta.is_handle() || ta.is_void())
     fail(name, operand_text(a), loc, "operands of dtype " + ta.name() + " have no arithmetic");
   DType result = ta;
@@ -780,6 +812,16 @@ Stmt make_scope_id_bind(ScopeIdKind k, std::vector<Var> vars, std::vector<std::i
   if (extents.size() > 3) fail(op, "", loc, "at most 3 dimensions");
   for (auto e : extents)
     if (e <= 0) fail(op, "", loc, "extent " + std::to_string(e) + " is not positive");
+  // CUDA's grid limits (the launch would fail with a driver error otherwise),
+  // the same on the host so that a kernel fails alike on both.
+  if (k == ScopeIdKind::cta_id)
+    for (std::size_t g = 0; g < extents.size(); ++g) {
+      const std::int64_t hw = g == 0 ? 2147483647 : 65535;
+      if (extents[g] > hw)
+        fail(op, vars[g].name(), loc,
+             "grid dimension " + std::to_string(g) + " = " + std::to_string(extents[g]) +
+                 " is more CTAs than a grid holds (at most " + std::to_string(hw) + ")");
+    }
   if (!body) body = make_seq({}, loc);
   std::vector<Expr> ee = static_dims(extents);
   return Stmt(std::make_shared<const ScopeIdBindNode>(k, std::move(vars), std::move(extents),

@@ -273,6 +273,26 @@ std::optional<std::string> TileLayout::mismatch(const std::vector<std::int64_t>&
   }
   for (const Iter& it : shard_)
     if (it.extent <= 0 || it.stride < 0) return "layout " + str() + " has a bad iter";
+  // A layout written one iter per dimension must list the buffer's extents
+  // in order: (8, 32) on a (32, 8) buffer covers as many elements, but it is
+  // another shape (a transposed or mistyped one), not a split of these
+  // dimensions. Layouts with more iters than dimensions split them (a
+  // register tile's S({4, 32, 2}) over (16, 16)), and a single iter over
+  // several dimensions is their flat row-major order; both stay accepted.
+  std::vector<std::int64_t> iters, dims;
+  for (const Iter& it : shard_)
+    if (it.extent > 1) iters.push_back(it.extent);
+  for (auto e : shape)
+    if (e > 1) dims.push_back(e);
+  if (iters.size() == dims.size() && iters.size() > 1 && iters != dims) {
+    std::ostringstream os;
+    os << "layout " << str() << " has extents (";
+    for (std::size_t k = 0; k < iters.size(); ++k) os << (k ? ", " : "") << iters[k];
+    os << ") but the buffer's shape is (";
+    for (std::size_t k = 0; k < shape.size(); ++k) os << (k ? ", " : "") << shape[k];
+    os << "): give one layout iter per dimension, in the shape's order";
+    return os.str();
+  }
   return std::nullopt;
 }
 

@@ -766,6 +766,51 @@ Expr simplify(const Expr& e, const Env* env) {
   return s.mutate(e);
 }
 
+// `e` as an i64 expression whose value is the mathematical value of `e`
+// computed without 32-bit wrap-around.
+Expr widen_to_i64(const Expr& e) {
+  DType t = e.dtype();
+  if (t == i64) return e;
+  // Only signed integers of up to 32 bits: unsigned arithmetic wraps by
+  // definition, so its value is kept and converted.
+  bool signed_narrow = t.is_int() && t.bits <= 32;
+  if (auto c = as_const_int(e); c && (signed_narrow || t.is_uint()))
+    return make_int(*c, i64, e->loc);
+  if (!signed_narrow) return make_cast(i64, e, e->loc);
+  if (auto* b = e.as<BinaryNode>()) {
+    switch (b->op) {
+      case BinOp::Add:
+      case BinOp::Sub:
+      case BinOp::Mul:
+      case BinOp::Div:
+      case BinOp::Mod:
+      case BinOp::FloorDiv:
+      case BinOp::FloorMod:
+      case BinOp::Min:
+      case BinOp::Max:
+      case BinOp::BitAnd:
+      case BinOp::BitOr:
+      case BinOp::BitXor:
+        return make_binary(b->op, widen_to_i64(b->a), widen_to_i64(b->b), b->loc);
+      case BinOp::Shl:
+      case BinOp::Shr:
+        return make_binary(b->op, widen_to_i64(b->a), make_cast(i64, b->b, b->loc), b->loc);
+      default:
+        break;
+    }
+  }
+  if (auto* u = e.as<UnaryNode>(); u && u->op == UnOp::Neg)
+    return make_unary(UnOp::Neg, widen_to_i64(u->a), u->loc);
+  if (auto* s = e.as<SelectNode>()) return make_select(s->cond, widen_to_i64(s->t), widen_to_i64(s->f), s->loc);
+  if (auto* c = e.as<CastNode>(); c && c->value.dtype().is_int() && c->value.dtype().bits <= 32)
+    return widen_to_i64(c->value);  // a widening (or same-width) cast between signed ints
+  return make_cast(i64, e, e->loc);
+}
+
+bool needs_wide_offsets(const Buffer& b) {
+  return b->storage_elems() > std::numeric_limits<std::int32_t>::max();
+}
+
 Expr add(Expr a, Expr b) { return simplify(make_binary(BinOp::Add, std::move(a), std::move(b))); }
 Expr mul(Expr a, Expr b) { return simplify(make_binary(BinOp::Mul, std::move(a), std::move(b))); }
 Expr sub(Expr a, Expr b) { return simplify(make_binary(BinOp::Sub, std::move(a), std::move(b))); }

@@ -374,15 +374,17 @@ Expr mixed_radix_offset(const Expr& f, const std::vector<std::int64_t>& extents,
   return off;
 }
 
-Expr offset_of_coords(const std::vector<std::vector<Iter>>& dims, const std::vector<Expr>& coords) {
-  Expr off = c32(0);
+Expr offset_of_coords(const std::vector<std::vector<Iter>>& dims, const std::vector<Expr>& coords,
+                      DType index) {
+  auto c = [&](std::int64_t v) { return make_int(v, index); };
+  Expr off = c(0);
   for (std::size_t d = 0; d < dims.size(); ++d) {
     std::int64_t inner = 1;
     for (std::size_t j = dims[d].size(); j-- > 0;) {
       const Iter& it = dims[d][j];
-      Expr c = div(coords[d], c32(inner));
-      if (j != 0) c = mod(c, c32(it.extent));
-      if (it.axis == Axis::m) off = add(off, mul(c, c32(it.stride)));
+      Expr x = div(coords[d], c(inner));
+      if (j != 0) x = mod(x, c(it.extent));
+      if (it.axis == Axis::m) off = add(off, mul(x, c(it.stride)));
       inner *= it.extent;
     }
   }

@@ -77,12 +77,13 @@ bool check_from_env() {
 
 namespace {
 
-std::int64_t element_count(const std::vector<std::int64_t>& shape, const char* op) {
+std::int64_t element_count(const std::vector<std::int64_t>& shape, const char* op,
+                           SourceLoc loc = {}) {
   std::int64_t n = 1;
   for (std::int64_t e : shape) {
-    if (e < 0) fail(op, "", {}, "negative extent " + std::to_string(e) + " in the shape");
+    if (e < 0) fail(op, "", loc, "negative extent " + std::to_string(e) + " in the shape");
     if (e != 0 && n > std::numeric_limits<std::int64_t>::max() / e)
-      fail(op, "", {}, "the shape has more elements than fit in 64 bits");
+      fail(op, "", loc, "the shape has more elements than fit in 64 bits");
     n *= e;
   }
   return n;
@@ -171,24 +172,25 @@ void for_each_offset(const std::vector<std::int64_t>& shape,
 
 }  // namespace
 
-Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device) {
+Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device,
+                     std::source_location loc) {
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
-    fail("tx.Tensor.empty", "", {}, "dtype " + dtype.name() + " has no elements");
-  const std::int64_t n = element_count(shape, "Tensor.empty");
+    fail("tx.Tensor.empty", "", loc, "dtype " + dtype.name() + " has no elements");
+  const std::int64_t n = element_count(shape, "tx.Tensor.empty", loc);
   const auto es = static_cast<std::size_t>(dtype.bytes());
   if (static_cast<std::uint64_t>(n) > std::numeric_limits<std::size_t>::max() / es)
-    fail("tx.Tensor.empty", "", {}, "shape " + shape_str(shape) + " is too large");
+    fail("tx.Tensor.empty", "", loc, "shape " + shape_str(shape) + " is too large");
   auto st = std::make_shared<Storage>();
   st->device = device;
   st->bytes = static_cast<std::size_t>(n) * es;
   if (device.is_cuda()) {
     std::string why;
     if (!runtime::cuda_available(&why))
-      fail("tx.Tensor.empty", device.str(), {}, "no usable GPU: " + why,
+      fail("tx.Tensor.empty", device.str(), loc, "no usable GPU: " + why,
            "create the tensor on Device::host(), or set TX_DEVICE=host");
     const int count = runtime::device_count();
     if (device.index < 0 || device.index >= count)
-      fail("tx.Tensor.empty", device.str(), {},
+      fail("tx.Tensor.empty", device.str(), loc,
            "no such GPU: this machine has " + std::to_string(count) + " (cuda:0" +
                (count > 1 ? " .. cuda:" + std::to_string(count - 1) : std::string()) + ")");
     st->stream = current_stream(device);
@@ -200,7 +202,7 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
     const std::size_t rounded = st->bytes == 0 ? 64 : (st->bytes + 63) / 64 * 64;
     st->host = std::aligned_alloc(64, rounded);
     if (!st->host)
-      fail("tx.Tensor.empty", "host", {},
+      fail("tx.Tensor.empty", "host", loc,
            "out of memory (" + std::to_string(st->bytes) + " bytes)");
   }
   Tensor t;
@@ -212,36 +214,37 @@ Tensor Tensor::empty(std::vector<std::int64_t> shape, DType dtype, Device device
 }
 
 Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtype, Device device,
-                         std::vector<std::int64_t> strides, std::function<void()> release) {
+                         std::vector<std::int64_t> strides, std::function<void()> release,
+                         std::source_location loc) {
   const char* op = "tx.Tensor.from_blob";
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
-    fail(op, "", {}, "dtype " + dtype.name() + " has no elements");
-  const std::int64_t n = element_count(shape, "Tensor.from_blob");
+    fail(op, "", loc, "dtype " + dtype.name() + " has no elements");
+  const std::int64_t n = element_count(shape, "tx.Tensor.from_blob", loc);
   if (strides.empty()) strides = row_major(shape);
   if (strides.size() != shape.size())
-    fail(op, "strides", {},
+    fail(op, "strides", loc,
          std::to_string(strides.size()) + " strides for the " + std::to_string(shape.size()) +
              " dimensions of shape " + shape_str(shape));
   for (std::int64_t s : strides)
     if (s < 0)
-      fail(op, "strides", {},
+      fail(op, "strides", loc,
            "negative stride " + std::to_string(s) + " in " + shape_str(strides) +
                " (tx views take strides of 0 or more)");
-  if (!data && n > 0) fail(op, "data", {}, "a null pointer for " + std::to_string(n) + " elements");
+  if (!data && n > 0) fail(op, "data", loc, "a null pointer for " + std::to_string(n) + " elements");
   if (device.is_cuda()) {
     std::string why;
-    if (!runtime::cuda_available(&why)) fail(op, device.str(), {}, "no usable GPU: " + why);
+    if (!runtime::cuda_available(&why)) fail(op, device.str(), loc, "no usable GPU: " + why);
     // The driver knows where the memory lives: a host pointer, or memory of
     // another GPU, is refused here rather than faulting in a kernel.
     if (n > 0) {
       int owner = runtime::pointer_device(
           static_cast<runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(data)));
       if (owner < 0)
-        fail(op, "data", {},
+        fail(op, "data", loc,
              "the pointer is not device memory the CUDA driver knows (a host pointer? pass "
              "Device::host())");
       if (owner != device.index)
-        fail(op, "data", {},
+        fail(op, "data", loc,
              "the memory is on cuda:" + std::to_string(owner) + ", not " + device.str());
     }
   }
@@ -280,7 +283,7 @@ Tensor Tensor::as_strided(std::vector<std::int64_t> shape, std::vector<std::int6
                           std::int64_t storage_offset) const {
   const char* op = "tx.Tensor.as_strided";
   if (!storage_) fail(op, "", {}, "the tensor is undefined");
-  element_count(shape, "Tensor.as_strided");
+  element_count(shape, "tx.Tensor.as_strided");
   if (strides.size() != shape.size())
     fail(op, "strides", {},
          std::to_string(strides.size()) + " strides for shape " + shape_str(shape));
@@ -290,7 +293,7 @@ Tensor Tensor::as_strided(std::vector<std::int64_t> shape, std::vector<std::int6
   const auto es = static_cast<std::int64_t>(dtype_.bytes());
   const std::int64_t have = static_cast<std::int64_t>(storage_->bytes) / es;
   const std::int64_t hi = last_offset(shape, strides, storage_offset);
-  if (element_count(shape, "Tensor.as_strided") > 0 && hi >= have)
+  if (element_count(shape, "tx.Tensor.as_strided") > 0 && hi >= have)
     fail(op, "", {},
          "shape " + shape_str(shape) + " with strides " + shape_str(strides) + " at offset " +
              std::to_string(storage_offset) + " reaches element " + std::to_string(hi) +
@@ -404,13 +407,14 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<std::int64_t> shape,
-                          DType dtype, Device device) {
+                          DType dtype, Device device,
+                          std::source_location loc) {
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
-    fail("tx.Tensor.from_bytes", "", {}, "dtype " + dtype.name() + " has no elements");
-  const auto want = static_cast<std::uint64_t>(element_count(shape, "Tensor.from_bytes")) *
+    fail("tx.Tensor.from_bytes", "", loc, "dtype " + dtype.name() + " has no elements");
+  const auto want = static_cast<std::uint64_t>(element_count(shape, "tx.Tensor.from_bytes", loc)) *
                     static_cast<std::uint64_t>(dtype.bytes());
   if (nbytes != want)
-    fail("tx.Tensor.from_bytes", "", {},
+    fail("tx.Tensor.from_bytes", "", loc,
          std::to_string(nbytes) + " bytes given for shape " + shape_str(shape) + " of " +
              dtype.name() + ", which needs " + std::to_string(want));
   Tensor t = empty(std::move(shape), dtype, device);
@@ -419,14 +423,15 @@ Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<std:
 }
 
 Tensor Tensor::from_doubles(const std::vector<double>& values, std::vector<std::int64_t> shape,
-                            DType dtype, Device device) {
-  const std::int64_t n = element_count(shape, "Tensor.from_doubles");
+                            DType dtype, Device device,
+                          std::source_location loc) {
+  const std::int64_t n = element_count(shape, "tx.Tensor.from_doubles", loc);
   if (static_cast<std::uint64_t>(values.size()) != static_cast<std::uint64_t>(n))
-    fail("tx.Tensor.from_doubles", "", {},
+    fail("tx.Tensor.from_doubles", "", loc,
          std::to_string(values.size()) + " values given for shape " + shape_str(shape) +
              ", which has " + std::to_string(n) + " elements");
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
-    fail("tx.Tensor.from_doubles", "", {}, "dtype " + dtype.name() + " has no elements");
+    fail("tx.Tensor.from_doubles", "", loc, "dtype " + dtype.name() + " has no elements");
   const auto es = static_cast<std::size_t>(dtype.bytes());
   std::vector<unsigned char> bytes(values.size() * es);
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -445,15 +450,15 @@ std::int64_t Tensor::numel() const {
   return n;
 }
 
-Tensor Tensor::reshape(std::vector<std::int64_t> shape) const {
-  if (!storage_) fail("tx.Tensor.reshape", "", {}, "the tensor is undefined");
-  std::int64_t n = element_count(shape, "Tensor.reshape");
+Tensor Tensor::reshape(std::vector<std::int64_t> shape, std::source_location loc) const {
+  if (!storage_) fail("tx.Tensor.reshape", "", loc, "the tensor is undefined");
+  std::int64_t n = element_count(shape, "tx.Tensor.reshape", loc);
   if (n != numel())
-    fail("tx.Tensor.reshape", "", {},
+    fail("tx.Tensor.reshape", "", loc,
          "shape " + shape_str(shape) + " holds " + std::to_string(n) + " elements, the tensor " +
              std::to_string(numel()));
   if (!is_contiguous())
-    fail("tx.Tensor.reshape", "", {},
+    fail("tx.Tensor.reshape", "", loc,
          "the tensor is a strided view (strides " + shape_str(strides_) +
              "); call .contiguous() first");
   Tensor t = *this;

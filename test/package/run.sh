@@ -64,6 +64,28 @@ mv "$stage" "$prefix"
 
 # 3. a separate project, copied out of the source tree: same compiler and
 # flags (sanitizer builds), its own generator
+# The Jupyter kernel, where this build has one: installed with its
+# kernelspec, working from the moved prefix with the installed headers.
+if [ -x "$build/tx-kernel" ]; then
+  echo "== the installed tx-kernel and its kernelspec, from the moved prefix"
+  kernel="$prefix/bin/tx-kernel"
+  spec="$prefix/share/jupyter/kernels/tx/kernel.json"
+  [ -x "$kernel" ] || fail "tx-kernel is built but not installed in bin/"
+  [ -f "$spec" ] || fail "the kernelspec share/jupyter/kernels/tx/kernel.json is not installed"
+  argv0=$(python3 -c 'import json, os, sys
+spec = sys.argv[1]
+a = json.load(open(spec))["argv"][0].replace("{resource_dir}", os.path.dirname(spec))
+print(os.path.realpath(a))' "$spec")
+  [ "$argv0" = "$(readlink -f "$kernel")" ] || fail "the kernelspec runs $argv0, not $kernel"
+  args=$("$kernel" --print-args)
+  if grep -q -e "$src" -e "$build" <<<"$args"; then
+    fail "the installed tx-kernel compiles cells with the source or build tree's headers: $args"
+  fi
+  grep -qx -- "-I$(readlink -f "$prefix")/include" <<<"$args" || fail "the installed tx-kernel does not use $prefix/include: $args"
+  out=$("$kernel" --check 2>&1) || fail "the installed tx-kernel --check failed: $out"
+  echo "tx-kernel from the moved prefix: $out"
+fi
+
 cp -r "$here/consumer" "$work/consumer"
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)

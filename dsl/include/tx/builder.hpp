@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -100,9 +101,24 @@ inline Slice span(Value start, std::int64_t extent) { return Slice(start.value, 
 // and of scalar parameters (T::cta_id: ceildiv(n, 256)).
 struct Extent {
   Expr value;
-  Extent(std::int64_t v)
-      : value(make_int(v, v > 2147483647 || v < -2147483648LL ? i64 : i32)) {}  // NOLINT
-  Extent(int v) : Extent(static_cast<std::int64_t>(v)) {}                       // NOLINT
+  // Set (and `value` left undefined) when the integer given cannot be an
+  // extent at all (an unsigned value past 2^63 - 1); T::cta_id and
+  // T::match_buffer report it with the user's line.
+  std::string invalid;
+  // Any integer type: int, long, long long, unsigned, size_t (a `1LL << 40`
+  // or a `v.size()` must not be ambiguous between overloads). Negative and
+  // too large values get the builders' errors.
+  template <std::integral I>
+  requires(!std::same_as<I, bool>) Extent(I v) {  // NOLINT: implicit by design
+    if constexpr (std::is_unsigned_v<I>) {
+      if (static_cast<std::uint64_t>(v) > static_cast<std::uint64_t>(INT64_MAX)) {
+        invalid = "extent " + std::to_string(v) + " does not fit in a signed 64-bit integer";
+        return;
+      }
+    }
+    const auto x = static_cast<std::int64_t>(v);
+    value = make_int(x, x > 2147483647 || x < -2147483648LL ? i64 : i32);
+  }
   template <class V>
   requires DslValue<V> Extent(const V& v, Loc l = Loc::current())
       : value(detail::materialize_at(v, l)) {}  // NOLINT

@@ -105,15 +105,17 @@ class BoundsCheck : public IRVisitor {
   }
   void visit_node(const LoadNode* n) override {
     IRVisitor::visit_node(n);
-    check(n->buffer, n->indices, n->loc.known() ? n->loc : loc_);
+    // The access is named, not the statement it is in: an out-of-bounds
+    // read in `B(t) = A(t + 1)` is T.load of A.
+    check("T.load", n->buffer, n->indices, n->loc.known() ? n->loc : loc_);
   }
   void visit_node(const StoreNode* n) override {
     IRVisitor::visit_node(n);
-    check(n->buffer, n->indices, loc_);
+    check(op_, n->buffer, n->indices, loc_);
   }
 
  private:
-  void check(const Buffer& b, const std::vector<Expr>& idx, SourceLoc loc) {
+  void check(const std::string& op, const Buffer& b, const std::vector<Expr>& idx, SourceLoc loc) {
     for (std::size_t d = 0; d < idx.size() && d < b->shape.size(); ++d) {
       Interval iv = env_.bound(idx[d]);
       // A symbolic extent (a T::dim): its smallest value decides the filter,
@@ -145,7 +147,7 @@ class BoundsCheck : public IRVisitor {
       std::string range = "[0, " + std::to_string(extent) + ")";
       if (!extent_expr.as<IntImmNode>())
         range = "[0, " + to_string(extent_expr) + ") = [0, " + std::to_string(extent) + ")";
-      fail(op_, b->name, loc, what + " outside " + range + " of " + b->name + shape_text(b));
+      fail(op, b->name, loc, what + " outside " + range + " of " + b->name + shape_text(b));
     }
   }
 

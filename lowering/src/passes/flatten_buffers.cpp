@@ -55,19 +55,30 @@ class Flattener : public IRMutator {
            "element access to a register tile distributed over threads (" + b->layout.str() +
                "); an index does not say which thread holds the element -- use tile primitives "
                "(Tx::...::copy) to move it");
+    // A buffer of 2^31 elements or more: the offset is built in i64 from
+    // its leaves, before anything folds it (A(65536, 5) on a (65537, 32768)
+    // buffer is 2^31 + 5, which a fold in i32 wrapped to a negative offset).
+    const bool wide = needs_wide_offsets(b);
+    std::vector<Expr> coords = idx;
+    if (wide)
+      for (Expr& c : coords) c = widen_to_i64(c);
     if (b->symbolic()) {
       // Row-major over extents known at launch: i * (n1 * n2) + j * n2 + k.
-      Expr off = idx.back(), stride = b->dims.back();
-      for (std::size_t d = idx.size() - 1; d-- > 0;) {
-        off = add(off, mul(idx[d], stride));
-        stride = mul(stride, b->dims[d]);
+      std::vector<Expr> dims = b->dims;
+      if (wide)
+        for (Expr& d : dims) d = widen_to_i64(d);
+      Expr off = coords.back(), stride = dims.back();
+      for (std::size_t d = coords.size() - 1; d-- > 0;) {
+        off = add(off, mul(coords[d], stride));
+        stride = mul(stride, dims[d]);
       }
       return simplify(off);
     }
     std::string why;
     auto dims = group_by_dims(b->layout.shard(), b->shape, &why);
     if (!dims) fail(what, b->name, loc, why);
-    Expr off = add(c32(b->memory_offset()), offset_of_coords(*dims, idx));
+    const DType index = wide ? i64 : i32;
+    Expr off = add(make_int(b->memory_offset(), index), offset_of_coords(*dims, coords, index));
     if (b->layout.swizzle()) off = swizzle_expr(*b->layout.swizzle(), off);
     return simplify(off);
   }

@@ -18,50 +18,7 @@ namespace tx::lowering {
 
 namespace {
 
-bool needs_wide(const Buffer& b) {
-  return b->storage_elems() > std::numeric_limits<std::int32_t>::max();
-}
-
-// `e` as an i64 expression whose value is the mathematical value of `e`
-// computed without 32-bit wrap-around.
-Expr widen(const Expr& e) {
-  DType t = e.dtype();
-  if (t == i64) return e;
-  // Only signed integers of up to 32 bits: unsigned arithmetic wraps by
-  // definition, so its value is kept and converted.
-  bool signed_narrow = t.is_int() && t.bits <= 32;
-  if (auto c = as_const_int(e); c && (signed_narrow || t.is_uint()))
-    return make_int(*c, i64, e->loc);
-  if (!signed_narrow) return make_cast(i64, e, e->loc);
-  if (auto* b = e.as<BinaryNode>()) {
-    switch (b->op) {
-      case BinOp::Add:
-      case BinOp::Sub:
-      case BinOp::Mul:
-      case BinOp::Div:
-      case BinOp::Mod:
-      case BinOp::FloorDiv:
-      case BinOp::FloorMod:
-      case BinOp::Min:
-      case BinOp::Max:
-      case BinOp::BitAnd:
-      case BinOp::BitOr:
-      case BinOp::BitXor:
-        return make_binary(b->op, widen(b->a), widen(b->b), b->loc);
-      case BinOp::Shl:
-      case BinOp::Shr:
-        return make_binary(b->op, widen(b->a), make_cast(i64, b->b, b->loc), b->loc);
-      default:
-        break;
-    }
-  }
-  if (auto* u = e.as<UnaryNode>(); u && u->op == UnOp::Neg)
-    return make_unary(UnOp::Neg, widen(u->a), u->loc);
-  if (auto* s = e.as<SelectNode>()) return make_select(s->cond, widen(s->t), widen(s->f), s->loc);
-  if (auto* c = e.as<CastNode>(); c && c->value.dtype().is_int() && c->value.dtype().bits <= 32)
-    return widen(c->value);  // a widening (or same-width) cast between signed ints
-  return make_cast(i64, e, e->loc);
-}
+bool needs_wide(const Buffer& b) { return needs_wide_offsets(b); }
 
 class Widen : public IRMutator {
  public:
@@ -70,25 +27,25 @@ class Widen : public IRMutator {
     Expr out = IRMutator::mutate_node(self, n);
     if (!needs_wide(n->buffer)) return out;
     auto* l = out.as<LoadNode>();
-    return make_load(l->buffer, {widen(l->indices[0])}, l->loc);
+    return make_load(l->buffer, {widen_to_i64(l->indices[0])}, l->loc);
   }
   Stmt mutate_node(const Stmt& self, const StoreNode* n) override {
     Stmt out = IRMutator::mutate_node(self, n);
     if (!needs_wide(n->buffer)) return out;
     auto* s = out.as<StoreNode>();
-    return make_store(s->buffer, s->value, {widen(s->indices[0])}, s->loc);
+    return make_store(s->buffer, s->value, {widen_to_i64(s->indices[0])}, s->loc);
   }
   Stmt mutate_node(const Stmt& self, const CopyBytesNode* n) override {
     if (!needs_wide(n->dst) && !needs_wide(n->src)) return IRMutator::mutate_node(self, n);
     Expr d = mutate(n->dst_offset), s = mutate(n->src_offset);
-    return make_copy_bytes(n->dst, needs_wide(n->dst) ? widen(d) : d, n->src,
-                           needs_wide(n->src) ? widen(s) : s, n->bytes, n->loc);
+    return make_copy_bytes(n->dst, needs_wide(n->dst) ? widen_to_i64(d) : d, n->src,
+                           needs_wide(n->src) ? widen_to_i64(s) : s, n->bytes, n->loc);
   }
   Stmt mutate_node(const Stmt& self, const CpAsyncNode* n) override {
     if (!needs_wide(n->src)) return IRMutator::mutate_node(self, n);
     Expr d = mutate(n->dst_offset), s = mutate(n->src_offset);
     Expr sb = n->src_bytes ? mutate(n->src_bytes) : Expr();
-    return make_cp_async(n->dst, d, n->src, widen(s), n->bytes, sb, n->loc);
+    return make_cp_async(n->dst, d, n->src, widen_to_i64(s), n->bytes, sb, n->loc);
   }
 };
 

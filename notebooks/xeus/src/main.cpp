@@ -7,6 +7,7 @@
 //   tx-kernel --complete CODE      the completions at the end of CODE
 //   tx-kernel --inspect NAME       what the kernel shows for NAME (Shift-Tab)
 //   tx-kernel --version
+//   tx-kernel --print-args         the arguments cells are compiled with
 //
 // Environment: TX_KERNEL_CLANG_ARGS (more arguments for clang, separated by
 // spaces), TX_KERNEL_NO_PRELUDE=1 (start without tx's headers).
@@ -18,6 +19,8 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
+#include <string>
+#include <vector>
 #include <xeus/xhelper.hpp>
 #include <xeus/xkernel.hpp>
 #include <xeus/xkernel_configuration.hpp>
@@ -28,9 +31,28 @@
 
 namespace {
 
+// tx's include folders: the source tree's when this is the build tree's
+// kernel, else <prefix>/include of an installed one (the executable is
+// <prefix>/bin/tx-kernel), so an install works after the clone is gone and
+// wherever the prefix is moved.
+std::vector<std::string> tx_include_dirs() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self = fs::canonical("/proc/self/exe", ec);
+  const fs::path built = fs::weakly_canonical(tx_kernel::kBuildKernel, ec);
+  std::vector<std::string> dirs;
+  if (!self.empty() && self != built) {
+    fs::path inc = self.parent_path().parent_path() / tx_kernel::kInstallIncludeDir;
+    if (fs::exists(inc / "tx" / "tx.hpp", ec)) return {inc.string()};
+  }
+  for (const char* d : tx_kernel::kBuildIncludes) dirs.emplace_back(d);
+  return dirs;
+}
+
 tx_kernel::KernelConfig make_config(const std::string& cell_dir) {
   tx_kernel::KernelConfig c;
   for (const char* a : tx_kernel::kClangArgs) c.session.clang_args.push_back(a);
+  for (const std::string& d : tx_include_dirs()) c.session.clang_args.push_back("-I" + d);
   if (const char* extra = std::getenv("TX_KERNEL_CLANG_ARGS")) {
     std::istringstream in(extra);
     for (std::string a; in >> a;) c.session.clang_args.push_back(a);
@@ -75,6 +97,10 @@ int main(int argc, char* argv[]) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CellDir cells;
   std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--print-args") {
+    for (const std::string& a : make_config(cells.path).session.clang_args) std::cout << a << "\n";
+    return 0;
+  }
   if (mode == "--check" || ((mode == "--complete" || mode == "--inspect") && argc == 3)) {
     try {
       tx_kernel::KernelConfig config = make_config(cells.path);

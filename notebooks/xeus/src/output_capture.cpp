@@ -27,6 +27,17 @@ OutputCapture::~OutputCapture() {
   stop(err_);
 }
 
+void OutputCapture::drain() {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+  stop(out_);
+  stop(err_);
+  start(out_, 1, "stdout");
+  start(err_, 2, "stderr");
+}
+
 void OutputCapture::start(Channel& c, int fd, const char* stream) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) != 0) return;  // no capture: output goes where it went

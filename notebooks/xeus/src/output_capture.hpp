@@ -20,6 +20,10 @@ class OutputCapture {
   // Flushes C and C++ streams, gives the descriptors back and waits until
   // everything written was handed to the sink.
   ~OutputCapture();
+  // Everything written so far handed to the sink before it returns (the
+  // descriptors are given back and taken again): what the sink decides from
+  // now on concerns only output written from now on.
+  void drain();
   OutputCapture(const OutputCapture&) = delete;
   OutputCapture& operator=(const OutputCapture&) = delete;
 

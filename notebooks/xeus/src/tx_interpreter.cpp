@@ -2,7 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <mutex>
 #include <sstream>
+#include <utility>
+#include <vector>
 #include <tx/display.hpp>
 #include <xeus/xhelper.hpp>
 
@@ -165,10 +168,40 @@ nl::json TxInterpreter::execute_request_impl(int execution_counter, const std::s
   std::string name = "cell[" + std::to_string(execution_counter) + "]";
   CellResult r;
   std::string note;
+  // After a failed cell, this cell's first attempt may fail to link for the
+  // earlier cell's sake, and the JIT then writes dozens of mangled symbol
+  // names to stderr. Its output is held until the outcome is known: shown
+  // as it would have been, or -- when the session is restarted and the cell
+  // runs again -- its stderr goes to the kernel's log instead of the cell.
+  std::mutex held_mutex;
+  bool hold = failed_since_restart_;
+  std::vector<std::pair<std::string, std::string>> held;
+  std::string to_log;
   {
-    OutputCapture capture([this, silent](const std::string& stream, const std::string& text) {
+    OutputCapture capture([&](const std::string& stream, const std::string& text) {
+      {
+        std::lock_guard<std::mutex> lock(held_mutex);
+        if (hold) {
+          held.emplace_back(stream, text);
+          return;
+        }
+      }
       if (!silent) send_stream(stream, text);
     });
+    // Hands the held output on (without the first attempt's stderr when
+    // `drop_stderr`) and streams from then on.
+    auto release = [&](bool drop_stderr) {
+      capture.drain();
+      std::lock_guard<std::mutex> lock(held_mutex);
+      for (auto& [stream, text] : held) {
+        if (drop_stderr && stream == "stderr")
+          to_log += text;
+        else if (!silent)
+          send_stream(stream, text);
+      }
+      held.clear();
+      hold = false;
+    };
     if (!prelude_error_.empty()) {
       std::fprintf(stderr,
                    "tx-kernel: the start-up code failed, tx's headers may be missing:\n%s\n",
@@ -183,13 +216,17 @@ nl::json TxInterpreter::execute_request_impl(int execution_counter, const std::s
       r.message = magic_error;
     } else {
       r = session_->run(name, body);
-      if (r.outcome == Outcome::link_error && failed_since_restart_) {
+      const bool relink = r.outcome == Outcome::link_error && failed_since_restart_;
+      release(/*drop_stderr=*/relink);
+      if (relink) {
         // Nothing of the cell ran (it never linked): a new session, the good
-        // cells again, then this one.
+        // cells again, then this one. The JIT's own text (symbol names) goes
+        // to the kernel's log, not to the cell.
+        to_log += r.detail + "\n";
         std::fprintf(stderr,
-                     "tx-kernel: this cell could not be linked (%s): an earlier failed cell "
-                     "left the JIT without code it needs;\n",
-                     r.message.c_str());
+                     "tx-kernel: this cell could not be linked: an earlier failed cell left "
+                     "the JIT without code it needs (the JIT's message is in the kernel's "
+                     "log);\n");
         std::fprintf(stderr, "tx-kernel: %s; running this cell again\n",
                      restart_and_replay(false).c_str());
         std::fflush(stderr);
@@ -215,7 +252,13 @@ nl::json TxInterpreter::execute_request_impl(int execution_counter, const std::s
       }
       if (r.outcome == Outcome::ok) succeeded_.push_back({name, body});
     }
+    if (hold) release(false);  // a magic's error: nothing ran
   }
+  // The kernel's own stderr (Jupyter's server log), once the cell's capture
+  // has given it back.
+  if (!to_log.empty())
+    std::fprintf(stderr, "tx-kernel: %s: the first attempt's JIT output:\n%s\n", name.c_str(),
+                 to_log.c_str());
   if (r.outcome == Outcome::ok) return xeus::create_successful_reply();
   failed_since_restart_ = true;
   nl::json traceback = nl::json::array();

@@ -104,6 +104,11 @@ Expr simplify(const Expr& e, const Env* env = nullptr);
 
 // Small builders for lowering code.
 inline Expr c32(std::int64_t v) { return make_int(v, i32); }
+// `e` rebuilt in i64 from its integer leaves up, so that its value is the
+// mathematical value of what was written, without 32-bit wrap-around.
+Expr widen_to_i64(const Expr& e);
+// A buffer of 2^31 elements or more: its offsets are computed in i64.
+bool needs_wide_offsets(const Buffer& b);
 Expr add(Expr a, Expr b);
 Expr mul(Expr a, Expr b);
 Expr sub(Expr a, Expr b);

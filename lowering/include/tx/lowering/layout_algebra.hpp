@@ -126,6 +126,9 @@ Expr mixed_radix_offset(const Expr& f, const std::vector<std::int64_t>& extents,
 
 // Memory offset of a logical coordinate through per-dimension iters
 // (memory-axis iters only; thread iters must have been excluded).
-Expr offset_of_coords(const std::vector<std::vector<Iter>>& dims, const std::vector<Expr>& coords);
+// In `index` arithmetic: i64 for buffers of 2^31 elements or more, whose
+// offsets (and constant folds of them) must not wrap at 32 bits.
+Expr offset_of_coords(const std::vector<std::vector<Iter>>& dims, const std::vector<Expr>& coords,
+                      DType index = i32);
 
 }  // namespace tx::lowering

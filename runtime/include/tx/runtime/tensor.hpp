@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -64,13 +65,16 @@ class Tensor {
 
   // Uninitialized storage (host memory is 64-byte aligned, device memory 256).
   static Tensor empty(std::vector<std::int64_t> shape, DType dtype,
-                      Device device = default_device());
+                      Device device = default_device(),
+                      std::source_location loc = std::source_location::current());
   // Each value rounded to dtype as the GPU stores it (tx::encode_bits).
   static Tensor from_doubles(const std::vector<double>& values, std::vector<std::int64_t> shape,
-                             DType dtype, Device device = default_device());
+                             DType dtype, Device device = default_device(),
+                             std::source_location loc = std::source_location::current());
   // Raw element bytes (size must equal numel * dtype.bytes()).
   static Tensor from_bytes(const void* data, std::size_t nbytes, std::vector<std::int64_t> shape,
-                           DType dtype, Device device = default_device());
+                           DType dtype, Device device = default_device(),
+                           std::source_location loc = std::source_location::current());
 
   // A tensor over memory tx does not own: `data` is a host pointer or a
   // device address (as void*) on `device`; `strides` are in elements
@@ -78,7 +82,8 @@ class Tensor {
   // the last tensor viewing the memory is gone (a DLPack deleter, say).
   static Tensor from_blob(void* data, std::vector<std::int64_t> shape, DType dtype, Device device,
                           std::vector<std::int64_t> strides = {},
-                          std::function<void()> release = {});
+                          std::function<void()> release = {},
+                          std::source_location loc = std::source_location::current());
 
   // DLPack, zero-copy both ways. from_dlpack takes ownership of `m`: the
   // tensor borrows its memory and calls m->deleter when the last view is
@@ -93,9 +98,10 @@ class Tensor {
   // Typed construction and read-back for C++ element types (float, int32_t, ...).
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, std::vector<std::int64_t> shape,
-                            Device device = default_device()) {
+                            Device device = default_device(),
+                            std::source_location loc = std::source_location::current()) {
     return from_bytes(values.data(), values.size() * sizeof(T), std::move(shape), dtype_of<T>(),
-                      device);
+                      device, loc);
   }
   template <class T>
   std::vector<T> to_vector() const {
@@ -144,7 +150,8 @@ class Tensor {
   // The same storage under another shape with the same element count (no
   // copy; the tensor must be contiguous): kernels check shapes exactly, so
   // this is how a flat tensor meets a kernel that declares (M, N).
-  Tensor reshape(std::vector<std::int64_t> shape) const;
+  Tensor reshape(std::vector<std::int64_t> shape,
+                 std::source_location loc = std::source_location::current()) const;
   std::vector<double> to_doubles() const;
   std::vector<std::uint8_t> to_bytes() const;
   void copy_from_bytes(const void* data, std::size_t nbytes);

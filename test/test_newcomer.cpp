@@ -1,0 +1,83 @@
+// Issue 45's defects as a new user met them: each case failed on the tree
+// before its fix.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "test_support.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+// A constant index past 2^31 elements: the flat offset of A(65536, 5) on a
+// (65537, 32768) u8 buffer is 65536 * 32768 + 5 = 2^31 + 5, which must be
+// folded in 64 bits (it was folded in 32 and wrapped to -2^31 + 5).
+TEST_CASE("a constant index past 2^31 elements is folded exactly") {
+  PrimFunc pf = T::prim_func("far_store", [&](Handle a) {
+    auto A = T::match_buffer(a, {65537, 32768}, u8, std::nullopt, "A");
+    T::cta_id({1});
+    T::thread_id({1});
+    A(65536, 5) = 7;
+  });
+  Kernel k = compile(pf, {.device = Device::host()});
+  const std::string want = "2147483653";
+  INFO(k.lowered_ir());
+  CHECK(k.lowered_ir().find(want) != std::string::npos);
+  CHECK(k.lowered_ir().find("-2147483643") == std::string::npos);
+  INFO(k.cuda_source());
+  CHECK(k.cuda_source().find(want) != std::string::npos);
+  CHECK(k.cuda_source().find("-2147483643") == std::string::npos);
+}
+
+}  // namespace
+
+namespace {
+
+// Any integer type is an extent: `long long` (1LL << 40), `unsigned`,
+// `size_t` were ambiguous between Extent's int and int64_t constructors.
+TEST_CASE("extents of every integer type") {
+  const std::size_t n = 96;
+  const unsigned threads = 32;
+  PrimFunc pf = T::prim_func("sized", [&](Handle a) {
+    auto A = T::match_buffer(a, {n}, f32, std::nullopt, "A");
+    auto bx = T::cta_id({3LL}, "bx");
+    auto t = T::thread_id({static_cast<int>(threads)}, "t");
+    A(bx * 32 + t) = 1.0f;
+  });
+  Kernel k = compile(pf, {.device = Device::host()});
+  CHECK(k.tirx().find("(96,)") != std::string::npos);
+
+  // Too large: the grid's own error, at the user's line.
+  int line = 0;
+  try {
+    T::prim_func("huge_grid", [&](Handle a) {
+      T::match_buffer(a, {16}, f32, std::nullopt, "A");
+      line = __LINE__ + 1;
+      T::cta_id({1LL << 40}, "bx");
+    });
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "T.cta_id");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+  // An unsigned value that no signed 64-bit integer holds.
+  try {
+    T::prim_func("unsigned_extent", [&](Handle a) {
+      line = __LINE__ + 1;
+      T::match_buffer(a, {~std::uint64_t{0}}, f32, std::nullopt, "A");
+    });
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "T.match_buffer");
+    CHECK(e.operand() == "A");
+    CHECK(std::string(e.what()).find("18446744073709551615") != std::string::npos);
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+}
+
+}  // namespace
