@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <tx/ops/ops.hpp>
 #include <tx/tx.hpp>
@@ -20,12 +21,12 @@
 using namespace tx;
 
 int main(int argc, char** argv) {
-  Device dev = default_device();
+  std::optional<Device> chosen;  // else tx's default, read inside the try: TX_DEVICE may be bad
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--device=host") == 0) {
-      dev = Device::host();
+      chosen = Device::host();
     } else if (std::strcmp(argv[i], "--device=cuda") == 0) {
-      dev = Device::cuda();
+      chosen = Device::cuda();
     } else {
       std::fprintf(stderr, "usage: %s [--device=cuda|host]\n", argv[0]);
       return 2;
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   for (auto& v : xv) v = quantize(u(rng), f32);
   for (auto& v : bv) v = quantize(u(rng), f32);
   try {
+    const Device dev = chosen ? *chosen : default_device();
     if (!dev.is_cuda() && !runtime::host_jit_available()) {
       std::cout << "SKIPPED: no GPU and no host JIT\n";
       return 77;

@@ -369,7 +369,7 @@ DType accurate_common_type(DType a, DType b) {
   const DType& u = a.is_int() ? b : a;
   const DType& i = a.is_int() ? a : b;
   if (i.bits > u.bits) return i;
-  return DType{TypeCode::Int, std::min(64, 2 * u.bits)};
+  return DType{TypeCode::Int, static_cast<std::uint8_t>(std::min(64, 2 * u.bits))};
 }
 }  // namespace
 
