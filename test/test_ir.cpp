@@ -111,7 +111,8 @@ TEST_CASE("mixing float dtypes asks for a cast") {
       B(tid) = A(tid) + B(tid);
     });
   };
-  CHECK_THROWS_WITH_AS(build(), doctest::Contains("up to the wider type: cast(A[tid], float32)"), Error);
+  CHECK_THROWS_WITH_AS(build(), doctest::Contains("up to the wider type: cast(A[tid], float32)"),
+                       Error);
 }
 
 TEST_CASE("ints promote to the float operand, and cast() rounds references like the GPU") {

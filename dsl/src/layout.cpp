@@ -119,8 +119,8 @@ std::string Swizzle::str() const {
 }
 
 Swizzle make_swizzle(int bits, int base, int shift) {
-  const std::string what = "Sw<" + std::to_string(bits) + "," + std::to_string(base) + "," +
-                           std::to_string(shift) + ">";
+  const std::string what =
+      "Sw<" + std::to_string(bits) + "," + std::to_string(base) + "," + std::to_string(shift) + ">";
   if (bits < 0 || base < 0 || shift < 0)
     fail("tx.Swizzle", what, {}, "bits, base and shift must not be negative");
   if (shift < bits)
@@ -128,8 +128,7 @@ Swizzle make_swizzle(int bits, int base, int shift) {
          "shift " + std::to_string(shift) + " is below bits " + std::to_string(bits) +
              ": the XOR would read the bits it writes, and sw would not be its own inverse");
   if (base + shift + bits > 30)
-    fail("tx.Swizzle", what, {},
-         "the period 2^(base + shift + bits) passes 2^30 elements");
+    fail("tx.Swizzle", what, {}, "the period 2^(base + shift + bits) passes 2^30 elements");
   return Swizzle{bits, base, shift};
 }
 

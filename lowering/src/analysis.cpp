@@ -801,7 +801,8 @@ Expr widen_to_i64(const Expr& e) {
   }
   if (auto* u = e.as<UnaryNode>(); u && u->op == UnOp::Neg)
     return make_unary(UnOp::Neg, widen_to_i64(u->a), u->loc);
-  if (auto* s = e.as<SelectNode>()) return make_select(s->cond, widen_to_i64(s->t), widen_to_i64(s->f), s->loc);
+  if (auto* s = e.as<SelectNode>())
+    return make_select(s->cond, widen_to_i64(s->t), widen_to_i64(s->f), s->loc);
   if (auto* c = e.as<CastNode>(); c && c->value.dtype().is_int() && c->value.dtype().bits <= 32)
     return widen_to_i64(c->value);  // a widening (or same-width) cast between signed ints
   return make_cast(i64, e, e->loc);

@@ -49,9 +49,8 @@ std::optional<std::vector<std::vector<Iter>>> group_by_dims(const std::vector<It
       pending.push_back(Iter{it.extent / need, it.stride * need, it.axis});
       need = 1;
     } else {
-      set_why(why, "layout iter of extent " + std::to_string(it.extent) +
-                       " straddles dimension " + std::to_string(d) + " of extent " +
-                       std::to_string(shape[d]));
+      set_why(why, "layout iter of extent " + std::to_string(it.extent) + " straddles dimension " +
+                       std::to_string(d) + " of extent " + std::to_string(shape[d]));
       return std::nullopt;
     }
     if (need == 1) have_dim = next_dim();
@@ -77,9 +76,9 @@ std::int64_t RegionLayout::numel() const {
 
 Expr swizzle_expr(const Swizzle& sw, Expr x) {
   const std::int64_t mask = ((std::int64_t{1} << sw.bits) - 1) << sw.base;
-  return make_binary(BinOp::BitXor, x,
-                     make_binary(BinOp::BitAnd, make_binary(BinOp::Shr, x, c32(sw.shift)),
-                                 c32(mask)));
+  return make_binary(
+      BinOp::BitXor, x,
+      make_binary(BinOp::BitAnd, make_binary(BinOp::Shr, x, c32(sw.shift)), c32(mask)));
 }
 
 Expr address(const RegionLayout& l, Expr inner) {
@@ -150,9 +149,9 @@ std::optional<RegionLayout> region_layout(const BufferRegion& r, const Env& env,
     }
     if (!done && its.empty() && n == 1) done = true;  // extent-1 dimension
     if (!done) {
-      set_why(why, "region [" + to_string(start) + " : +" + std::to_string(n) +
-                       "] in dimension " + std::to_string(d) + " of " + b->name +
-                       " does not align with its layout " + b->layout.str());
+      set_why(why, "region [" + to_string(start) + " : +" + std::to_string(n) + "] in dimension " +
+                       std::to_string(d) + " of " + b->name + " does not align with its layout " +
+                       b->layout.str());
       return std::nullopt;
     }
     out.dims.push_back(sliced);
@@ -199,8 +198,8 @@ std::optional<RegionLayout> broadcast_to(const RegionLayout& l, const Extents& t
   out.replica = l.replica;
   out.mem_offset = l.mem_offset;
   out.thread_offset = l.thread_offset;
-  std::ptrdiff_t shift = static_cast<std::ptrdiff_t>(target.size()) -
-                         static_cast<std::ptrdiff_t>(l.extents.size());
+  std::ptrdiff_t shift =
+      static_cast<std::ptrdiff_t>(target.size()) - static_cast<std::ptrdiff_t>(l.extents.size());
   for (std::size_t i = 0; i < target.size(); ++i) {
     std::ptrdiff_t src = static_cast<std::ptrdiff_t>(i) - shift;
     std::int64_t ext = src >= 0 ? l.extents[static_cast<std::size_t>(src)] : 1;
@@ -292,7 +291,8 @@ std::vector<JointIter> coalesce(const std::vector<JointIter>& iters) {
 
 std::optional<std::int64_t> thread_axis_multiplier(Axis axis, ExecScope scope) {
   switch (scope) {
-    case ExecScope::thread: return std::nullopt;
+    case ExecScope::thread:
+      return std::nullopt;
     case ExecScope::warp:
       if (axis == Axis::laneid) return 1;
       return std::nullopt;
@@ -304,11 +304,15 @@ std::optional<std::int64_t> thread_axis_multiplier(Axis axis, ExecScope scope) {
       switch (axis) {
         case Axis::laneid:
         case Axis::tx:
-        case Axis::tid_in_wg: return 1;
+        case Axis::tid_in_wg:
+          return 1;
         case Axis::warpid:
-        case Axis::wid_in_wg: return 32;
-        case Axis::wgid: return 128;
-        default: return std::nullopt;
+        case Axis::wid_in_wg:
+          return 32;
+        case Axis::wgid:
+          return 128;
+        default:
+          return std::nullopt;
       }
   }
   return std::nullopt;
@@ -316,13 +320,20 @@ std::optional<std::int64_t> thread_axis_multiplier(Axis axis, ExecScope scope) {
 
 std::int64_t axis_limit(Axis axis, int cta_threads) {
   switch (axis) {
-    case Axis::laneid: return 32;
-    case Axis::warpid: return (cta_threads + 31) / 32;
-    case Axis::tx: return cta_threads;
-    case Axis::wgid: return (cta_threads + 127) / 128;
-    case Axis::tid_in_wg: return 128;
-    case Axis::wid_in_wg: return 4;
-    case Axis::m: return Interval::kMax;
+    case Axis::laneid:
+      return 32;
+    case Axis::warpid:
+      return (cta_threads + 31) / 32;
+    case Axis::tx:
+      return cta_threads;
+    case Axis::wgid:
+      return (cta_threads + 127) / 128;
+    case Axis::tid_in_wg:
+      return 128;
+    case Axis::wid_in_wg:
+      return 4;
+    case Axis::m:
+      return Interval::kMax;
   }
   return 0;
 }
@@ -330,10 +341,14 @@ std::int64_t axis_limit(Axis axis, int cta_threads) {
 Expr scope_thread_index(ExecScope scope) {
   Expr t = make_call(Intrinsic::thread_idx, {});
   switch (scope) {
-    case ExecScope::thread: return c32(0);
-    case ExecScope::warp: return mod(t, c32(32));
-    case ExecScope::warpgroup: return mod(t, c32(128));
-    case ExecScope::cta: return t;
+    case ExecScope::thread:
+      return c32(0);
+    case ExecScope::warp:
+      return mod(t, c32(32));
+    case ExecScope::warpgroup:
+      return mod(t, c32(128));
+    case ExecScope::cta:
+      return t;
   }
   return t;
 }

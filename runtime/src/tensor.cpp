@@ -230,7 +230,8 @@ Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtyp
       fail(op, "strides", loc,
            "negative stride " + std::to_string(s) + " in " + shape_str(strides) +
                " (tx views take strides of 0 or more)");
-  if (!data && n > 0) fail(op, "data", loc, "a null pointer for " + std::to_string(n) + " elements");
+  if (!data && n > 0)
+    fail(op, "data", loc, "a null pointer for " + std::to_string(n) + " elements");
   if (device.is_cuda()) {
     std::string why;
     if (!runtime::cuda_available(&why)) fail(op, device.str(), loc, "no usable GPU: " + why);
@@ -407,8 +408,7 @@ Tensor Tensor::contiguous() const {
 }
 
 Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<std::int64_t> shape,
-                          DType dtype, Device device,
-                          std::source_location loc) {
+                          DType dtype, Device device, std::source_location loc) {
   if (dtype.is_void() || dtype.is_handle() || dtype.bytes() == 0)
     fail("tx.Tensor.from_bytes", "", loc, "dtype " + dtype.name() + " has no elements");
   const auto want = static_cast<std::uint64_t>(element_count(shape, "tx.Tensor.from_bytes", loc)) *
@@ -423,8 +423,7 @@ Tensor Tensor::from_bytes(const void* data, std::size_t nbytes, std::vector<std:
 }
 
 Tensor Tensor::from_doubles(const std::vector<double>& values, std::vector<std::int64_t> shape,
-                            DType dtype, Device device,
-                          std::source_location loc) {
+                            DType dtype, Device device, std::source_location loc) {
   const std::int64_t n = element_count(shape, "tx.Tensor.from_doubles", loc);
   if (static_cast<std::uint64_t>(values.size()) != static_cast<std::uint64_t>(n))
     fail("tx.Tensor.from_doubles", "", loc,

@@ -4,9 +4,9 @@
 
 #include <mutex>
 #include <sstream>
+#include <tx/display.hpp>
 #include <utility>
 #include <vector>
-#include <tx/display.hpp>
 #include <xeus/xhelper.hpp>
 
 #include "is_complete.hpp"

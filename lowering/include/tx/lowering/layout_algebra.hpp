@@ -31,11 +31,12 @@ std::optional<std::vector<std::vector<Iter>>> group_by_dims(const std::vector<It
                                                             std::string* why = nullptr);
 
 struct RegionLayout {
-  Extents extents;                     // the region's extents, one per buffer dimension
+  Extents extents;                      // the region's extents, one per buffer dimension
   std::vector<std::vector<Iter>> dims;  // per dimension, iters outer -> inner (no extent-1 iters)
-  std::vector<Iter> replica;           // the buffer layout's replicas
-  Expr mem_offset;  // memory-axis offset of the region start (i32, may be dynamic), before the swizzle
-  std::optional<Swizzle> swizzle;      // the buffer's swizzle, applied to the whole memory offset
+  std::vector<Iter> replica;            // the buffer layout's replicas
+  Expr mem_offset;  // memory-axis offset of the region start (i32, may be dynamic), before the
+                    // swizzle
+  std::optional<Swizzle> swizzle;  // the buffer's swizzle, applied to the whole memory offset
   std::array<std::int64_t, kNumAxes> thread_offset{};  // region start on thread axes
 
   std::vector<Iter> flat() const;  // all iters, outer -> inner
