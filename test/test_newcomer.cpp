@@ -81,3 +81,83 @@ TEST_CASE("extents of every integer type") {
 }
 
 }  // namespace
+
+namespace {
+
+// A layout written one iter per dimension whose extents are not the
+// buffer's: it covers as many elements, but it is another shape.
+TEST_CASE("a layout whose extents differ from its buffer's shape is an error") {
+  int line = 0;
+  try {
+    T::prim_func("transposed_layout", [&](Handle a) {
+      line = __LINE__ + 1;
+      T::match_buffer(a, {32, 8}, f32, TileLayout(S({8, 32})), "A");
+    });
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.operand() == "A");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+    CHECK(std::string(e.what()).find("has extents (8, 32) but the buffer's shape is (32, 8)") !=
+          std::string::npos);
+  }
+  try {
+    T::prim_func("square_on_tall", [&](Handle a) {
+      T::match_buffer(a, {32, 8}, f32, std::nullopt, "A");
+      T::cta_id({1});
+      T::thread_id({32});
+      line = __LINE__ + 1;
+      T::alloc_buffer({32, 8}, f32, scope::shared, TileLayout(S({16, 16})), "S");
+    });
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.operand() == "S");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+    CHECK(std::string(e.what()).find("(16, 16)") != std::string::npos);
+  }
+  // Splits of the dimensions and a flat row-major iter stay accepted.
+  CHECK_NOTHROW(T::prim_func("split", [&](Handle a) {
+    T::match_buffer(a, {32, 8}, f32, TileLayout(S({32, 2, 4})), "A");
+  }));
+  CHECK_NOTHROW(T::prim_func("flat", [&](Handle a) {
+    T::match_buffer(a, {32, 8}, f32, TileLayout(S({256})), "A");
+  }));
+}
+
+// Tensor's errors name the user's line, like every other tx error.
+TEST_CASE("Tensor errors carry the caller's source line") {
+  std::vector<float> mine(16, 1.0f);
+  int line = 0;
+  try {
+    line = __LINE__ + 1;
+    Tensor::from_blob(mine.data(), {4, -4}, f32, Device::host());
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "tx.Tensor.from_blob");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+    CHECK(std::string(e.loc().file).find("test_newcomer.cpp") != std::string::npos);
+  }
+  Tensor t = Tensor::from_blob(mine.data(), {16}, f32, Device::host());
+  try {
+    line = __LINE__ + 1;
+    (void)t.reshape({5, 3});
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "tx.Tensor.reshape");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+  try {
+    line = __LINE__ + 1;
+    (void)Tensor::empty({-1}, f32, Device::host());
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "tx.Tensor.empty");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+}
+
+}  // namespace
