@@ -251,7 +251,8 @@ bool uses_lookup_table(const OpInfo& op, DType dtype, const Config& cfg) {
 // op's dtype (promotion) or its output is not of the op's output dtype (an
 // out= of another dtype): "_from_f32_bf16", "_to_f32". Empty otherwise, so
 // that the kernels of one dtype keep their names (and prebuilt keys).
-std::string dtype_tag(const OpInfo& op, DType dtype, const std::vector<DType>& dtypes, DType out) {
+std::string dtype_tag(const OpInfo& op, DType dtype, const std::vector<DType>& dtypes, DType out,
+                      std::uint32_t scalars) {
   bool mixed = false;
   for (std::size_t i = 0; i < dtypes.size(); ++i)
     mixed = mixed || (!is_mask_input(op, i) && dtypes[i] != dtype);
@@ -262,22 +263,26 @@ std::string dtype_tag(const OpInfo& op, DType dtype, const std::vector<DType>& d
       if (!is_mask_input(op, i)) tag += "_" + dtypes[i].short_name();
   }
   if (out != out_dtype_for(op, dtype)) tag += "_to_" + out.short_name();
+  // Scalar operands of a 16-bit op are read in f32 (see plan): other code.
+  if (scalars != 0 && dtype.is_low_precision_float()) tag += "_s" + std::to_string(scalars);
   return tag;
 }
 
 // The kernel spec of an op on concrete shapes: `dtype` is the op's (promoted)
 // dtype, `dtypes` the inputs' own (each loaded as it is and converted to the
 // compute dtype in registers), `out` the output's (the op's output dtype, or
-// an out='s into which that result is converted).
+// an out='s into which that result is converted); bit i of `scalars` says
+// input i was a number (a scalar operand), not a tensor.
 Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
-          const std::vector<DType>& dtypes, const Params& params, const Config& cfg, DType out) {
+          const std::vector<DType>& dtypes, const Params& params, const Config& cfg, DType out,
+          std::uint32_t scalars) {
   Plan p;
   DType cd = compute_dtype_for(dtype);
   // The op's own output dtype; an out= of another dtype gets this result
   // converted, as PyTorch computes in the result type and casts on store.
   const DType natural = out_dtype_for(op, dtype);
   p.out_dtype = out;
-  const std::string tag = dtype_tag(op, dtype, dtypes, out);
+  const std::string tag = dtype_tag(op, dtype, dtypes, out, scalars);
   detail::NarySpec& s = p.spec;
   s.strategy = *cfg.strategy;
   s.threads = cfg.threads;
@@ -296,6 +301,13 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
       if (x.dtype() != cd && x.dtype().is_low_precision_float()) x = cast(x, cd);
     Expr r = op.expr(in, params);
     if (out != natural && r.dtype() != natural) r = cast(r, natural);
+    // tx's integers narrower than 32 bits compute as C's do, in int: an
+    // int8 sum is truncated when it is stored, not before. Into a wider
+    // out= it is truncated here, as PyTorch's int8 sum wraps (100 + 100 is
+    // -56 in an int32 out=). Through int32, since a cast to its own dtype
+    // is no cast.
+    if (out != natural && natural.is_integer() && natural.bits < 32)
+      r = cast(cast(r, natural.is_uint() ? u32 : i32), natural);
     return r;
   };
   for (const auto& sh : shapes) {
@@ -337,14 +349,18 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
   p.out_shape = c.out_shape;
   s.shape = c.shape;
   // Each data operand converted to the compute dtype of the promoted one
-  // (in registers, after its load); masks stay bool. An integer or bool
-  // operand of a 16-bit float op is rounded to that dtype first, as
-  // PyTorch's kernels convert every operand to the common dtype (int32 257
-  // plus a bf16 is 256 plus it): f32 would hold it exactly and differ.
+  // (in registers, after its load); masks stay bool. A tensor of another
+  // dtype than a 16-bit (or fp8) op's is rounded to the op's dtype first, as
+  // PyTorch's kernels convert every tensor operand to the common dtype
+  // (int32 257 plus a bf16 is 256 plus it; an f32 0-dim tensor is rounded
+  // to bf16): f32 would hold it exactly and differ. A scalar operand is
+  // read in the compute dtype directly, as PyTorch reads a CPU scalar in
+  // the op's math type (bf16 x * 0.1 multiplies by the f32 0.1).
   for (std::size_t i = 0; i < shapes.size(); ++i) {
-    DType ci = is_mask_input(op, i)                                      ? boolean
-               : !dtypes[i].is_float() && dtype.is_low_precision_float() ? dtype
-                                                                         : cd;
+    const bool scalar = (scalars >> i) & 1;
+    DType ci = is_mask_input(op, i)                                              ? boolean
+               : dtypes[i] != dtype && dtype.is_low_precision_float() && !scalar ? dtype
+                                                                                 : cd;
     s.operands.push_back({static_cast<int>(i), ci, c.strides[i], 0});
   }
   s.value = value;
@@ -459,6 +475,7 @@ Kernel cached(const std::string& key, const std::function<Kernel()>& build) {
 struct CallDtypes {
   DType result;
   std::vector<DType> inputs;
+  std::uint32_t scalars = 0;  // bit i: input i is a number (run_operands)
 };
 
 // PyTorch's result type of an op's data inputs (tensors, 0-dim tensors and
@@ -687,9 +704,9 @@ Tensor gather_contiguous(const Tensor& t) {
 Kernel get_kernel(const OpInfo& op, DType dtype,
                   const std::vector<std::vector<std::int64_t>>& shapes,
                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
-                  Device device, DType out, Plan* out_plan, std::string* out_spec,
-                  bool in_place = false) {
-  Plan p = plan(op, dtype, shapes, dtypes, params, cfg, out);
+                  Device device, DType out, std::uint32_t scalars, Plan* out_plan,
+                  std::string* out_spec, bool in_place = false) {
+  Plan p = plan(op, dtype, shapes, dtypes, params, cfg, out, scalars);
   p.generic.no_alias = !in_place;
   if (out_plan) *out_plan = p;
   // The result is rounded to the op's own output dtype (an out= of another
@@ -857,7 +874,8 @@ Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> 
       in_shapes_(std::move(input_shapes)),
       in_dtypes_(std::move(input_dtypes)),
       dtype_(r.result),
-      params_(std::move(params)) {
+      params_(std::move(params)),
+      scalars_in_(r.scalars) {
   at_call(op_, loc, [&] { build(cfg, device, r.out); });
 }
 
@@ -904,8 +922,8 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device, std::op
                   : resolve(cfg, dtype, &info);
   cfg_ = resolve(cfg_, dtype, &info);
   Plan p;
-  kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, out_dtype, &p,
-                       &prebuilt_spec_);
+  kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, out_dtype, scalars_in_,
+                       &p, &prebuilt_spec_);
   out_shape_ = p.out_shape;
   out_dtype_ = p.out_dtype;
   if (!cfg_.exact_shape) scalars_ = p.scalars;
@@ -999,7 +1017,7 @@ const Kernel& Elementwise::in_place_kernel() const {
   if (!in_place_->kernel) {
     const OpInfo& info = lookup(op_);
     in_place_->kernel = get_kernel(info, dtype_, in_shapes_, in_dtypes_, params_, cfg_, device_,
-                                   out_dtype_, nullptr, nullptr, /*in_place=*/true);
+                                   out_dtype_, scalars_in_, nullptr, nullptr, /*in_place=*/true);
   }
   return *in_place_->kernel;
 }
@@ -1026,7 +1044,7 @@ void Elementwise::launch_views(const std::vector<Tensor>& inputs, Tensor& out) c
     fail("tx.ops." + op_, "out", {},
          "data is not 16-byte aligned; the op stores 16-byte vectors: pass an aligned tensor "
          "(inputs may be unaligned)");
-  Plan p = plan(info, dtype_, in_shapes_, in_dtypes_, params_, cfg_, out_dtype_);
+  Plan p = plan(info, dtype_, in_shapes_, in_dtypes_, params_, cfg_, out_dtype_, scalars_in_);
   launch_on_views(
       p.generic, class_key_of(op_, dtype_, p.spec.param_dtypes, params_, cfg_, device_, ""),
       device_, approx_math_for(info, dtype_, out_dtype_for(info, dtype_)), op_, inputs, out);
@@ -1132,11 +1150,12 @@ struct ElementwiseSibling {
   static std::shared_ptr<const Elementwise> resolved(const std::string& op,
                                                      std::vector<std::vector<std::int64_t>> shapes,
                                                      std::vector<DType> dtypes, DType result,
-                                                     std::optional<DType> out, const Params& params,
+                                                     std::optional<DType> out,
+                                                     std::uint32_t scalars, const Params& params,
                                                      const Config& cfg, Device device, Loc loc) {
     return std::shared_ptr<const Elementwise>(
         new Elementwise(op, std::move(shapes), std::move(dtypes),
-                        Elementwise::Resolved{result, out}, params, cfg, device, loc));
+                        Elementwise::Resolved{result, out, scalars}, params, cfg, device, loc));
   }
   // proto's class, on these inputs' shapes (leading extent `lead`).
   static std::shared_ptr<const Elementwise> make(const Elementwise& proto,
@@ -1171,7 +1190,8 @@ std::shared_ptr<const Elementwise> elementwise_for(const OpInfo& info,
   const DType t = dtypes.result;
   CallKey key;
   key.op = &info;
-  key.dtype_bits = dtype_code(t) | (out ? dtype_code(*out) << 16 : 0);
+  key.dtype_bits = dtype_code(t) | (out ? dtype_code(*out) << 16 : 0) |
+                   static_cast<std::uint64_t>(dtypes.scalars) << 32;
   for (std::size_t i = 0; i < inputs.size(); ++i)
     key.input_dtype_bits |= dtype_code(inputs[i].dtype()) << (16 * i);
   key.device = inputs.empty() ? default_device() : inputs[0].device();
@@ -1206,8 +1226,8 @@ std::shared_ptr<const Elementwise> elementwise_for(const OpInfo& info,
   if (planned) {
     std::vector<std::vector<std::int64_t>> shapes;
     for (const Tensor& x : inputs) shapes.push_back(x.shape());
-    e = detail::ElementwiseSibling::resolved(info.name, shapes, dtypes.inputs, t, out, params, cfg,
-                                             key.device, loc);
+    e = detail::ElementwiseSibling::resolved(info.name, shapes, dtypes.inputs, t, out,
+                                             dtypes.scalars, params, cfg, key.device, loc);
   }
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.map.size() >= CallCache::kCapacity) c.map.clear();
@@ -1325,6 +1345,7 @@ Tensor run_operands(const std::string& op, const std::vector<OpArg>& operands, T
       inputs.push_back(
           o.tensor ? *o.tensor
                    : scalar_tensor(op, "input " + std::to_string(i), *o.scalar, dt.result, device));
+      if (!o.tensor) dt.scalars |= 1u << i;
     }
     for (std::size_t i = 1; i < inputs.size(); ++i)
       if (!(inputs[i].device() == device))

@@ -148,6 +148,7 @@ class Elementwise {
   struct Resolved {
     DType result;
     std::optional<DType> out;
+    std::uint32_t scalars = 0;  // bit i: input i is a number, read in the compute dtype
   };
   Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
               std::vector<DType> input_dtypes, Resolved r, Params params, Config cfg,
@@ -163,6 +164,7 @@ class Elementwise {
   DType dtype_, out_dtype_;
   std::vector<std::int64_t> out_shape_;
   Params params_;
+  std::uint32_t scalars_in_ = 0;  // see Resolved
   Config cfg_;
   Device device_;
   Kernel kernel_;
