@@ -213,7 +213,7 @@ TEST_CASE("ops: promote_types is PyTorch's table, and refuses what PyTorch refus
   CHECK(ops::promote_types(bf16, u64) == bf16);
 }
 
-TEST_CASE("ops: result_type ranks tensors over 0-dim tensors over scalars; can_cast") {
+TEST_CASE("ops: result_type ranks tensors over 0-dim tensors over scalars, and can_cast") {
   using K = ops::PromotionOperand::Kind;
   auto rt = [](std::vector<ops::PromotionOperand> o) { return ops::result_type(o); };
   auto tensor = [](DType t) { return ops::PromotionOperand{t, K::tensor}; };
