@@ -36,6 +36,7 @@ namespace raw = nvrtc_raw;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<std::uint64_t> g_spawned{0}, g_compiles{0}, g_crashes{0}, g_timeouts{0};
+std::atomic<std::uint64_t> g_round_trip_ns{0}, g_worker_ns{0}, g_spawn_ns{0};
 
 // -1: not set by a call (TX_COMPILE_ISOLATION decides).
 std::atomic<int> g_mode{-1};
@@ -207,6 +208,7 @@ Worker spawn(const std::string& worker, const std::string& nvrtc_library,
   std::string a0 = worker, a1 = "--nvrtc", a2 = nvrtc_library;
   char* argv[] = {a0.data(), a1.data(), a2.data(), nullptr};
   Worker w;
+  const auto start = Clock::now();
   const int rc = ::posix_spawn(&w.pid, worker.c_str(), &fa, &at, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
@@ -231,6 +233,8 @@ Worker spawn(const std::string& worker, const std::string& nvrtc_library,
                                          : "it is not the worker this libtx speaks to";
     fail("tx.nvrtc", program, {}, "cannot start the compiler process " + worker + ": " + why);
   }
+  g_spawn_ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
   return w;
 }
 
@@ -329,7 +333,8 @@ bool compiles_in_child(std::string* why) {
 }
 
 CompileWorkerStats compile_worker_stats() {
-  return {g_spawned.load(), g_compiles.load(), g_crashes.load(), g_timeouts.load()};
+  return {g_spawned.load(),       g_compiles.load(),  g_crashes.load(), g_timeouts.load(),
+          g_round_trip_ns.load(), g_worker_ns.load(), g_spawn_ns.load()};
 }
 
 namespace detail {
@@ -363,11 +368,13 @@ nvrtc_raw::Result compile_in_child(const std::string& nvrtc_library, const std::
       "the same crash would end it.";
 
   Worker w = acquire(worker, nvrtc_library, name);
+  auto sent = Clock::now();
   if (!raw::send_frame(w.fd, req.bytes)) {
     // The worker was gone before it read anything (killed while idle between
     // the check and now): not this kernel's doing; one more try on a new one.
     reap(w, true);
     w = spawn(worker, nvrtc_library, name);
+    sent = Clock::now();
     if (!raw::send_frame(w.fd, req.bytes)) {
       const int st = reap(w, true);
       fail("tx.nvrtc", name, {},
@@ -375,10 +382,9 @@ nvrtc_raw::Result compile_in_child(const std::string& nvrtc_library, const std::
     }
   }
   ++g_compiles;
-  const auto start = Clock::now();
   const bool bounded = limit > 0;
   const auto deadline =
-      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
+      sent + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
   std::string frame;
   const raw::Read r = raw::recv_frame(w.fd, frame, deadline, bounded);
   if (r == raw::Read::timeout) {
@@ -406,6 +412,7 @@ nvrtc_raw::Result compile_in_child(const std::string& nvrtc_library, const std::
   res.failed_call = in.str();
   res.log = in.str();
   res.output = in.str();
+  const std::uint64_t worker_ns = in.u32() | static_cast<std::uint64_t>(in.u32()) << 32;
   if (!in.ok || magic != raw::kMagic) {
     reap(w, true);
     ++g_crashes;
@@ -413,6 +420,9 @@ nvrtc_raw::Result compile_in_child(const std::string& nvrtc_library, const std::
          "the compiler process sent a malformed reply compiling " + what + "; it was stopped",
          detail);
   }
+  g_round_trip_ns += static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - sent).count());
+  g_worker_ns += worker_ns;
   release(w);
   return res;
 }

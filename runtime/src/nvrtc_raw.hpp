@@ -137,11 +137,13 @@ inline Result compile(const Api& a, const std::string& source, const std::string
 // kVersion, a status (0: NVRTC loaded) and a message.
 //   request: kMagic, kVersion, target, fault, name, source, options count,
 //            options
-//   reply:   kMagic, status, failed_call, log, output
+//   reply:   kMagic, status, failed_call, log, output, the compile's time in
+//            the worker (ns, two 32-bit halves: what the round trip costs
+//            beyond it is the price of the child process)
 // `fault` is a test hook (TX_TEST_COMPILER_FAULT): the worker crashes, hangs
 // or exits instead of compiling, so that tests can see what libtx does then.
 constexpr std::uint32_t kMagic = 0x56'4e'58'54;  // "TXNV"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 enum Fault : std::uint32_t { kNone = 0, kSegv = 1, kAbort = 2, kHang = 3, kExit = 4 };
 
 struct Writer {

@@ -73,14 +73,20 @@ int main(int argc, char** argv) {
     for (std::string& o : options) o = r.str();
     if (!r.ok || magic != raw::kMagic || version != raw::kVersion) ::_exit(5);
     if (kind != raw::kNone) fault(kind);
+    const auto t0 = std::chrono::steady_clock::now();
     const raw::Result res =
         raw::compile(api, source, name, options, target == raw::kPtx ? raw::kPtx : raw::kCubin);
+    const auto ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
     raw::Writer reply;
     reply.u32(raw::kMagic);
     reply.u32(static_cast<std::uint32_t>(res.status));
     reply.str(res.failed_call);
     reply.str(res.log);
     reply.str(res.output);
+    reply.u32(static_cast<std::uint32_t>(ns));
+    reply.u32(static_cast<std::uint32_t>(ns >> 32));
     if (!raw::send_frame(out, reply.bytes)) ::_exit(0);
   }
 }

@@ -659,8 +659,12 @@ TEST_CASE("ops: the API forms agree and check their inputs") {
   CHECK(a.to_bytes() == c.to_bytes());
   auto h = tx::Tensor::from_doubles(tx::test::random_values(1000, tx::f16), {10, 100}, tx::f16,
                                     device());
-  CHECK_THROWS_WITH_AS(tx::ops::add(x, h),
-                       doctest::Contains("dtype float16 but the op's dtype is float32"), tx::Error);
+  // Mixed dtypes promote (f32 + f16 is f32); fp8 with another dtype does not, as in PyTorch.
+  CHECK(tx::ops::add(x, h).dtype() == tx::f32);
+  auto e8 = tx::Tensor::from_doubles(tx::test::random_values(1000, tx::f8e4m3), {10, 100},
+                                     tx::f8e4m3, device());
+  CHECK_THROWS_WITH_AS(tx::ops::add(x, e8),
+                       doctest::Contains("PyTorch does not promote float8 types"), tx::Error);
   auto y =
       tx::Tensor::from_doubles(tx::test::random_values(30, tx::f32), {3, 10}, tx::f32, device());
   CHECK_THROWS_WITH_AS(tx::ops::add(x, y), doctest::Contains("do not broadcast"), tx::Error);

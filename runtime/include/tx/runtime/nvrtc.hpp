@@ -73,6 +73,12 @@ struct CompileWorkerStats {
   std::uint64_t compiles = 0;  // compiles that ran in a worker
   std::uint64_t crashes = 0;   // compiles whose worker died (signal or exit)
   std::uint64_t timeouts = 0;  // compiles killed at TX_COMPILE_TIMEOUT
+  // Of the compiles that returned: the time from sending the request to the
+  // reply, and the part of it NVRTC ran in the worker -- the difference is
+  // what the child process costs. And the time spent starting workers.
+  std::uint64_t round_trip_ns = 0;
+  std::uint64_t worker_compile_ns = 0;
+  std::uint64_t spawn_ns = 0;
 };
 CompileWorkerStats compile_worker_stats();
 
