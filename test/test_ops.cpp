@@ -12,6 +12,7 @@
 //    kernel.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -279,4 +280,46 @@ TEST_CASE("ops: a mixed-dtype op is one kernel that converts in registers") {
   CHECK_THROWS_WITH_AS(ops::Elementwise("add", {{64}, {64}}, std::vector<DType>{f32, f32}, {}, {},
                                         Device::host(), i32),
                        doctest::Contains("can't be cast to the desired output type int32"), Error);
+}
+
+// The GPU side of promotion without a GPU: the kernels the mixed-dtype cases
+// run (host_ops and gpu_ops check their values) generate CUDA that NVRTC
+// compiles for sm_90a -- integer operands of a 16-bit op rounded to it, an
+// int8 sum truncated before an int32 out=, a scalar read in f32, a bool
+// operand, a 0-dim f64 operand -- and so does the f32 / f64 matmul kernel.
+TEST_CASE("ops: mixed-dtype kernels and the f32 / f64 matmul compile for sm_90a") {
+  struct Case {
+    const char* op;
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::vector<DType> dtypes;
+    std::optional<DType> out;
+  };
+  const Case cases[] = {
+      {"add", {{4099}, {4099}}, {i32, bf16}, std::nullopt},
+      {"mul", {{33, 1, 7}, {5, 7}}, {boolean, f16}, std::nullopt},
+      {"add", {{4099}, {4099}}, {i8, i8}, i32},
+      {"add", {{4099}, {4099}}, {bf16, bf16}, f32},
+      {"lt", {{300}, {300}}, {f16, bf16}, i64},
+      {"div", {{257}, {257}}, {i32, i64}, std::nullopt},
+      {"bitwise_xor", {{2, 3, 129}, {3, 1}}, {u8, i8}, std::nullopt},
+      {"where", {{64, 1}, {64, 128}, {128}}, {boolean, i32, f16}, std::nullopt},
+      {"add", {{7, 33}, {}}, {i32, f64}, std::nullopt},
+      {"prelu", {{8, 16, 33}, {16}}, {bf16, f32}, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.op);
+    CAPTURE(c.dtypes.back().name());
+    ops::Elementwise e(c.op, c.shapes, c.dtypes, {}, {}, Device::host(), c.out);
+    CHECK(count(e.kernel().ptx("sm_90a"), R"(\.entry )") == 1);
+  }
+  // The narrow-int truncation is in the source: the int8 sum wraps before it widens.
+  ops::Elementwise wrap("add", {{64}, {64}}, std::vector<DType>{i8, i8}, {}, {}, Device::host(),
+                        i32);
+  CHECK(wrap.kernel().cuda_source().find("(signed char)((int)(v0") != std::string::npos);
+  for (DType t : {f32, f64}) {
+    Kernel k = compile(ops::detail::matmul_simt_tiled(100, 70, 37, t), {.device = Device::host()});
+    const std::string p = k.ptx("sm_90a");
+    CHECK(count(p, R"(bar\.sync)") >= 2);                                     // the tiles' barriers
+    CHECK(count(p, t == f32 ? R"(fma\.rn\.f32)" : R"(fma\.rn\.f64)") >= 16);  // 4 x 4 per k
+  }
 }

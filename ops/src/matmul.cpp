@@ -619,6 +619,9 @@ PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
 PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t) {
   return splitk_reduce_kernel(M, N, splits, out_t);
 }
+PrimFunc matmul_simt_tiled(std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
+  return simt_tiled_kernel(M, N, K, t);
+}
 }  // namespace detail
 
 std::string MatmulTiling::str() const {
