@@ -851,6 +851,38 @@ TEST_CASE("ops: every binary op on mixed dtypes, and 0-dim tensors") {
   check_mixed(add, {f16, f32}, {{}, {5, 3}});
 }
 
+// Views (a transposed f32, a strided bf16 slice) and an output that is one
+// of the inputs (in place, f32 += bf16): the bits of the same op on
+// contiguous copies into a fresh output, which the cases above check
+// against float64.
+TEST_CASE("ops: mixed dtypes through views and in place") {
+  using namespace opscase;
+  const std::int64_t m = 37, n = 129;
+  Tensor a = Tensor::from_doubles(test::random_values(static_cast<std::size_t>(m * n), f32), {n, m},
+                                  f32, device())
+                 .transpose(0, 1);  // (m, n), column-major
+  Tensor wide = Tensor::from_doubles(test::random_values(static_cast<std::size_t>(m * 2 * n), bf16),
+                                     {m, 2 * n}, bf16, device());
+  Tensor b = wide.slice(1, 0, 2 * n, 2);  // (m, n), every other column
+  REQUIRE_FALSE(a.is_contiguous());
+  REQUIRE_FALSE(b.is_contiguous());
+  for (const char* op : {"add", "mul", "maximum", "ge"}) {
+    CAPTURE(op);
+    const Tensor want = ops::run(op, {a.contiguous(), b.contiguous()});
+    const Tensor got = ops::run(op, {a, b});
+    CHECK(got.dtype() == want.dtype());
+    CHECK(got.contiguous().to_bytes() == want.to_bytes());
+  }
+  // In place: x += y with x f32 and y bf16 (the kernel built without
+  // no-alias), against the same sum into a fresh tensor.
+  auto xv = test::random_values(4099, f32);
+  Tensor x = Tensor::from_doubles(xv, {4099}, f32, device());
+  Tensor y = Tensor::from_doubles(test::random_values(4099, bf16), {4099}, bf16, device());
+  const Tensor fresh = ops::add(x, y);
+  ops::add(x, y, x);
+  CHECK(x.to_bytes() == fresh.to_bytes());
+}
+
 TEST_CASE("ops: where and prelu promote their data inputs; masks stay bool") {
   using namespace opscase;
   const auto& where = *ops::find_op("where");
