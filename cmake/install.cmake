@@ -4,6 +4,7 @@
 #   P/lib/libtx.so -> libtx.so.0 -> libtx.so.0.1.0   (SONAME libtx.so.0)
 #   P/lib/cmake/tx/txConfig.cmake, txConfigVersion.cmake, txTargets*.cmake
 #   P/lib/tx/libtx_repl_guard.so, P/bin/tx-repl       (clang-repl support)
+#   P/lib/tx/tx-nvrtc-worker                          (NVRTC in a child process)
 #
 # so that another project does
 #
@@ -52,6 +53,11 @@ install(TARGETS tx EXPORT txTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tx_runtime NAMELINK_COMPONENT tx_dev
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT tx_runtime
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT tx_dev)
+
+# The compiler process (NVRTC in a child: docs/reliability.md), where libtx
+# looks for it: lib/tx/tx-nvrtc-worker.
+install(TARGETS tx_nvrtc_worker
+  RUNTIME DESTINATION ${CMAKE_INSTALL_LIBDIR}/tx COMPONENT tx_runtime)
 
 # Every layer's headers merge into one include/tx/ tree (their paths do not
 # overlap: tx/*.hpp, tx/lowering/, tx/runtime/, tx/ops/).

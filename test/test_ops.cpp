@@ -12,7 +12,9 @@
 //    kernel.
 #include <doctest/doctest.h>
 
+#include <optional>
 #include <regex>
+#include <sstream>
 
 #include "test_support.hpp"
 #include "tx/ops/ops.hpp"
@@ -171,4 +173,153 @@ TEST_CASE("ops: the functional forms reuse the cached kernel too") {
   Tensor a2 = ops::alibi(6, 9, f32, Device::host());
   CHECK(ops::cache_stats().compiles == s3.compiles);
   CHECK(a1.to_bytes() == a2.to_bytes());
+}
+
+// PyTorch's promotion table (c10/core/ScalarType.cpp, _promoteTypesLookup),
+// written out here as PyTorch prints it, row by row: tx's promote_types must
+// give every entry.
+TEST_CASE("ops: promote_types is PyTorch's table, and refuses what PyTorch refuses") {
+  const std::vector<DType> order = {u8, i8, i16, i32, i64, f16, f32, f64, boolean, bf16};
+  const char* table[] = {
+      /* u8   */ "u8  i16 i16 i32 i64 f16 f32 f64 u8  bf16",
+      /* i8   */ "i16 i8  i16 i32 i64 f16 f32 f64 i8  bf16",
+      /* i16  */ "i16 i16 i16 i32 i64 f16 f32 f64 i16 bf16",
+      /* i32  */ "i32 i32 i32 i32 i64 f16 f32 f64 i32 bf16",
+      /* i64  */ "i64 i64 i64 i64 i64 f16 f32 f64 i64 bf16",
+      /* f16  */ "f16 f16 f16 f16 f16 f16 f32 f64 f16 f32",
+      /* f32  */ "f32 f32 f32 f32 f32 f32 f32 f64 f32 f32",
+      /* f64  */ "f64 f64 f64 f64 f64 f64 f64 f64 f64 f64",
+      /* bool */ "u8  i8  i16 i32 i64 f16 f32 f64 bool bf16",
+      /* bf16 */ "bf16 bf16 bf16 bf16 bf16 f32 f32 f64 bf16 bf16",
+  };
+  for (std::size_t r = 0; r < order.size(); ++r) {
+    std::istringstream row(table[r]);
+    for (std::size_t c = 0; c < order.size(); ++c) {
+      std::string want;
+      row >> want;
+      CAPTURE(order[r].name());
+      CAPTURE(order[c].name());
+      CHECK(ops::promote_types(order[r], order[c]).short_name() == want);
+    }
+  }
+  // float8 promotes with nothing but itself; uint16/32/64 with floats only.
+  CHECK_THROWS_WITH_AS(ops::promote_types(f8e4m3, f32),
+                       doctest::Contains("PyTorch does not promote float8 types"), Error);
+  CHECK_THROWS_AS(ops::promote_types(f8e4m3, f8e5m2), Error);
+  CHECK(ops::promote_types(f8e5m2, f8e5m2) == f8e5m2);
+  CHECK_THROWS_WITH_AS(ops::promote_types(u32, i32), doctest::Contains("uint16, uint32 or uint64"),
+                       Error);
+  CHECK_THROWS_AS(ops::promote_types(boolean, u64), Error);
+  CHECK(ops::promote_types(u16, f16) == f16);
+  CHECK(ops::promote_types(bf16, u64) == bf16);
+}
+
+TEST_CASE("ops: result_type ranks tensors over 0-dim tensors over scalars, and can_cast") {
+  using K = ops::PromotionOperand::Kind;
+  auto rt = [](std::vector<ops::PromotionOperand> o) { return ops::result_type(o); };
+  auto tensor = [](DType t) { return ops::PromotionOperand{t, K::tensor}; };
+  auto zero = [](DType t) { return ops::PromotionOperand{t, K::zero_dim}; };
+  auto scalar = [](ops::Scalar s) { return ops::PromotionOperand::of(s); };
+  // Each as torch.result_type answers it.
+  CHECK(rt({tensor(i32), scalar(2.5)}) == f32);    // a float scalar: the default float
+  CHECK(rt({tensor(f16), scalar(2.5)}) == f16);    // the category only, not the width
+  CHECK(rt({tensor(bf16), zero(f64)}) == bf16);    // a 0-dim float under a float tensor
+  CHECK(rt({tensor(i32), zero(f64)}) == f64);      // ... under an integer tensor: promoted
+  CHECK(rt({tensor(u8), zero(i64)}) == u8);        // same category: the tensor's
+  CHECK(rt({tensor(u8), scalar(-1)}) == u8);       // uint8 + -1 stays uint8
+  CHECK(rt({tensor(boolean), scalar(1)}) == i64);  // bool + int: int64
+  CHECK(rt({tensor(boolean), zero(i8)}) == i8);
+  CHECK(rt({tensor(boolean), scalar(true)}) == boolean);
+  CHECK(rt({tensor(i64), scalar(true)}) == i64);
+  CHECK(rt({zero(i8), scalar(2.5)}) == f32);
+  CHECK(rt({zero(f16), scalar(2.5)}) == f16);  // a 0-dim float keeps its width over a scalar
+  CHECK(rt({zero(i32), zero(i16)}) == i32);    // 0-dim tensors promote among themselves
+  CHECK(rt({tensor(i8), tensor(u8), zero(i64), scalar(1)}) == i16);
+  CHECK(rt({tensor(f8e4m3), scalar(2.5)}) == f8e4m3);
+  CHECK(rt({tensor(f8e4m3), zero(f32)}) == f8e4m3);
+  CHECK_THROWS_AS(rt({tensor(f8e4m3), tensor(f32)}), Error);
+  CHECK_THROWS_AS(rt({tensor(u32), tensor(i32)}), Error);
+  // The Tensor forms read 0-dim from the shape.
+  CHECK(ops::result_type(Tensor::empty({3}, i32, Device::host()),
+                         Tensor::empty({}, f64, Device::host())) == f64);
+  CHECK(ops::result_type(Tensor::empty({3}, i32, Device::host()), ops::Scalar(0.5)) == f32);
+  // torch.can_cast: not floating into integers or bool, nothing but bool into bool.
+  CHECK(ops::can_cast(i32, f32));
+  CHECK(ops::can_cast(f32, f16));
+  CHECK(ops::can_cast(i64, u8));
+  CHECK(ops::can_cast(boolean, f32));
+  CHECK(ops::can_cast(boolean, boolean));
+  CHECK_FALSE(ops::can_cast(f32, i32));
+  CHECK_FALSE(ops::can_cast(bf16, u8));
+  CHECK_FALSE(ops::can_cast(f32, boolean));
+  CHECK_FALSE(ops::can_cast(i32, boolean));
+}
+
+// The conversion is part of the op's one kernel: f32 + bf16 loads the bf16
+// operand as bf16 (vector loads of both) and converts it in registers.
+TEST_CASE("ops: a mixed-dtype op is one kernel that converts in registers") {
+  ops::Elementwise e("add", {{1 << 20}, {1 << 20}}, std::vector<DType>{f32, bf16}, {}, {},
+                     Device::host());
+  CHECK(e.dtype() == f32);
+  CHECK(e.out_dtype() == f32);
+  CHECK(e.kernel().name().find("_from_f32_bf16") != std::string::npos);
+  const std::string p = e.kernel().ptx("sm_90a");
+  // bf16 -> f32 is the bits shifted up by 16, one per element of the chunk.
+  CHECK(count(p, R"(shl\.b32\s+%r\d+, %r\d+, 16;)") >= 4);
+  // f32: 4 elements in one 16-byte load; bf16: the same 4 in one 8-byte load.
+  CHECK(count(p, R"(ld\.global(\.nc)?\.v4\.(u32|f32|b32))") >= 1);
+  CHECK(count(p, R"(ld\.global(\.nc)?\.v2\.(u32|b32))") +
+            count(p, R"(ld\.global(\.nc)?\.v4\.(u16|b16))") >=
+        1);
+  // An out= of another dtype is its own kernel, named for it.
+  ops::Elementwise into_f64("add", {{64}, {64}}, std::vector<DType>{bf16, bf16}, {}, {},
+                            Device::host(), f64);
+  CHECK(into_f64.dtype() == bf16);
+  CHECK(into_f64.out_dtype() == f64);
+  CHECK(into_f64.kernel().name().find("_to_f64") != std::string::npos);
+  CHECK_THROWS_WITH_AS(ops::Elementwise("add", {{64}, {64}}, std::vector<DType>{f32, f32}, {}, {},
+                                        Device::host(), i32),
+                       doctest::Contains("can't be cast to the desired output type int32"), Error);
+}
+
+// The GPU side of promotion without a GPU: the kernels the mixed-dtype cases
+// run (host_ops and gpu_ops check their values) generate CUDA that NVRTC
+// compiles for sm_90a -- integer operands of a 16-bit op rounded to it, an
+// int8 sum truncated before an int32 out=, a scalar read in f32, a bool
+// operand, a 0-dim f64 operand -- and so does the f32 / f64 matmul kernel.
+TEST_CASE("ops: mixed-dtype kernels and the f32 / f64 matmul compile for sm_90a") {
+  struct Case {
+    const char* op;
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::vector<DType> dtypes;
+    std::optional<DType> out;
+  };
+  const Case cases[] = {
+      {"add", {{4099}, {4099}}, {i32, bf16}, std::nullopt},
+      {"mul", {{33, 1, 7}, {5, 7}}, {boolean, f16}, std::nullopt},
+      {"add", {{4099}, {4099}}, {i8, i8}, i32},
+      {"add", {{4099}, {4099}}, {bf16, bf16}, f32},
+      {"lt", {{300}, {300}}, {f16, bf16}, i64},
+      {"div", {{257}, {257}}, {i32, i64}, std::nullopt},
+      {"bitwise_xor", {{2, 3, 129}, {3, 1}}, {u8, i8}, std::nullopt},
+      {"where", {{64, 1}, {64, 128}, {128}}, {boolean, i32, f16}, std::nullopt},
+      {"add", {{7, 33}, {}}, {i32, f64}, std::nullopt},
+      {"prelu", {{8, 16, 33}, {16}}, {bf16, f32}, std::nullopt},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.op);
+    CAPTURE(c.dtypes.back().name());
+    ops::Elementwise e(c.op, c.shapes, c.dtypes, {}, {}, Device::host(), c.out);
+    CHECK(count(e.kernel().ptx("sm_90a"), R"(\.entry )") == 1);
+  }
+  // The narrow-int truncation is in the source: the int8 sum wraps before it widens.
+  ops::Elementwise wrap("add", {{64}, {64}}, std::vector<DType>{i8, i8}, {}, {}, Device::host(),
+                        i32);
+  CHECK(wrap.kernel().cuda_source().find("(signed char)((int)(v0") != std::string::npos);
+  for (DType t : {f32, f64}) {
+    Kernel k = compile(ops::detail::matmul_simt_tiled(100, 70, 37, t), {.device = Device::host()});
+    const std::string p = k.ptx("sm_90a");
+    CHECK(count(p, R"(bar\.sync)") >= 2);                                     // the tiles' barriers
+    CHECK(count(p, t == f32 ? R"(fma\.rn\.f32)" : R"(fma\.rn\.f64)") >= 16);  // 4 x 4 per k
+  }
 }

@@ -259,6 +259,69 @@ PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DT
   });
 }
 
+// The f32 / f64 GEMM (no tensor cores: tx has no TF32 or FP64 MMA path):
+// C = A B summed in the operands' own precision, k in increasing order (as
+// PyTorch computes float32 with allow_tf32 off: full f32 products and sums).
+// A CTA of 256 threads computes a 64 x 64 tile of C, each thread 4 x 4
+// elements (rows ty + 16 i, columns tx + 16 j: a warp reads 16 consecutive
+// columns of the B tile and two broadcast rows of the A tile per k), over
+// K in steps of 16 staged in shared memory. Loads and stores past the
+// matrix are guarded, so any shape runs (zeros fill the tiles' edges).
+// Against the one-thread-per-element kernel each element of A and B is
+// read from global memory 64 times less often.
+PrimFunc simt_tiled_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
+  constexpr std::int64_t BM = 64, BN = 64, BK = 16, TM = 4, TN = 4;
+  const std::int64_t tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const std::int64_t KT = (K + BK - 1) / BK;
+  return T::prim_func("matmul_simt_tiled_" + t.short_name(), [&](Handle a, Handle b, Handle cp) {
+    auto A = T::match_buffer(a, {M, K}, t);
+    auto B = T::match_buffer(b, {K, N}, t);
+    auto C = T::match_buffer(cp, {M, N}, t);
+    T::device_entry();
+    auto cta = T::cta_id({tiles_m * tiles_n});
+    auto tid = T::thread_id({256});
+    auto bm = T::let(cta / tiles_n), bn = T::let(cta % tiles_n);
+    auto ty = T::let(tid / 16), tx = T::let(tid % 16);
+    auto As = T::alloc_buffer({BM, BK}, t, scope::shared);
+    auto Bs = T::alloc_buffer({BK, BN}, t, scope::shared);
+    auto acc = T::alloc_buffer({TM * TN}, t, scope::local);
+    auto a_r = T::alloc_buffer({TM}, t, scope::local);
+    auto b_r = T::alloc_buffer({TN}, t, scope::local);
+    for (std::int64_t e = 0; e < TM * TN; ++e) acc(e) = make_float(0.0, t);
+    for (Var kt : T::serial(KT, "kt")) {
+      // Each thread stages 4 elements of each tile (1024 / 256): rows of 16
+      // of A and rows of 64 of B, consecutive threads on consecutive columns.
+      for (std::int64_t l = 0; l < BM * BK / 256; ++l) {
+        auto r = T::let((tid + 256 * l) / BK), c = T::let((tid + 256 * l) % BK);
+        auto gi = T::let(bm * BM + r), gk = T::let(kt * BK + c);
+        T::if_(gi < M && gk < K, [&] { As(r, c) = A(gi, gk); }).else_([&] {
+          As(r, c) = make_float(0.0, t);
+        });
+      }
+      for (std::int64_t l = 0; l < BK * BN / 256; ++l) {
+        auto r = T::let((tid + 256 * l) / BN), c = T::let((tid + 256 * l) % BN);
+        auto gk = T::let(kt * BK + r), gj = T::let(bn * BN + c);
+        T::if_(gk < K && gj < N, [&] { Bs(r, c) = B(gk, gj); }).else_([&] {
+          Bs(r, c) = make_float(0.0, t);
+        });
+      }
+      T::cuda::cta_sync();
+      for (Var k : T::unroll(BK, "k")) {
+        for (std::int64_t i = 0; i < TM; ++i) a_r(i) = As(ty + 16 * i, k);
+        for (std::int64_t j = 0; j < TN; ++j) b_r(j) = Bs(k, tx + 16 * j);
+        for (std::int64_t i = 0; i < TM; ++i)
+          for (std::int64_t j = 0; j < TN; ++j) acc(i * TN + j) = acc(i * TN + j) + a_r(i) * b_r(j);
+      }
+      T::cuda::cta_sync();
+    }
+    for (std::int64_t i = 0; i < TM; ++i)
+      for (std::int64_t j = 0; j < TN; ++j) {
+        auto gi = T::let(bm * BM + ty + 16 * i), gj = T::let(bn * BN + tx + 16 * j);
+        T::if_(gi < M && gj < N, [&] { C(gi, gj) = acc(i * TN + j); });
+      }
+  });
+}
+
 // Split-K's second step: C = the sum of the `splits` f32 partial products
 // in W (splits * M * N, part after part), added in part order (the same
 // sum on every run) and rounded once to C's dtype. Four elements per
@@ -327,6 +390,9 @@ bool divided_by_some_tiling(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
 std::string tensor_core_refusal(DType t, std::int64_t M, std::int64_t N, std::int64_t K,
                                 const Device& d) {
   if (!d.is_cuda()) return "the host has no tensor cores";
+  if (t == f32 || t == f64)
+    return t.name() + ": tx has no TF32 or FP64 tensor-core path; it runs in " + t.name() +
+           " (as PyTorch with allow_tf32 off)";
   if (t != f16 && t != bf16 && !t.is_fp8())
     return t.name() + ": the tensor cores take f16, bf16 and fp8";
   const runtime::DeviceInfo& dev = runtime::current_device();
@@ -528,9 +594,10 @@ Operands check(const Tensor& a, const Tensor& b, SourceLoc loc) {
   if (a.dtype() != b.dtype())
     fail(op, "b", loc, "dtype " + b.dtype().name() + " differs from a's " + a.dtype().name());
   const DType t = a.dtype();
-  if (t != f16 && t != bf16 && t != f8e4m3 && t != f8e5m2)
+  if (t != f16 && t != bf16 && t != f8e4m3 && t != f8e5m2 && t != f32 && t != f64)
     fail(op, "a", loc,
-         "dtype " + t.name() + ": matmul takes f16, bf16, float8_e4m3fn or float8_e5m2");
+         "dtype " + t.name() +
+             ": matmul takes float32, float64, f16, bf16, float8_e4m3fn or float8_e5m2");
   if (!(a.device() == b.device()))
     fail(op, "b", loc, "on " + b.device().str() + ", a on " + a.device().str());
   return {a.shape()[0],      b.shape()[1], a.shape()[1], t, t.bytes() == 1 ? f32 : t,
@@ -551,6 +618,9 @@ PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
 }
 PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t) {
   return splitk_reduce_kernel(M, N, splits, out_t);
+}
+PrimFunc matmul_simt_tiled(std::int64_t M, std::int64_t N, std::int64_t K, DType t) {
+  return simt_tiled_kernel(M, N, K, t);
 }
 }  // namespace detail
 
@@ -586,7 +656,13 @@ const std::vector<MatmulTiling>& matmul_tilings() {
 std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt) {
   Operands o = check(a, b, SourceLoc::current());
   std::string no = tensor_core_refusal(o.t, o.M, o.N, o.K, a.device());
-  if (!no.empty()) return "SIMT (" + no + ")" + (o.b_nk ? ", B copied to row-major first" : "");
+  if ((o.t == f32 || o.t == f64) && a.device().is_cuda())
+    no = "no TF32 or FP64 tensor-core path: " + o.t.name() +
+         " products and sums, as PyTorch with "
+         "allow_tf32 off";
+  if (!no.empty())
+    return std::string(o.t == f32 || o.t == f64 ? "SIMT tiled 64x64x16 (" : "SIMT (") + no + ")" +
+           (o.b_nk ? ", B copied to row-major first" : "");
   const MatmulTiling& c = choose(o.M, o.N, o.K, o.t, a.device(), opt.tune);
   const bool b_nk = c.wgmma && (o.b_nk || o.t.is_fp8());
   const char* b_copy = b_nk && !o.b_nk   ? ", B transposed to (N, K) first"
@@ -659,6 +735,14 @@ std::shared_ptr<const MatmulCall> resolve_call(const Operands& o, const Device& 
     call->b_nk = tiling.wgmma && (o.b_nk || o.t.is_fp8());
     call->kernel = tensor_core_for(o.M, o.N, o.K, o.t, tiling, d, call->splits, call->b_nk);
     if (call->splits > 1) call->reduce = splitk_reduce_for(o.M, o.N, call->splits, o.out_t, d);
+  } else if (o.t == f32 || o.t == f64) {
+    // Not a fallback: the kernel of these dtypes (no warning).
+    char k[160];
+    std::snprintf(k, sizeof k, "matmul_simt_tiled|%s|%lldx%lldx%lld|%s", o.t.name().c_str(),
+                  static_cast<long long>(o.M), static_cast<long long>(o.N),
+                  static_cast<long long>(o.K), d.str().c_str());
+    call->kernel = detail::special_cached(
+        k, [&] { return compile(simt_tiled_kernel(o.M, o.N, o.K, o.t), {.device = d}); });
   } else {
     if (d.is_cuda())
       warn("tx.ops.matmul at " + std::string(loc.file_name()) + ":" + std::to_string(loc.line()) +

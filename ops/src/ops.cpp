@@ -80,6 +80,12 @@ const OpInfo& lookup(const std::string& name) {
   return *op;
 }
 
+// Which inputs are masks: where's condition and masked_fill's mask (bool,
+// not promoted with the data inputs).
+bool is_mask_input(const OpInfo& op, std::size_t i) {
+  return (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
+}
+
 // Defaults measured on the lent H200 (docs/elementwise_bench.md): register
 // copies of 16-byte vectors, 256 threads.
 // Threads per CTA when the config names none: 128 for the one-input
@@ -145,7 +151,7 @@ bool operand_is_flat(const detail::NarySpec& s, const detail::Operand& o) {
 // the same class: coalesced rank, which dimensions each operand broadcasts
 // (gated ops: the gate and value halves), and whether the innermost extent
 // is a multiple of the vector width.
-void make_generic(Plan& p, const OpInfo& op, bool gated) {
+void make_generic(Plan& p, const OpInfo& op, bool gated, const std::string& dtype_tag) {
   const detail::NarySpec& s = p.spec;
   detail::GenericSpec& g = p.generic;
   g.out_dtype = s.out_dtype;
@@ -184,7 +190,7 @@ void make_generic(Plan& p, const OpInfo& op, bool gated) {
   for (std::size_t d = 1; d < g.rank; ++d) p.scalars.push_back(shape[d]);
   // Plain appends, no stream: this runs once per new shape (a serving loop's
   // first call of each token count), where a stream's locale lookups showed.
-  g.name = "tx_" + op.name + "_" + s.param_dtypes.front().short_name() + "_" +
+  g.name = "tx_" + op.name + "_" + s.param_dtypes.front().short_name() + dtype_tag + "_" +
            strategy_name(s.strategy) + "_t" + std::to_string(s.threads) + "_v" +
            std::to_string(s.npt) + "_r" + std::to_string(g.rank) + "_" + pattern +
            (g.inner_multiple_of_v ? "w" : "p");
@@ -241,20 +247,69 @@ bool uses_lookup_table(const OpInfo& op, DType dtype, const Config& cfg) {
          *cfg.strategy == Strategy::register_copy && !cfg.exact_shape && math_is_costly(op, dtype);
 }
 
-// The kernel spec of an op on concrete shapes.
+// What sets a kernel's name apart when its operands are not all of the
+// op's dtype (promotion) or its output is not of the op's output dtype (an
+// out= of another dtype): "_from_f32_bf16", "_to_f32". Empty otherwise, so
+// that the kernels of one dtype keep their names (and prebuilt keys).
+std::string dtype_tag(const OpInfo& op, DType dtype, const std::vector<DType>& dtypes, DType out,
+                      std::uint32_t scalars) {
+  bool mixed = false;
+  for (std::size_t i = 0; i < dtypes.size(); ++i)
+    mixed = mixed || (!is_mask_input(op, i) && dtypes[i] != dtype);
+  std::string tag;
+  if (mixed) {
+    tag = "_from";
+    for (std::size_t i = 0; i < dtypes.size(); ++i)
+      if (!is_mask_input(op, i)) tag += "_" + dtypes[i].short_name();
+  }
+  if (out != out_dtype_for(op, dtype)) tag += "_to_" + out.short_name();
+  // Scalar operands of a 16-bit op are read in f32 (see plan): other code.
+  if (scalars != 0 && dtype.is_low_precision_float()) tag += "_s" + std::to_string(scalars);
+  return tag;
+}
+
+// The kernel spec of an op on concrete shapes: `dtype` is the op's (promoted)
+// dtype, `dtypes` the inputs' own (each loaded as it is and converted to the
+// compute dtype in registers), `out` the output's (the op's output dtype, or
+// an out='s into which that result is converted); bit i of `scalars` says
+// input i was a number (a scalar operand), not a tensor.
 Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int64_t>>& shapes,
-          const std::vector<DType>& dtypes, const Params& params, const Config& cfg) {
+          const std::vector<DType>& dtypes, const Params& params, const Config& cfg, DType out,
+          std::uint32_t scalars) {
   Plan p;
   DType cd = compute_dtype_for(dtype);
-  p.out_dtype = out_dtype_for(op, dtype);
+  // The op's own output dtype; an out= of another dtype gets this result
+  // converted, as PyTorch computes in the result type and casts on store.
+  const DType natural = out_dtype_for(op, dtype);
+  p.out_dtype = out;
+  const std::string tag = dtype_tag(op, dtype, dtypes, out, scalars);
   detail::NarySpec& s = p.spec;
   s.strategy = *cfg.strategy;
   s.threads = cfg.threads;
   s.npt = cfg.num_per_thread;
-  s.name = "tx_" + op.name + "_" + dtype.short_name() + "_" + strategy_name(s.strategy) + "_t" +
-           std::to_string(s.threads) + "_v" + std::to_string(s.npt);
+  s.name = "tx_" + op.name + "_" + dtype.short_name() + tag + "_" + strategy_name(s.strategy) +
+           "_t" + std::to_string(s.threads) + "_v" + std::to_string(s.npt);
   s.out_dtype = p.out_dtype;
   s.param_dtypes = dtypes;
+  // The op's value, rounded to its own output dtype first when the output is
+  // of another (f16 inputs into an f32 out= are the f16 sum, widened).
+  // Operands that arrive in the promoted 16-bit dtype (integers, see below)
+  // are widened to the compute dtype here.
+  auto value = [&op, params, natural, out, cd](const std::vector<Expr>& operands, const Expr&) {
+    std::vector<Expr> in = operands;
+    for (Expr& x : in)
+      if (x.dtype() != cd && x.dtype().is_low_precision_float()) x = cast(x, cd);
+    Expr r = op.expr(in, params);
+    if (out != natural && r.dtype() != natural) r = cast(r, natural);
+    // tx's integers narrower than 32 bits compute as C's do, in int: an
+    // int8 sum is truncated when it is stored, not before. Into a wider
+    // out= it is truncated here, as PyTorch's int8 sum wraps (100 + 100 is
+    // -56 in an int32 out=). Through int32, since a cast to its own dtype
+    // is no cast.
+    if (out != natural && natural.is_integer() && natural.bits < 32)
+      r = cast(cast(r, natural.is_uint() ? u32 : i32), natural);
+    return r;
+  };
   for (const auto& sh : shapes) {
     std::int64_t n = 1;
     for (auto e : sh) n *= e;
@@ -274,10 +329,8 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
     std::vector<std::int64_t> st =
         rows == 1 ? std::vector<std::int64_t>{1} : std::vector<std::int64_t>{2 * half, 1};
     s.operands = {{0, cd, st, 0}, {0, cd, st, half}};
-    s.value = [&op, params](const std::vector<Expr>& in, const Expr&) {
-      return op.expr(in, params);
-    };
-    make_generic(p, op, /*gated=*/true);
+    s.value = value;
+    make_generic(p, op, /*gated=*/true, tag);
     return p;
   }
 
@@ -295,12 +348,23 @@ Plan plan(const OpInfo& op, DType dtype, const std::vector<std::vector<std::int6
   Coalesced c = coalesce_broadcast(bshapes);
   p.out_shape = c.out_shape;
   s.shape = c.shape;
+  // Each data operand converted to the compute dtype of the promoted one
+  // (in registers, after its load); masks stay bool. A tensor of another
+  // dtype than a 16-bit (or fp8) op's is rounded to the op's dtype first, as
+  // PyTorch's kernels convert every tensor operand to the common dtype
+  // (int32 257 plus a bf16 is 256 plus it; an f32 0-dim tensor is rounded
+  // to bf16): f32 would hold it exactly and differ. A scalar operand is
+  // read in the compute dtype directly, as PyTorch reads a CPU scalar in
+  // the op's math type (bf16 x * 0.1 multiplies by the f32 0.1).
   for (std::size_t i = 0; i < shapes.size(); ++i) {
-    DType ci = dtypes[i].is_bool() ? boolean : compute_dtype_for(dtypes[i]);
+    const bool scalar = (scalars >> i) & 1;
+    DType ci = is_mask_input(op, i)                                              ? boolean
+               : dtypes[i] != dtype && dtype.is_low_precision_float() && !scalar ? dtype
+                                                                                 : cd;
     s.operands.push_back({static_cast<int>(i), ci, c.strides[i], 0});
   }
-  s.value = [&op, params](const std::vector<Expr>& in, const Expr&) { return op.expr(in, params); };
-  make_generic(p, op, /*gated=*/false);
+  s.value = value;
+  make_generic(p, op, /*gated=*/false, tag);
   if (uses_lookup_table(op, dtype, cfg)) {
     p.generic.lookup_table = true;
     p.generic.name += "_lut";
@@ -317,10 +381,10 @@ struct CacheKey {
 std::string key_of(const std::string& op, DType dtype,
                    const std::vector<std::vector<std::int64_t>>& shapes,
                    const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
-                   Device d) {
+                   Device d, DType out) {
   std::ostringstream k;
   k << op << "|" << dtype.name() << "|" << d.str() << "|" << strategy_name(*cfg.strategy) << "|"
-    << cfg.threads << "|" << cfg.num_per_thread;
+    << cfg.threads << "|" << cfg.num_per_thread << "|" << out.name();
   for (std::size_t i = 0; i < shapes.size(); ++i)
     k << "|" << dtypes[i].name() << shape_str(shapes[i]);
   for (double p : params) k << "|" << std::hexfloat << p;
@@ -405,8 +469,53 @@ Kernel cached(const std::string& key, const std::function<Kernel()>& build) {
   return k;
 }
 
-// Checks the inputs against the op and returns the primary dtype.
-DType check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
+// The dtypes of one call: the result type the op computes in (PyTorch's
+// promotion of its data inputs), and each input's own dtype (what its
+// kernel loads).
+struct CallDtypes {
+  DType result;
+  std::vector<DType> inputs;
+  std::uint32_t scalars = 0;  // bit i: input i is a number (run_operands)
+};
+
+// PyTorch's result type of an op's data inputs (tensors, 0-dim tensors and
+// scalars ranked as torch.result_type ranks them), checked against the op.
+// Masks must be bool. masked_fill keeps x's dtype (its fill value is a
+// parameter, converted to x's dtype, as torch.masked_fill does).
+DType promoted_dtype(const OpInfo& op, const std::vector<PromotionOperand>& operands) {
+  const std::string qn = "tx.ops." + op.name;
+  std::vector<PromotionOperand> data;
+  std::vector<std::string> names;
+  std::size_t primary = operands.size();
+  for (std::size_t i = 0; i < operands.size(); ++i) {
+    if (is_mask_input(op, i)) {
+      if (operands[i].dtype != boolean)
+        fail(qn, "input " + std::to_string(i), {},
+             "dtype " + operands[i].dtype.name() + " but a mask must be bool");
+      continue;
+    }
+    if (primary == operands.size()) primary = i;
+    if (op.name == "masked_fill") continue;
+    data.push_back(operands[i]);
+    names.push_back("input " + std::to_string(i));
+  }
+  DType t = op.name == "masked_fill" ? operands[0].dtype : detail::result_type(data, names, qn);
+  // True division: integers and bools divide as floats (torch.div with the
+  // default rounding_mode), in the default float dtype.
+  if (op.name == "div" && (t.is_integer() || t.is_bool())) t = f32;
+  if (!optable::accepts(op.dtypes, t)) {
+    bool mixed = false;
+    for (const PromotionOperand& o : data) mixed = mixed || o.dtype != t;
+    fail(qn, "input " + std::to_string(primary), {},
+         "dtype " + t.name() + (mixed ? " (the promoted dtype of the inputs)" : "") +
+             " is not supported by " + op.name);
+  }
+  return t;
+}
+
+// Checks the inputs against the op (count, defined, one device) and
+// promotes their dtypes.
+CallDtypes check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
   std::string qn = "tx.ops." + op.name;
   if (static_cast<int>(inputs.size()) != op.inputs)
     fail(qn, "", {},
@@ -417,21 +526,14 @@ DType check_inputs(const OpInfo& op, const std::vector<Tensor>& inputs) {
     if (!(inputs[i].device() == inputs[0].device()))
       fail(qn, "input " + std::to_string(i), {},
            "is on " + inputs[i].device().str() + " but input 0 is on " + inputs[0].device().str());
-  // where(cond, x, y) and masked_fill(x, mask): bool masks; others: one dtype.
-  std::size_t primary = op.name == "where" ? 1 : 0;
-  DType t = inputs[primary].dtype();
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    bool mask = (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
-    DType want = mask ? boolean : t;
-    if (inputs[i].dtype() != want)
-      fail(qn, "input " + std::to_string(i), {},
-           "dtype " + inputs[i].dtype().name() + " but " +
-               (mask ? "a mask must be bool" : "the op's dtype is " + t.name()));
+  CallDtypes r;
+  std::vector<PromotionOperand> operands;
+  for (const Tensor& t : inputs) {
+    operands.push_back(PromotionOperand::of(t));
+    r.inputs.push_back(t.dtype());
   }
-  if (!optable::accepts(op.dtypes, t))
-    fail(qn, "input " + std::to_string(primary), {},
-         "dtype " + t.name() + " is not supported by " + op.name);
-  return t;
+  r.result = promoted_dtype(op, operands);
+  return r;
 }
 
 // Results rounded to 16 bits or fewer tolerate the hardware math
@@ -442,13 +544,11 @@ bool approx_math_for(const OpInfo& op, DType dtype, DType out_dtype) {
          op.name != "floor_divide" && op.name != "remainder";
 }
 
-// The input dtypes of an op: bool for the masks of where and masked_fill.
-std::vector<DType> input_dtypes(const OpInfo& op, DType dtype, std::size_t count) {
+// The input dtypes of an op whose data inputs are all of `dtype`: bool for
+// the masks of where and masked_fill.
+std::vector<DType> uniform_input_dtypes(const OpInfo& op, DType dtype, std::size_t count) {
   std::vector<DType> dts;
-  for (std::size_t i = 0; i < count; ++i) {
-    bool mask = (op.name == "where" && i == 0) || (op.name == "masked_fill" && i == 1);
-    dts.push_back(mask ? boolean : dtype);
-  }
+  for (std::size_t i = 0; i < count; ++i) dts.push_back(is_mask_input(op, i) ? boolean : dtype);
   return dts;
 }
 
@@ -604,13 +704,16 @@ Tensor gather_contiguous(const Tensor& t) {
 Kernel get_kernel(const OpInfo& op, DType dtype,
                   const std::vector<std::vector<std::int64_t>>& shapes,
                   const std::vector<DType>& dtypes, const Params& params, const Config& cfg,
-                  Device device, Plan* out_plan, std::string* out_spec, bool in_place = false) {
-  Plan p = plan(op, dtype, shapes, dtypes, params, cfg);
+                  Device device, DType out, std::uint32_t scalars, Plan* out_plan,
+                  std::string* out_spec, bool in_place = false) {
+  Plan p = plan(op, dtype, shapes, dtypes, params, cfg, out, scalars);
   p.generic.no_alias = !in_place;
   if (out_plan) *out_plan = p;
-  bool approx = approx_math_for(op, dtype, p.out_dtype);
+  // The result is rounded to the op's own output dtype (an out= of another
+  // dtype receives that rounded value), so its approximations are allowed.
+  bool approx = approx_math_for(op, dtype, out_dtype_for(op, dtype));
   if (cfg.exact_shape)
-    return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device), [&] {
+    return cached(key_of(op.name, dtype, shapes, dtypes, params, cfg, device, out), [&] {
       return compile(detail::build_nary(p.spec), {.device = device, .approx_math = approx});
     });
   const std::string spec = generic_spec_of(op.name, dtype, dtypes, params, cfg, p.class_key) +
@@ -735,10 +838,48 @@ Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> 
       in_shapes_(std::move(input_shapes)),
       dtype_(dtype),
       params_(std::move(params)) {
-  at_call(op_, loc, [&] { build(cfg, device); });
+  at_call(op_, loc, [&] {
+    if (const OpInfo* info = find_op(op_))
+      in_dtypes_ = uniform_input_dtypes(*info, dtype, in_shapes_.size());
+    build(cfg, device, std::nullopt);
+  });
 }
 
-void Elementwise::build(const Config& cfg, std::optional<Device> device) {
+Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
+                         std::vector<DType> input_dtypes, Params params, Config cfg,
+                         std::optional<Device> device, std::optional<DType> out_dtype, Loc loc)
+    : op_(std::move(op)),
+      in_shapes_(std::move(input_shapes)),
+      in_dtypes_(std::move(input_dtypes)),
+      params_(std::move(params)) {
+  at_call(op_, loc, [&] {
+    const OpInfo& info = lookup(op_);
+    if (in_dtypes_.size() != in_shapes_.size())
+      fail("tx.ops." + op_, "", {},
+           std::to_string(in_shapes_.size()) + " input shapes but " +
+               std::to_string(in_dtypes_.size()) + " input dtypes");
+    std::vector<PromotionOperand> operands;
+    for (std::size_t i = 0; i < in_dtypes_.size(); ++i)
+      operands.push_back({in_dtypes_[i], in_shapes_[i].empty() ? PromotionOperand::Kind::zero_dim
+                                                               : PromotionOperand::Kind::tensor});
+    dtype_ = promoted_dtype(info, operands);
+    build(cfg, device, out_dtype);
+  });
+}
+
+Elementwise::Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
+                         std::vector<DType> input_dtypes, Resolved r, Params params, Config cfg,
+                         std::optional<Device> device, Loc loc)
+    : op_(std::move(op)),
+      in_shapes_(std::move(input_shapes)),
+      in_dtypes_(std::move(input_dtypes)),
+      dtype_(r.result),
+      params_(std::move(params)),
+      scalars_in_(r.scalars) {
+  at_call(op_, loc, [&] { build(cfg, device, r.out); });
+}
+
+void Elementwise::build(const Config& cfg, std::optional<Device> device, std::optional<DType> out) {
   const OpInfo& info = lookup(op_);
   std::string qn = "tx.ops." + op_;
   if (static_cast<int>(in_shapes_.size()) != info.inputs)
@@ -753,11 +894,18 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
     fail(qn, "", {}, "dtype " + dtype_.name() + " is not supported");
   device_ = device ? *device : default_device();
   const DType dtype = dtype_;
-  std::vector<DType> dts;
-  for (std::size_t i = 0; i < in_shapes_.size(); ++i) {
-    bool mask = (op_ == "where" && i == 0) || (op_ == "masked_fill" && i == 1);
-    dts.push_back(mask ? boolean : dtype);
-  }
+  const std::vector<DType>& dts = in_dtypes_;
+  // An out= of another dtype: PyTorch's rule, the result must cast to it
+  // within its category (not floating into integers or bool, nothing but
+  // bool into bool).
+  const DType natural = out_dtype_for(info, dtype);
+  if (out && *out != natural && !can_cast(natural, *out))
+    fail(qn, "out", {},
+         "result type " + natural.name() + " can't be cast to the desired output type " +
+             out->name() +
+             " (PyTorch's rule: no floating result into an integer or bool out=, "
+             "no non-bool result into a bool one)");
+  const DType out_dtype = out ? *out : natural;
   for (const auto& sh : in_shapes_)
     for (auto e : sh)
       if (e < 0) fail("tx.ops." + op_, "", {}, "negative extent in shape " + shape_str(sh));
@@ -766,7 +914,7 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
   for (const auto& sh : in_shapes_) empty = empty || has_zero_extent(sh);
   if (empty) {
     cfg_ = resolve(cfg, dtype, &info);
-    out_dtype_ = out_dtype_for(info, dtype);
+    out_dtype_ = out_dtype;
     out_shape_ = empty_result_shape(info, in_shapes_);
     return;
   }
@@ -774,7 +922,8 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device) {
                   : resolve(cfg, dtype, &info);
   cfg_ = resolve(cfg_, dtype, &info);
   Plan p;
-  kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, &p, &prebuilt_spec_);
+  kernel_ = get_kernel(info, dtype, in_shapes_, dts, params_, cfg_, device_, out_dtype, scalars_in_,
+                       &p, &prebuilt_spec_);
   out_shape_ = p.out_shape;
   out_dtype_ = p.out_dtype;
   if (!cfg_.exact_shape) scalars_ = p.scalars;
@@ -867,9 +1016,8 @@ const Kernel& Elementwise::in_place_kernel() const {
   std::lock_guard<std::mutex> lock(in_place_->mu);
   if (!in_place_->kernel) {
     const OpInfo& info = lookup(op_);
-    in_place_->kernel =
-        get_kernel(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()), params_,
-                   cfg_, device_, nullptr, nullptr, /*in_place=*/true);
+    in_place_->kernel = get_kernel(info, dtype_, in_shapes_, in_dtypes_, params_, cfg_, device_,
+                                   out_dtype_, scalars_in_, nullptr, nullptr, /*in_place=*/true);
   }
   return *in_place_->kernel;
 }
@@ -896,11 +1044,10 @@ void Elementwise::launch_views(const std::vector<Tensor>& inputs, Tensor& out) c
     fail("tx.ops." + op_, "out", {},
          "data is not 16-byte aligned; the op stores 16-byte vectors: pass an aligned tensor "
          "(inputs may be unaligned)");
-  Plan p =
-      plan(info, dtype_, in_shapes_, input_dtypes(info, dtype_, in_shapes_.size()), params_, cfg_);
-  launch_on_views(p.generic,
-                  class_key_of(op_, dtype_, p.spec.param_dtypes, params_, cfg_, device_, ""),
-                  device_, approx_math_for(info, dtype_, out_dtype_), op_, inputs, out);
+  Plan p = plan(info, dtype_, in_shapes_, in_dtypes_, params_, cfg_, out_dtype_, scalars_in_);
+  launch_on_views(
+      p.generic, class_key_of(op_, dtype_, p.spec.param_dtypes, params_, cfg_, device_, ""),
+      device_, approx_math_for(info, dtype_, out_dtype_for(info, dtype_)), op_, inputs, out);
 }
 
 // ------------------------------------------------------------------- run
@@ -914,14 +1061,18 @@ namespace {
 // then the launch and the allocation, as measured in bench/interop.
 struct CallKey {
   const OpInfo* op = nullptr;
+  // The promoted dtype and the output's (16 bits each), and each input's
+  // dtype (16 bits each: ops take at most three inputs).
   std::uint64_t dtype_bits = 0;
+  std::uint64_t input_dtype_bits = 0;
   Device device;
   std::vector<std::int64_t> shapes;  // each input's rank, then its extents
   Params params;
   Config cfg;
   bool operator==(const CallKey& o) const {
-    return op == o.op && dtype_bits == o.dtype_bits && device == o.device && shapes == o.shapes &&
-           params == o.params && cfg.strategy == o.cfg.strategy && cfg.threads == o.cfg.threads &&
+    return op == o.op && dtype_bits == o.dtype_bits && input_dtype_bits == o.input_dtype_bits &&
+           device == o.device && shapes == o.shapes && params == o.params &&
+           cfg.strategy == o.cfg.strategy && cfg.threads == o.cfg.threads &&
            cfg.num_per_thread == o.cfg.num_per_thread && cfg.tune == o.cfg.tune &&
            cfg.exact_shape == o.cfg.exact_shape;
   }
@@ -930,6 +1081,7 @@ struct CallKeyHash {
   std::size_t operator()(const CallKey& k) const noexcept {
     std::uint64_t h = std::hash<const void*>()(k.op) ^ k.dtype_bits;
     auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 0x100000001b3ull; };
+    mix(k.input_dtype_bits);
     mix(static_cast<std::uint64_t>(k.device.index) * 2 + (k.device.is_cuda() ? 1 : 0));
     for (std::int64_t e : k.shapes) mix(static_cast<std::uint64_t>(e));
     for (double p : k.params) mix(std::bit_cast<std::uint64_t>(p));
@@ -994,6 +1146,17 @@ std::int64_t wildcard_leading(CallKey& key, const std::vector<Tensor>& inputs) {
 
 namespace detail {
 struct ElementwiseSibling {
+  // An Elementwise whose dtypes run() has promoted.
+  static std::shared_ptr<const Elementwise> resolved(const std::string& op,
+                                                     std::vector<std::vector<std::int64_t>> shapes,
+                                                     std::vector<DType> dtypes, DType result,
+                                                     std::optional<DType> out,
+                                                     std::uint32_t scalars, const Params& params,
+                                                     const Config& cfg, Device device, Loc loc) {
+    return std::shared_ptr<const Elementwise>(
+        new Elementwise(op, std::move(shapes), std::move(dtypes),
+                        Elementwise::Resolved{result, out, scalars}, params, cfg, device, loc));
+  }
   // proto's class, on these inputs' shapes (leading extent `lead`).
   static std::shared_ptr<const Elementwise> make(const Elementwise& proto,
                                                  const std::vector<Tensor>& inputs,
@@ -1014,15 +1177,23 @@ struct ElementwiseSibling {
 
 namespace {
 
-std::shared_ptr<const Elementwise> elementwise_for(const std::string& op,
+std::uint64_t dtype_code(DType t) { return static_cast<std::uint64_t>(t.code) << 8 | t.bits; }
+
+// The Elementwise of a call whose inputs' dtypes have been promoted to
+// `dtypes.result`; its output of `out` when given (an out= of another dtype
+// than the op's output).
+std::shared_ptr<const Elementwise> elementwise_for(const OpInfo& info,
                                                    const std::vector<Tensor>& inputs,
-                                                   const Params& params, const Config& cfg,
-                                                   Loc loc) {
-  const OpInfo& info = lookup(op);
-  DType t = check_inputs(info, inputs);
+                                                   const CallDtypes& dtypes,
+                                                   std::optional<DType> out, const Params& params,
+                                                   const Config& cfg, Loc loc) {
+  const DType t = dtypes.result;
   CallKey key;
   key.op = &info;
-  key.dtype_bits = static_cast<std::uint64_t>(t.code) << 8 | t.bits;
+  key.dtype_bits = dtype_code(t) | (out ? dtype_code(*out) << 16 : 0) |
+                   static_cast<std::uint64_t>(dtypes.scalars) << 32;
+  for (std::size_t i = 0; i < inputs.size(); ++i)
+    key.input_dtype_bits |= dtype_code(inputs[i].dtype()) << (16 * i);
   key.device = inputs.empty() ? default_device() : inputs[0].device();
   for (const Tensor& x : inputs) {
     key.shapes.push_back(static_cast<std::int64_t>(x.shape().size()));
@@ -1055,7 +1226,8 @@ std::shared_ptr<const Elementwise> elementwise_for(const std::string& op,
   if (planned) {
     std::vector<std::vector<std::int64_t>> shapes;
     for (const Tensor& x : inputs) shapes.push_back(x.shape());
-    e = std::make_shared<const Elementwise>(op, shapes, t, params, cfg, key.device, loc);
+    e = detail::ElementwiseSibling::resolved(info.name, shapes, dtypes.inputs, t, out,
+                                             dtypes.scalars, params, cfg, key.device, loc);
   }
   std::lock_guard<std::mutex> lock(c.mu);
   if (c.map.size() >= CallCache::kCapacity) c.map.clear();
@@ -1064,24 +1236,132 @@ std::shared_ptr<const Elementwise> elementwise_for(const std::string& op,
   c.map.emplace(std::move(key), e);
   return e;
 }
+
+// The output dtype of a call into `out`: nullopt when it is the op's own
+// (the common case, one kernel for it and for calls without out=).
+std::optional<DType> out_dtype_of_call(const OpInfo& info, DType result, const Tensor& out) {
+  if (!out.defined() || out.dtype() == out_dtype_for(info, result)) return std::nullopt;
+  return out.dtype();
+}
+
+void check_out_device(const std::string& op, const Tensor& out, const Device& inputs) {
+  if (out.defined() && !(out.device() == inputs))
+    fail("tx.ops." + op, "out", {},
+         "is on " + out.device().str() + " but the inputs are on " + inputs.str());
+}
+
+// A scalar operand as the tensor the kernel reads: one element of shape ()
+// on the inputs' device, in the compute dtype of the promoted dtype `t` --
+// PyTorch reads a CPU scalar in the op's math type too (a bf16 op's 0.1 is
+// the f32 0.1, not bf16's). Values that dtype cannot hold are refused, as
+// PyTorch refuses them (int8 + 300, float32 + 1e300).
+Tensor scalar_tensor(const std::string& op, const std::string& operand, const Scalar& s, DType t,
+                     Device device) {
+  const DType cd = compute_dtype_for(t);
+  auto overflow = [&] {
+    fail("tx.ops." + op, operand, {},
+         "value " + s.str() + " cannot be converted to type " + cd.name() + " without overflow");
+  };
+  std::uint64_t bits = 0;
+  if (cd.is_float()) {
+    const double v = s.as_double();
+    if (std::isfinite(v) && std::fabs(v) > dtype_max_finite(cd)) overflow();
+    if (cd == f64) {
+      bits = std::bit_cast<std::uint64_t>(v);
+    } else {
+      bits = std::bit_cast<std::uint32_t>(static_cast<float>(v));
+    }
+  } else if (cd.is_bool()) {
+    bits = s.i != 0 ? 1 : 0;
+  } else {
+    const std::int64_t v = s.i;  // an integer or bool scalar (a float one makes t floating)
+    if (cd.is_uint()) {
+      if (v < 0 || (cd.bits < 64 && static_cast<std::uint64_t>(v) >> cd.bits != 0)) overflow();
+    } else if (cd.bits < 64) {
+      const std::int64_t lim = std::int64_t{1} << (cd.bits - 1);
+      if (v < -lim || v >= lim) overflow();
+    }
+    bits = static_cast<std::uint64_t>(v);
+  }
+  // Little-endian: the value's low bytes.
+  return Tensor::from_bytes(&bits, static_cast<std::size_t>(cd.bytes()), {}, cd, device);
+}
+
 }  // namespace
 
 Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params,
            const Config& cfg, Loc loc) {
-  return at_call(op, loc,
-                 [&] { return (*elementwise_for(op, inputs, params, cfg, loc))(inputs, loc); });
+  return at_call(op, loc, [&] {
+    const OpInfo& info = lookup(op);
+    const CallDtypes dt = check_inputs(info, inputs);
+    return (*elementwise_for(info, inputs, dt, std::nullopt, params, cfg, loc))(inputs, loc);
+  });
 }
 
 void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
          const Params& params, const Config& cfg, Loc loc) {
   at_call(op, loc, [&] {
-    if (out.defined() && !inputs.empty() && inputs[0].defined() &&
-        !(out.device() == inputs[0].device()))
-      fail("tx.ops." + op, "out", {},
-           "is on " + out.device().str() + " but the inputs are on " + inputs[0].device().str());
-    (*elementwise_for(op, inputs, params, cfg, loc))(inputs, out, loc);
+    if (!inputs.empty() && inputs[0].defined()) check_out_device(op, out, inputs[0].device());
+    const OpInfo& info = lookup(op);
+    const CallDtypes dt = check_inputs(info, inputs);
+    const std::optional<DType> od = out_dtype_of_call(info, dt.result, out);
+    (*elementwise_for(info, inputs, dt, od, params, cfg, loc))(inputs, out, loc);
   });
 }
+
+namespace detail {
+
+Tensor run_operands(const std::string& op, const std::vector<OpArg>& operands, Tensor* out,
+                    const Params& params, const Config& cfg, Loc loc) {
+  return at_call(op, loc, [&]() -> Tensor {
+    const OpInfo& info = lookup(op);
+    const std::string qn = "tx.ops." + op;
+    if (static_cast<int>(operands.size()) != info.inputs)
+      fail(qn, "", {},
+           "takes " + std::to_string(info.inputs) + " operands, got " +
+               std::to_string(operands.size()));
+    // The device: the tensors' (an op needs one tensor at least).
+    const Tensor* first = nullptr;
+    std::vector<PromotionOperand> kinds;
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      const OpArg& o = operands[i];
+      if (o.tensor) {
+        if (!o.tensor->defined()) fail(qn, "input " + std::to_string(i), {}, "tensor is undefined");
+        if (!first) first = o.tensor;
+        kinds.push_back(PromotionOperand::of(*o.tensor));
+      } else {
+        if (is_mask_input(info, i))
+          fail(qn, "input " + std::to_string(i), {}, "a mask must be a bool tensor, not a number");
+        kinds.push_back(PromotionOperand::of(*o.scalar));
+      }
+    }
+    if (!first) fail(qn, "", {}, "needs a tensor operand (all operands are numbers)");
+    const Device device = first->device();
+    CallDtypes dt;
+    dt.result = promoted_dtype(info, kinds);
+    std::vector<Tensor> inputs;
+    for (std::size_t i = 0; i < operands.size(); ++i) {
+      const OpArg& o = operands[i];
+      inputs.push_back(
+          o.tensor ? *o.tensor
+                   : scalar_tensor(op, "input " + std::to_string(i), *o.scalar, dt.result, device));
+      if (!o.tensor) dt.scalars |= 1u << i;
+    }
+    for (std::size_t i = 1; i < inputs.size(); ++i)
+      if (!(inputs[i].device() == device))
+        fail(qn, "input " + std::to_string(i), {},
+             "is on " + inputs[i].device().str() + " but the other inputs are on " + device.str());
+    for (const Tensor& t : inputs) dt.inputs.push_back(t.dtype());
+    if (!out)
+      return (*elementwise_for(info, inputs, dt, std::nullopt, params, cfg, loc))(inputs, loc);
+    check_out_device(op, *out, device);
+    const std::optional<DType> od = out_dtype_of_call(info, dt.result, *out);
+    (*elementwise_for(info, inputs, dt, od, params, cfg, loc))(inputs, *out, loc);
+    return *out;
+  });
+}
+
+}  // namespace detail
 
 Tensor nan_to_num(const Tensor& x, double nan, std::optional<double> posinf,
                   std::optional<double> neginf, const Config& c, Loc loc) {

@@ -14,28 +14,15 @@
 #include <set>
 #include <sstream>
 
+#include "nvrtc_isolation.hpp"
+#include "nvrtc_raw.hpp"
 #include "tx/error.hpp"
 
 namespace tx::runtime {
 
 namespace {
 
-struct NvrtcApi {
-  void* handle = nullptr;
-  std::string path;   // the library that was opened
-  std::string error;  // why it could not be, when handle is null
-  decltype(&nvrtcVersion) version = nullptr;
-  decltype(&nvrtcGetErrorString) error_string = nullptr;
-  decltype(&nvrtcCreateProgram) create = nullptr;
-  decltype(&nvrtcDestroyProgram) destroy = nullptr;
-  decltype(&nvrtcCompileProgram) compile = nullptr;
-  decltype(&nvrtcGetProgramLogSize) log_size = nullptr;
-  decltype(&nvrtcGetProgramLog) log = nullptr;
-  decltype(&nvrtcGetPTXSize) ptx_size = nullptr;
-  decltype(&nvrtcGetPTX) ptx = nullptr;
-  decltype(&nvrtcGetCUBINSize) cubin_size = nullptr;
-  decltype(&nvrtcGetCUBIN) cubin = nullptr;
-};
+using NvrtcApi = nvrtc_raw::Api;
 
 bool is_dir(const std::string& p) {
   struct stat st {};
@@ -67,40 +54,36 @@ NvrtcApi* open_nvrtc() {
   auto* api = new NvrtcApi();
   std::string tried;
   for (const std::string& p : candidate_paths()) {
-    api->handle = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (api->handle) {
-      api->path = p;
+    NvrtcApi a;
+    if (nvrtc_raw::load(a, p)) {
+      *api = a;
       break;
+    }
+    // A library that opens but lacks entry points: an NVRTC too old.
+    if (a.error.find(" lacks ") != std::string::npos) {
+      api->error = a.error;
+      return api;
     }
     tried += (tried.empty() ? "" : ", ") + p;
   }
-  if (!api->handle) {
+  if (!api->handle)
     api->error = "libnvrtc not found (tried " + tried +
                  "); install the CUDA toolkit or set CUDA_HOME to its root";
-    return api;
-  }
-  std::string missing;
-  auto sym = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(api->handle, name));
-    if (!fn) missing += (missing.empty() ? "" : ", ") + std::string(name);
-  };
-  sym(api->version, "nvrtcVersion");
-  sym(api->error_string, "nvrtcGetErrorString");
-  sym(api->create, "nvrtcCreateProgram");
-  sym(api->destroy, "nvrtcDestroyProgram");
-  sym(api->compile, "nvrtcCompileProgram");
-  sym(api->log_size, "nvrtcGetProgramLogSize");
-  sym(api->log, "nvrtcGetProgramLog");
-  sym(api->ptx_size, "nvrtcGetPTXSize");
-  sym(api->ptx, "nvrtcGetPTX");
-  sym(api->cubin_size, "nvrtcGetCUBINSize");
-  sym(api->cubin, "nvrtcGetCUBIN");
-  if (!missing.empty()) {
-    api->error = api->path + " lacks " + missing + " (NVRTC older than CUDA 11.1?)";
-    dlclose(api->handle);
-    api->handle = nullptr;
-  }
   return api;
+}
+
+// The file of the loaded NVRTC (an absolute path, whichever search found
+// it): what the compiler process loads, so that it runs the very NVRTC
+// whose version is part of every cache key.
+const std::string& nvrtc_file(const NvrtcApi& a) {
+  static const std::string file = [&] {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(a.version), &info) && info.dli_fname &&
+        info.dli_fname[0] == '/')
+      return std::string(info.dli_fname);
+    return a.path;
+  }();
+  return file;
 }
 
 // Opened once, thread-safely (a function-local static), and never closed:
@@ -246,34 +229,24 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_
     fail("tx.nvrtc", program_name, {},
          "a cubin needs a real architecture (sm_XY or sm_XYa), got '" + arch + "'");
   const NvrtcApi& a = need();
-  nvrtcProgram prog = nullptr;
-  check(a, a.create(&prog, source.c_str(), program_name.c_str(), 0, nullptr, nullptr),
-        "nvrtcCreateProgram", program_name);
-  struct Destroy {
-    const NvrtcApi& a;
-    nvrtcProgram* p;
-    ~Destroy() { a.destroy(p); }
-  } destroy{a, &prog};
-
   std::vector<std::string> opts = nvrtc_default_options(arch);
   opts.insert(opts.end(), extra_options.begin(), extra_options.end());
-  std::vector<const char*> argv;
-  for (const std::string& o : opts) argv.push_back(o.c_str());
-  const nvrtcResult r = a.compile(prog, static_cast<int>(argv.size()), argv.data());
+  const nvrtc_raw::Target t = target == NvrtcTarget::ptx ? nvrtc_raw::kPtx : nvrtc_raw::kCubin;
+  // In a child process by default (nvrtc.hpp): a crash there is a tx error.
+  const nvrtc_raw::Result r =
+      compiles_in_child()
+          ? detail::compile_in_child(nvrtc_file(a), source, program_name, opts, t, arch)
+          : nvrtc_raw::compile(a, source, program_name, opts, t);
 
   NvrtcOutput out;
-  std::size_t log_size = 0;
-  if (a.log_size(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
-    out.log.resize(log_size);
-    if (a.log(prog, out.log.data()) != NVRTC_SUCCESS) out.log.clear();
-    while (!out.log.empty() && out.log.back() == '\0') out.log.pop_back();
-  }
-  if (r != NVRTC_SUCCESS) {
+  out.log = r.log;
+  const auto status = static_cast<nvrtcResult>(r.status);
+  if (r.failed_call == "nvrtcCompileProgram") {
     std::vector<int> bad = error_lines(out.log);
     std::string options;
     for (const std::string& o : opts) options += " " + o;
     std::string count = bad.empty()
-                            ? std::string(a.error_string(r))
+                            ? std::string(a.error_string(status))
                             : std::to_string(bad.size()) + (bad.size() == 1 ? " error" : " errors");
     std::string first;
     std::string log = errors_first(out.log, &first);
@@ -281,19 +254,11 @@ NvrtcOutput nvrtc_compile(const std::string& source, const std::string& program_
          "compilation failed (" + count + ")" + (first.empty() ? "" : ": " + first),
          describe_failure(log, source, bad) + "options:" + options);
   }
-
-  if (target == NvrtcTarget::ptx) {
-    std::size_t size = 0;
-    check(a, a.ptx_size(prog, &size), "nvrtcGetPTXSize", program_name);
-    out.ptx.resize(size);
-    check(a, a.ptx(prog, out.ptx.data()), "nvrtcGetPTX", program_name);
-    while (!out.ptx.empty() && out.ptx.back() == '\0') out.ptx.pop_back();
-  } else {
-    std::size_t size = 0;
-    check(a, a.cubin_size(prog, &size), "nvrtcGetCUBINSize", program_name);
-    out.cubin.resize(size);
-    check(a, a.cubin(prog, out.cubin.data()), "nvrtcGetCUBIN", program_name);
-  }
+  if (!r.failed_call.empty()) check(a, status, r.failed_call.c_str(), program_name);
+  if (target == NvrtcTarget::ptx)
+    out.ptx = r.output;
+  else
+    out.cubin.assign(r.output.begin(), r.output.end());
   return out;
 }
 

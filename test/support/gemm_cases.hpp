@@ -443,8 +443,11 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
           ops::matmul(Tensor::empty({2, 2, 2}, bf16, device()), x);
         }).find("rank 3") != std::string::npos);
   CHECK(error_of([&] {
-          ops::matmul(Tensor::empty({4, 8}, f32, device()), Tensor::empty({8, 4}, f32, device()));
-        }).find("dtype float32") != std::string::npos);
+          ops::matmul(Tensor::empty({4, 8}, i32, device()), Tensor::empty({8, 4}, i32, device()));
+        }).find("dtype int32: matmul takes float32, float64") != std::string::npos);
+  CHECK(error_of([&] {
+          ops::matmul(Tensor::empty({4, 8}, f32, device()), Tensor::empty({8, 4}, bf16, device()));
+        }).find("dtype bfloat16 differs from a's float32") != std::string::npos);
   CHECK(error_of([&] {
           ops::matmul(x, Tensor::empty({8, 4}, f16, device()));
         }).find("differs from a's") != std::string::npos);
@@ -514,4 +517,72 @@ TEST_CASE("tx::ops::matmul with B as the transpose of an (N, K) tensor (torch's 
     CHECK(std::string(e.what()).find("the transpose of a row-major (N, K) tensor") !=
           std::string::npos);
   }
+}
+
+// float32 and float64 (PyTorch runs both; it uses TF32 tensor cores for
+// float32 only when torch.backends.cuda.matmul.allow_tf32 is set, off by
+// default): the tiled SIMT kernel, products and sums in the operands' own
+// precision. Shapes the 64 x 64 x 16 tiles divide and shapes with partial
+// tiles on every side; B as a transposed (N, K) tensor too.
+TEST_CASE("tx::ops::matmul in float32 and float64, against float64 (float128 for f64)") {
+  struct Case {
+    std::int64_t m, n, k;
+  };
+  const Case cases[] = {{64, 64, 16}, {128, 192, 64}, {1, 1, 1},
+                        {17, 9, 24},  {100, 70, 37},  {65, 129, 200}};
+  for (DType t : {f32, f64})
+    for (const Case& c : cases) {
+      CAPTURE(t.name());
+      CAPTURE(c.m);
+      CAPTURE(c.n);
+      CAPTURE(c.k);
+      auto a = random_values(static_cast<std::size_t>(c.m * c.k), t, -1, 1);
+      auto b = random_values(static_cast<std::size_t>(c.k * c.n), t, -1, 1);
+      Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, device());
+      Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, device());
+      const std::string plan = ops::matmul_plan(A, B);
+      CAPTURE(plan);
+      CHECK(plan.rfind("SIMT tiled 64x64x16", 0) == 0);
+      Tensor C = ops::matmul(A, B);
+      CHECK(C.dtype() == t);
+      CHECK(C.shape() == std::vector<std::int64_t>{c.m, c.n});
+      const std::vector<double> got = C.to_doubles();
+      if (t == f32) {
+        // f32 products and sums: K 2^-24 sum |a b| (plus the output's rounding).
+        CHECK(gemm_error(a, b, got, c.m, c.n, c.k, 0x1p-24) <= 1.0);
+      } else {
+        // f64 sums: the error a float64 accumulation allows, far below what
+        // an f32 one would leave (checked against a long double reference).
+        double worst = 0;
+        for (std::int64_t i = 0; i < c.m; ++i)
+          for (std::int64_t j = 0; j < c.n; ++j) {
+            long double want = 0, mag = 0;
+            for (std::int64_t p = 0; p < c.k; ++p) {
+              const long double x =
+                  static_cast<long double>(a[static_cast<std::size_t>(i * c.k + p)]) *
+                  b[static_cast<std::size_t>(p * c.n + j)];
+              want += x;
+              mag += x < 0 ? -x : x;
+            }
+            const double tol =
+                static_cast<double>(c.k + 1) * 0x1p-53 * static_cast<double>(mag) + 1e-300;
+            worst = std::max(worst, std::fabs(got[static_cast<std::size_t>(i * c.n + j)] -
+                                              static_cast<double>(want)) /
+                                        tol);
+          }
+        CHECK(worst <= 1.0);
+      }
+      // B given as the transpose of an (N, K) tensor: the same products.
+      std::vector<double> bt(b.size());
+      for (std::int64_t p = 0; p < c.k; ++p)
+        for (std::int64_t j = 0; j < c.n; ++j)
+          bt[static_cast<std::size_t>(j * c.k + p)] = b[static_cast<std::size_t>(p * c.n + j)];
+      Tensor Bt = Tensor::from_doubles(bt, {c.n, c.k}, t, device()).transpose(0, 1);
+      CHECK(ops::matmul(A, Bt).to_bytes() == C.to_bytes());
+    }
+  // The empty sum, in f32.
+  Tensor Z =
+      ops::matmul(Tensor::empty({3, 0}, f32, device()), Tensor::empty({0, 5}, f32, device()));
+  CHECK(Z.dtype() == f32);
+  for (double v : Z.to_doubles()) CHECK(v == 0.0);
 }

@@ -33,6 +33,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "test_support.hpp"
 #include "tx/ops/ops.hpp"
@@ -658,8 +659,12 @@ TEST_CASE("ops: the API forms agree and check their inputs") {
   CHECK(a.to_bytes() == c.to_bytes());
   auto h = tx::Tensor::from_doubles(tx::test::random_values(1000, tx::f16), {10, 100}, tx::f16,
                                     device());
-  CHECK_THROWS_WITH_AS(tx::ops::add(x, h),
-                       doctest::Contains("dtype float16 but the op's dtype is float32"), tx::Error);
+  // Mixed dtypes promote (f32 + f16 is f32); fp8 with another dtype does not, as in PyTorch.
+  CHECK(tx::ops::add(x, h).dtype() == tx::f32);
+  auto e8 = tx::Tensor::from_doubles(tx::test::random_values(1000, tx::f8e4m3), {10, 100},
+                                     tx::f8e4m3, device());
+  CHECK_THROWS_WITH_AS(tx::ops::add(x, e8),
+                       doctest::Contains("PyTorch does not promote float8 types"), tx::Error);
   auto y =
       tx::Tensor::from_doubles(tx::test::random_values(30, tx::f32), {3, 10}, tx::f32, device());
   CHECK_THROWS_WITH_AS(tx::ops::add(x, y), doctest::Contains("do not broadcast"), tx::Error);
@@ -712,4 +717,314 @@ TEST_CASE("ops: gelu keeps its relative accuracy in the far tail") {
                                                    << y[at] << "; seed " << test::rng_seed()
                                                    << ")");
   }
+}
+
+// ------------------------------------------------------- type promotion
+//
+// Inputs of different dtypes, as PyTorch promotes them (docs/ops.md, "Type
+// promotion"): the result type R of the inputs, each input converted to R
+// (exact for a float widening, rounded for an integer into a float), the op
+// in double on those values, rounded to the op's output dtype -- the same
+// reference as the one-dtype cases, on the converted values. Fresh random
+// inputs with the specials, outputs poisoned, every kernel path the
+// broadcasts reach (flat vector copies of operands of different widths, a
+// broadcast row, a broadcast column, a 0-dim tensor).
+
+namespace opscase {
+
+// The dtypes of the mixed cases: every category and width class.
+inline const std::vector<DType>& mixed_dtypes() {
+  static const std::vector<DType> t{f32, f16, bf16, f64, i8, i32, i64, u8, boolean};
+  return t;
+}
+
+// The (op, R) a pair of input dtypes promotes to, or nullopt when the op
+// refuses R (as the op would).
+inline std::optional<DType> promoted(const ops::OpInfo& op, DType a, DType b) {
+  DType r = ops::promote_types(a, b);
+  if (op.name == "div" && !r.is_float()) r = f32;  // true division
+  if (!optable::accepts(op.dtypes, r)) return std::nullopt;
+  return r;
+}
+
+// Runs op on inputs of `dtypes` and `shapes` through ops::run (the public
+// path: promotion, the kernel cache) into a poisoned output of `out`
+// (default: the op's output dtype for the promoted dtype), and compares it
+// with the reference.
+inline void check_mixed(const ops::OpInfo& op, const std::vector<DType>& dtypes,
+                        const Shapes& shapes, std::optional<DType> out = std::nullopt) {
+  if (large_cases_skipped(shapes)) return;
+  std::string what = op.name;
+  for (std::size_t k = 0; k < dtypes.size(); ++k) {
+    what += " " + dtypes[k].name() + "(";
+    for (std::size_t d = 0; d < shapes[k].size(); ++d)
+      what += (d ? "," : "") + std::to_string(shapes[k][d]);
+    what += ")";
+  }
+  std::vector<ops::PromotionOperand> kinds;
+  for (std::size_t k = 0; k < dtypes.size(); ++k)
+    if (!is_mask(op, k))
+      kinds.push_back({dtypes[k], shapes[k].empty() ? ops::PromotionOperand::Kind::zero_dim
+                                                    : ops::PromotionOperand::Kind::tensor});
+  DType r = ops::result_type(kinds);
+  if (op.name == "div" && !r.is_float()) r = f32;
+  const DType natural = ops::out_dtype_for(op, r);
+  const DType o = out.value_or(natural);
+  if (out) what += " out=" + o.name();
+  INFO(what);
+  std::vector<std::vector<double>> converted;
+  std::vector<const std::vector<double>*> vals;
+  std::vector<Tensor> ts;
+  for (std::size_t k = 0; k < shapes.size(); ++k) {
+    auto in = input_for(op, dtypes[k], shapes[k], static_cast<int>(k));
+    ts.push_back(in->tensor);
+    std::vector<double> v = in->values;
+    if (!is_mask(op, k))
+      for (double& x : v) x = quantize(x, r);  // converted to the result type, as PyTorch does
+    converted.push_back(std::move(v));
+  }
+  for (const auto& v : converted) vals.push_back(&v);
+  std::vector<std::int64_t> out_shape;
+  std::vector<double> pre = reference(op, r, vals, shapes, {}, &out_shape);
+  std::vector<double> want = expected(pre, natural);
+  if (o != natural) {
+    // PyTorch computes in the result type and converts on store: the value
+    // rounded to the op's dtype first, then to out's.
+    for (double& w : want) w = quantize(w, o);
+    pre = want;
+  }
+  std::vector<double> got =
+      run_poisoned(out_shape, o, want, [&](Tensor& t) { ops::run(op.name, ts, t); });
+  compare(op, r, got, pre, want, what);
+  if (!out) {
+    Tensor fresh = ops::run(op.name, ts);
+    CHECK(fresh.dtype() == natural);
+    CHECK(fresh.shape() == out_shape);
+  }
+}
+
+}  // namespace opscase
+
+TEST_CASE("ops: mixed dtypes promote as PyTorch (add, mul, eq, div: every pair), against float64") {
+  using namespace opscase;
+  int ran = 0;
+  for (const char* name : {"add", "mul", "eq", "div"}) {
+    const ops::OpInfo& op = *ops::find_op(name);
+    for (DType a : mixed_dtypes())
+      for (DType b : mixed_dtypes()) {
+        if (a == b || !promoted(op, a, b)) continue;
+        // Flat operands of two widths (vector copies of each), and a
+        // broadcast row against a column.
+        check_mixed(op, {a, b}, {{4099}, {4099}});
+        check_mixed(op, {a, b}, {{33, 1, 7}, {5, 7}});
+        ++ran;
+      }
+  }
+  CHECK(ran >= 4 * 60);
+}
+
+TEST_CASE("ops: every binary op on mixed dtypes, and 0-dim tensors") {
+  using namespace opscase;
+  // For each op the pairs of its dtypes that promote across a category or a
+  // width (f16 + bf16 -> f32, u8 + i8 -> i16, bool + i32 -> i32, ...).
+  const std::pair<DType, DType> pairs[] = {{f32, bf16},    {f16, bf16}, {i32, f16}, {u8, i8},
+                                           {boolean, i32}, {i64, f32},  {f64, i8},  {boolean, u8}};
+  int ran = 0;
+  for (const auto& op : ops::all_ops()) {
+    if (op.tmpl != optable::Template::binary) continue;
+    for (auto [a, b] : pairs) {
+      if (!promoted(op, a, b)) continue;
+      check_mixed(op, {a, b}, {{2, 3, 129}, {3, 1}});
+      check_mixed(op, {b, a}, {{257}, {257}});
+      ++ran;
+    }
+  }
+  CHECK(ran >= 60);
+  // A 0-dim tensor ranks below tensors with dimensions: int8 + an int64
+  // 0-dim stays int8 (wrapping as int8), int32 + a float64 0-dim is float64,
+  // bf16 + an f32 0-dim stays bf16.
+  const auto& add = *ops::find_op("add");
+  const auto& mul = *ops::find_op("mul");
+  check_mixed(add, {i8, i64}, {{999}, {}});
+  check_mixed(mul, {i32, f64}, {{7, 33}, {}});
+  check_mixed(add, {bf16, f32}, {{4097}, {}});
+  check_mixed(add, {f16, f32}, {{}, {5, 3}});
+}
+
+// Views (a transposed f32, a strided bf16 slice) and an output that is one
+// of the inputs (in place, f32 += bf16): the bits of the same op on
+// contiguous copies into a fresh output, which the cases above check
+// against float64.
+TEST_CASE("ops: mixed dtypes through views and in place") {
+  using namespace opscase;
+  const std::int64_t m = 37, n = 129;
+  Tensor a = Tensor::from_doubles(test::random_values(static_cast<std::size_t>(m * n), f32), {n, m},
+                                  f32, device())
+                 .transpose(0, 1);  // (m, n), column-major
+  Tensor wide = Tensor::from_doubles(test::random_values(static_cast<std::size_t>(m * 2 * n), bf16),
+                                     {m, 2 * n}, bf16, device());
+  Tensor b = wide.slice(1, 0, 2 * n, 2);  // (m, n), every other column
+  REQUIRE_FALSE(a.is_contiguous());
+  REQUIRE_FALSE(b.is_contiguous());
+  for (const char* op : {"add", "mul", "maximum", "ge"}) {
+    CAPTURE(op);
+    const Tensor want = ops::run(op, {a.contiguous(), b.contiguous()});
+    const Tensor got = ops::run(op, {a, b});
+    CHECK(got.dtype() == want.dtype());
+    CHECK(got.contiguous().to_bytes() == want.to_bytes());
+  }
+  // In place: x += y with x f32 and y bf16 (the kernel built without
+  // no-alias), against the same sum into a fresh tensor.
+  auto xv = test::random_values(4099, f32);
+  Tensor x = Tensor::from_doubles(xv, {4099}, f32, device());
+  Tensor y = Tensor::from_doubles(test::random_values(4099, bf16), {4099}, bf16, device());
+  const Tensor fresh = ops::add(x, y);
+  ops::add(x, y, x);
+  CHECK(x.to_bytes() == fresh.to_bytes());
+}
+
+TEST_CASE("ops: where and prelu promote their data inputs; masks stay bool") {
+  using namespace opscase;
+  const auto& where = *ops::find_op("where");
+  const auto& prelu = *ops::find_op("prelu");
+  for (auto [a, b] : {std::pair{f32, bf16}, {i32, f16}, {u8, i8}, {boolean, i64}, {f16, bf16}}) {
+    check_mixed(where, {boolean, a, b}, {{64, 1}, {64, 128}, {128}});
+    check_mixed(where, {boolean, b, a}, {{2, 1, 96}, {1, 33, 1}, {2, 33, 96}});
+  }
+  check_mixed(prelu, {bf16, f32}, {{8, 16, 33}, {16}});
+  check_mixed(prelu, {f32, f16}, {{5, 24}, {24}});
+  // A mask that is not bool is refused, naming it.
+  Tensor x = Tensor::from_doubles(test::random_values(8, f32), {8}, f32, device());
+  Tensor c = Tensor::from_doubles(test::random_values(8, i32, -3, 3), {8}, i32, device());
+  CHECK_THROWS_WITH_AS(ops::where(c, x, x), doctest::Contains("operand input 0"), Error);
+  CHECK_THROWS_WITH_AS(ops::where(c, x, x), doctest::Contains("a mask must be bool"), Error);
+}
+
+TEST_CASE("ops: an out= of another dtype gets the result converted, as PyTorch stores it") {
+  using namespace opscase;
+  const auto& add = *ops::find_op("add");
+  const auto& mul = *ops::find_op("mul");
+  const auto& lt = *ops::find_op("lt");
+  // The bf16 / f16 result rounded to its dtype, then widened: each value
+  // is exactly that double rounding (compared exactly).
+  check_mixed(add, {bf16, bf16}, {{4099}, {4099}}, f32);
+  check_mixed(mul, {f16, f16}, {{31, 65}, {65}}, f64);
+  check_mixed(add, {f16, bf16}, {{1000}, {1000}}, f16);  // f32 result narrowed
+  // int8 arithmetic wraps at 8 bits before it widens (100 + 100 is -56).
+  check_mixed(add, {i8, i8}, {{4099}, {4099}}, i32);
+  check_mixed(mul, {i32, u8}, {{513}, {513}}, f32);
+  check_mixed(lt, {f32, i32}, {{300}, {300}}, f32);  // bool into float
+  check_mixed(lt, {f16, bf16}, {{300}, {300}}, i64);
+  // Exactly: bf16 + bf16 into f32 is not the f32 sum (which would keep more bits).
+  const std::int64_t n = 4096;
+  auto a = test::random_values(n, bf16), b = test::random_values(n, bf16);
+  Tensor A = Tensor::from_doubles(a, {n}, bf16, device());
+  Tensor B = Tensor::from_doubles(b, {n}, bf16, device());
+  Tensor C = Tensor::empty({n}, f32, device());
+  C.fill_bits(test::poison_bits(f32));
+  ops::add(A, B, C);
+  std::vector<double> got = C.to_doubles();
+  int kept_more = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double f32_sum = static_cast<float>(a[i] + b[i]);
+    CHECK(got[i] == quantize(f32_sum, bf16));
+    kept_more += quantize(f32_sum, bf16) != f32_sum;
+  }
+  CHECK(kept_more > 100);  // the case can tell the two apart
+}
+
+TEST_CASE("ops: an out= PyTorch cannot cast into is refused, before anything runs") {
+  using namespace opscase;
+  Tensor x = Tensor::from_doubles(test::random_values(16, f32), {16}, f32, device());
+  Tensor h = Tensor::from_doubles(test::random_values(16, f16), {16}, f16, device());
+  Tensor k = Tensor::from_doubles(test::random_values(16, i32, -50, 50), {16}, i32, device());
+  auto refused = [](const std::function<void()>& f, const std::string& want) {
+    try {
+      f();
+    } catch (const Error& e) {
+      CHECK(e.op() == "tx.ops.add");
+      CHECK(e.operand() == "out");
+      CHECK(std::string(e.loc().file).find("ops_cases.hpp") != std::string::npos);
+      CHECK_MESSAGE(e.reason().find(want) != std::string::npos, e.what());
+      return;
+    }
+    FAIL("not refused: " << want);
+  };
+  // A float result into an integer or bool tensor; an integer into bool.
+  Tensor oi = Tensor::empty({16}, i32, device());
+  oi.fill_bits(0x5a5a5a5a);
+  const std::vector<std::uint8_t> before = oi.to_bytes();
+  refused([&] { ops::add(x, h, oi); },
+          "result type float32 can't be cast to the desired output type int32");
+  CHECK(oi.to_bytes() == before);  // nothing written
+  refused([&] { ops::add(k, 0.5, oi); },
+          "result type float32 can't be cast to the desired output type int32");
+  Tensor ob = Tensor::empty({16}, boolean, device());
+  refused([&] { ops::add(k, k, ob); },
+          "result type int32 can't be cast to the desired output type bool");
+  // What PyTorch also refuses to promote, with what to do instead.
+  Tensor e4 = Tensor::from_doubles(test::random_values(16, f8e4m3), {16}, f8e4m3, device());
+  CHECK_THROWS_WITH_AS(ops::add(e4, x), doctest::Contains("PyTorch does not promote float8 types"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ops::add(e4, x), doctest::Contains("tx::ops::cast"), Error);
+  Tensor u = Tensor::from_doubles(test::random_values(16, u32, 0, 9), {16}, u32, device());
+  CHECK_THROWS_WITH_AS(ops::add(u, k), doctest::Contains("uint16, uint32 or uint64"), Error);
+  // A scalar the result type cannot hold (PyTorch: "cannot be converted
+  // to type ... without overflow").
+  Tensor i8s = Tensor::from_doubles(test::random_values(16, i8, -9, 9), {16}, i8, device());
+  CHECK_THROWS_WITH_AS(ops::add(i8s, 300),
+                       doctest::Contains("value 300 cannot be converted to type int8"), Error);
+  CHECK_THROWS_WITH_AS(ops::mul(x, 1e300), doctest::Contains("without overflow"), Error);
+  // An op that takes floats only, on an integer result type, says it was promoted.
+  CHECK_THROWS_WITH_AS(ops::pow(k, Tensor::from_doubles({1}, {1}, i8, device())),
+                       doctest::Contains("the promoted dtype of the inputs"), Error);
+}
+
+TEST_CASE("ops: scalar operands raise the category, not the width") {
+  using namespace opscase;
+  const std::int64_t n = 1031;
+  auto xi = test::random_values(n, i32, -1000, 1000);
+  auto xb = test::random_values(n, bf16);
+  auto xh = test::random_values(n, f16);
+  Tensor I = Tensor::from_doubles(xi, {n}, i32, device());
+  Tensor Bf = Tensor::from_doubles(xb, {n}, bf16, device());
+  Tensor H = Tensor::from_doubles(xh, {n}, f16, device());
+  auto values = [](const Tensor& t, DType want) {
+    CHECK(t.dtype() == want);
+    return t.to_doubles();
+  };
+  // int32 * 2.5: float32 (the default float dtype), each product rounded once.
+  std::vector<double> y = values(ops::mul(I, 2.5), f32);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == static_cast<float>(xi[i] * 2.5));
+  // bf16 * 0.1: stays bf16, the scalar read as float32 (PyTorch's math
+  // type for bf16), the product rounded to f32 and then to bf16.
+  y = values(ops::mul(Bf, 0.1), bf16);
+  for (std::int64_t i = 0; i < n; ++i)
+    CHECK(y[i] == quantize(static_cast<float>(xb[i] * static_cast<double>(0.1f)), bf16));
+  // 1 - f16 (the scalar first), and f16 + an integer scalar: f16.
+  y = values(ops::sub(1, H), f16);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == quantize(1 - xh[i], f16));
+  y = values(ops::add(H, 3), f16);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == quantize(xh[i] + 3, f16));
+  // int32 + a bool scalar stays int32; bool tensor + an integer: int64.
+  y = values(ops::add(I, true), i32);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == xi[i] + 1);
+  auto cb = test::random_values(n, boolean, 0, 2);
+  Tensor Cb = Tensor::from_doubles(cb, {n}, boolean, device());
+  y = values(ops::add(Cb, 7), i64);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == cb[i] + 7);
+  // Comparisons with a scalar: bool, compared in the promoted dtype.
+  y = values(ops::gt(I, 0.5), boolean);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == (xi[i] > 0.5 ? 1 : 0));
+  // where with numbers: int32 x and 0.5 give float32.
+  y = values(ops::where(Cb, I, 0.5), f32);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == (cb[i] != 0 ? xi[i] : 0.5));
+  y = values(ops::where(Cb, -1.5, 2), f32);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == (cb[i] != 0 ? -1.5 : 2));
+  // Into an out= of another dtype.
+  Tensor o = Tensor::empty({n}, f64, device());
+  o.fill_bits(test::poison_bits(f64));
+  ops::mul(I, 3, o);
+  y = o.to_doubles();
+  for (std::int64_t i = 0; i < n; ++i) CHECK(y[i] == xi[i] * 3);
 }

@@ -106,6 +106,9 @@ PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                        const MatmulTiling& tiling, std::int64_t splits = 1, std::int64_t ctas = 132,
                        bool b_nk = false);
 PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t);
+// The float32 / float64 kernel (64 x 64 tiles of C, K in steps of 16 through
+// shared memory; any shape).
+PrimFunc matmul_simt_tiled(std::int64_t M, std::int64_t N, std::int64_t K, DType t);
 }  // namespace detail
 
 }  // namespace tx::ops

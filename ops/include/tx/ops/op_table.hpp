@@ -110,7 +110,10 @@ inline constexpr auto floor_divide = [](auto a, auto b) {
   auto q = (a - m) / b;
   auto d = select((m != 0.0) && ((b < 0.0) != (m < 0.0)), q - 1.0, q);
   auto f = floor(d);
-  return select(d == 0.0, copysign(0.0, a / b), f + select(d - f > 0.5, 1.0, 0.0));
+  // (The rounding step selects f or f + 1 rather than adding a selected
+  // 1.0 or 0.0: a select of two literals is an f32 value, which an f64 f
+  // cannot add.)
+  return select(d == 0.0, copysign(0.0, a / b), select(d - f > 0.5, f + 1.0, f));
 };
 // max propagates NaN (tx's max, as torch.relu).
 inline constexpr auto relu = [](auto x) { return max(x, 0.0); };

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "tx/ops/promotion.hpp"
 #include "tx/runtime/kernel.hpp"
 #include "tx/runtime/tensor.hpp"
 
@@ -59,6 +60,10 @@ using Loc = std::source_location;
 
 // Runs `op` by name: inputs in the op's order, broadcasting as the op allows.
 // A zero-size input gives a zero-size result (nothing is launched).
+// Inputs of different dtypes promote as in PyTorch (promotion.hpp,
+// docs/ops.md "Type promotion"); each is loaded in its own dtype and
+// converted in registers. An out= of another dtype than the result's gets
+// the result converted, when PyTorch allows that cast (can_cast).
 Tensor run(const std::string& op, const std::vector<Tensor>& inputs, const Params& params = {},
            const Config& cfg = {}, Loc loc = Loc::current());
 void run(const std::string& op, const std::vector<Tensor>& inputs, Tensor& out,
@@ -88,20 +93,46 @@ void clear_cache();
 
 namespace detail {
 struct ElementwiseSibling;
-}
+
+// An operand of an op: a tensor or a number (ops::mul(x, 0.5)).
+struct OpArg {
+  const Tensor* tensor = nullptr;
+  std::optional<Scalar> scalar;
+  OpArg(const Tensor& t) : tensor(&t) {}  // NOLINT: implicit by design
+  OpArg(Scalar s) : scalar(s) {}          // NOLINT
+};
+// run() with numbers among the operands. A number takes part in promotion
+// as a scalar (it raises the category, not the width: promotion.hpp) and is
+// read by the kernel as a one-element tensor in the op's compute dtype (on
+// the GPU: a 4- or 8-byte host-to-device copy per call). Into `out` when
+// given (then returns it).
+Tensor run_operands(const std::string& op, const std::vector<OpArg>& operands, Tensor* out,
+                    const Params& params, const Config& cfg, Loc loc);
+}  // namespace detail
 
 // Built once, launched many times.
 class Elementwise {
  public:
+  // Every data input of `dtype` (where's condition and masked_fill's mask bool).
   Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes, DType dtype,
               Params params = {}, Config cfg = {}, std::optional<Device> device = std::nullopt,
               Loc loc = Loc::current());
+  // Each input of its own dtype, promoted as PyTorch promotes them (an input
+  // of shape () is a 0-dim tensor); the output of `out_dtype` when given
+  // (an out= tensor's dtype, which the result must be castable to).
+  Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
+              std::vector<DType> input_dtypes, Params params = {}, Config cfg = {},
+              std::optional<Device> device = std::nullopt,
+              std::optional<DType> out_dtype = std::nullopt, Loc loc = Loc::current());
   Tensor operator()(const std::vector<Tensor>& inputs, Loc loc = Loc::current()) const;
   void operator()(const std::vector<Tensor>& inputs, Tensor& out, Loc loc = Loc::current()) const;
 
   const std::string& op() const { return op_; }
   const std::vector<std::int64_t>& out_shape() const { return out_shape_; }
   DType out_dtype() const { return out_dtype_; }
+  // The dtype the op computes in: its inputs' promoted dtype.
+  DType dtype() const { return dtype_; }
+  const std::vector<DType>& input_dtypes() const { return in_dtypes_; }
   const Kernel& kernel() const { return kernel_; }
   // The key of its kernel among prebuilt ones (runtime/prebuilt.hpp), which
   // tx_aot_kernels stores them under; empty for exact-shape kernels.
@@ -112,16 +143,28 @@ class Elementwise {
   // Makes the Elementwise of another shape of a shape-generic one's class
   // (ops::run's calls on a new token count).
   friend struct detail::ElementwiseSibling;
-  void build(const Config& cfg, std::optional<Device> device);
+  // The op's dtype already promoted by the caller (run(), whose scalars
+  // rank apart from tensors), and the output's.
+  struct Resolved {
+    DType result;
+    std::optional<DType> out;
+    std::uint32_t scalars = 0;  // bit i: input i is a number, read in the compute dtype
+  };
+  Elementwise(std::string op, std::vector<std::vector<std::int64_t>> input_shapes,
+              std::vector<DType> input_dtypes, Resolved r, Params params, Config cfg,
+              std::optional<Device> device, Loc loc);
+  void build(const Config& cfg, std::optional<Device> device, std::optional<DType> out);
   void launch(const std::vector<Tensor>& inputs, Tensor& out) const;
   void launch_views(const std::vector<Tensor>& inputs, Tensor& out) const;
   // A shape-generic kernel's scalar arguments: the coalesced extents.
   std::vector<std::int64_t> scalars_;
   std::string op_;
   std::vector<std::vector<std::int64_t>> in_shapes_;
+  std::vector<DType> in_dtypes_;
   DType dtype_, out_dtype_;
   std::vector<std::int64_t> out_shape_;
   Params params_;
+  std::uint32_t scalars_in_ = 0;  // see Resolved
   Config cfg_;
   Device device_;
   Kernel kernel_;
@@ -166,14 +209,30 @@ class Elementwise {
   inline void N(const Tensor& x, Tensor& out, const Config& cfg = {}, Loc loc = Loc::current()) { \
     run(#N, {x}, out, {}, cfg, loc);                                                              \
   }
-#define TX_DECLARE_BINARY(N)                                                           \
-  inline Tensor N(const Tensor& a, const Tensor& b, const Config& cfg = {},            \
-                  Loc loc = Loc::current()) {                                          \
-    return run(#N, {a, b}, {}, cfg, loc);                                              \
-  }                                                                                    \
-  inline void N(const Tensor& a, const Tensor& b, Tensor& out, const Config& cfg = {}, \
-                Loc loc = Loc::current()) {                                            \
-    run(#N, {a, b}, out, {}, cfg, loc);                                                \
+// A binary op also takes a number on either side (ops::mul(x, 0.5),
+// ops::sub(1, x)), promoted as PyTorch promotes a Python scalar.
+#define TX_DECLARE_BINARY(N)                                                                     \
+  inline Tensor N(const Tensor& a, const Tensor& b, const Config& cfg = {},                      \
+                  Loc loc = Loc::current()) {                                                    \
+    return run(#N, {a, b}, {}, cfg, loc);                                                        \
+  }                                                                                              \
+  inline void N(const Tensor& a, const Tensor& b, Tensor& out, const Config& cfg = {},           \
+                Loc loc = Loc::current()) {                                                      \
+    run(#N, {a, b}, out, {}, cfg, loc);                                                          \
+  }                                                                                              \
+  inline Tensor N(const Tensor& a, Scalar b, const Config& cfg = {}, Loc loc = Loc::current()) { \
+    return detail::run_operands(#N, {a, b}, nullptr, {}, cfg, loc);                              \
+  }                                                                                              \
+  inline Tensor N(Scalar a, const Tensor& b, const Config& cfg = {}, Loc loc = Loc::current()) { \
+    return detail::run_operands(#N, {a, b}, nullptr, {}, cfg, loc);                              \
+  }                                                                                              \
+  inline void N(const Tensor& a, Scalar b, Tensor& out, const Config& cfg = {},                  \
+                Loc loc = Loc::current()) {                                                      \
+    detail::run_operands(#N, {a, b}, &out, {}, cfg, loc);                                        \
+  }                                                                                              \
+  inline void N(Scalar a, const Tensor& b, Tensor& out, const Config& cfg = {},                  \
+                Loc loc = Loc::current()) {                                                      \
+    detail::run_operands(#N, {a, b}, &out, {}, cfg, loc);                                        \
   }
 TX_OPS_UNARY(TX_DECLARE_UNARY)
 TX_OPS_BINARY(TX_DECLARE_BINARY)
@@ -204,10 +263,22 @@ inline Tensor prelu(const Tensor& x, const Tensor& weight, const Config& c = {},
                     Loc loc = Loc::current()) {
   return run("prelu", {x, weight}, {}, c, loc);
 }
-// cond: bool; broadcasts all three.
+// cond: bool; broadcasts all three; x and y promote (either may be a number).
 inline Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, const Config& c = {},
                     Loc loc = Loc::current()) {
   return run("where", {cond, x, y}, {}, c, loc);
+}
+inline Tensor where(const Tensor& cond, const Tensor& x, Scalar y, const Config& c = {},
+                    Loc loc = Loc::current()) {
+  return detail::run_operands("where", {cond, x, y}, nullptr, {}, c, loc);
+}
+inline Tensor where(const Tensor& cond, Scalar x, const Tensor& y, const Config& c = {},
+                    Loc loc = Loc::current()) {
+  return detail::run_operands("where", {cond, x, y}, nullptr, {}, c, loc);
+}
+inline Tensor where(const Tensor& cond, Scalar x, Scalar y, const Config& c = {},
+                    Loc loc = Loc::current()) {
+  return detail::run_operands("where", {cond, x, y}, nullptr, {}, c, loc);
 }
 inline Tensor clamp(const Tensor& x, double min_val, double max_val, const Config& c = {},
                     Loc loc = Loc::current()) {
