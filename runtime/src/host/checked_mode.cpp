@@ -3,43 +3,69 @@
 #include "checked_mode.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <numeric>
 #include <unordered_map>
 
 namespace tx::runtime::host {
 
 namespace {
 
-// One access: who, when (the barrier epochs the thread had passed), where.
+// One access: who, when (the barrier epochs the thread had passed), where,
+// through which buffer.
 struct Access {
   std::int32_t thread = -1;
   std::int32_t cta = -1;  // linear CTA id (a grid has fewer than 2^31 CTAs)
   std::uint32_t cta_epoch = 0, wg_epoch = 0, warp_epoch = 0;
   std::int32_t site = -1;
+  std::int32_t slot = -1;  // the buffer: bytes of global memory may belong to several
   bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta == cur_cta; }
 };
 
-// The shadow of one element.
+// The shadow of one cell (an element, or the part of one that other buffers
+// over the same bytes can touch apart).
 struct Cell {
   Access write, read1, read2;  // within the current CTA
   Access cta_write, cta_read;  // the first access of another CTA to compare with
   bool many_cta_readers = false;
 };
 
-// Elements per shadow page: small, so that a small kernel's launch does not
+// Cells per shadow page: small, so that a small kernel's launch does not
 // spend its time clearing shadow it never touches.
 constexpr std::int64_t kPage = 256;
+
+// A shadowed run of memory: the bytes of the global buffers that overlap one
+// another (transitively), or one buffer alone. A cell is `granule` bytes:
+// the largest size that divides every element size and every buffer's start
+// in the run, so two buffers' elements share a cell only where they share
+// bytes. Without aliasing that is one cell per element, as a per-buffer
+// shadow would have.
+struct Space {
+  std::int64_t granule = 1;
+  std::unordered_map<std::int64_t, std::unique_ptr<Cell[]>> pages;
+  explicit Space(std::int64_t g) : granule(g) {}
+};
+
+// Where a buffer's elements are in the shadow: element i is cells
+// [base + i * cells, base + (i + 1) * cells) of space `space`.
+struct Placement {
+  std::size_t space = 0;
+  std::int64_t base = 0;
+  std::int64_t cells = 1;
+};
 
 enum class Kind { race, race_cta, out_of_bounds, div_zero, index_range };
 
 struct Finding {
   Kind kind;
-  std::int32_t slot = -1;
-  std::int64_t index = 0;
+  std::int32_t slot = -1;  // the buffer of the second access
+  std::int64_t index = 0;  // its element
   std::int64_t count = 1;
   Access first, second;
   bool first_writes = false, second_writes = false;
   std::int64_t times = 1;
+  std::int64_t first_index = 0;  // the first access's element, in its own buffer (first.slot)
 };
 
 }  // namespace
@@ -49,9 +75,10 @@ struct Checker::State {
   lowering::LaunchConfig launch;
   std::int64_t cta = -1;
   std::vector<std::uint32_t> cta_epoch, wg_epoch, warp_epoch;  // per thread
-  // Shadow pages per buffer slot (allocated when first touched).
-  std::vector<std::unordered_map<std::int64_t, std::unique_ptr<Cell[]>>> shadow;
-  std::map<std::tuple<int, int, int, int>, Finding> findings;  // deduplicated by sites
+  std::vector<Space> spaces;
+  std::vector<Placement> place;  // per buffer slot
+  // Deduplicated by kind, the two buffers and the two sites.
+  std::map<std::tuple<int, int, int, int, int>, Finding> findings;
   std::int64_t total = 0;
   std::vector<std::int64_t> bounds;  // per slot: valid indices [0, bound)
 
@@ -61,31 +88,86 @@ struct Checker::State {
         cta_epoch(static_cast<std::size_t>(l.block)),
         wg_epoch(static_cast<std::size_t>(l.block)),
         warp_epoch(static_cast<std::size_t>(l.block)),
-        shadow(p.buffers.size()),
         last_page(p.buffers.size(), {-1, nullptr}) {
     for (const CheckBuffer& b : p.buffers) bounds.push_back(b.elems);
   }
 
   // The last page each slot touched: accesses mostly walk a buffer in
-  // order, so most lookups skip the map.
+  // order, so most lookups skip the map. (Pages are never freed during a
+  // launch, so a slot's cached page stays valid while others add pages.)
   std::vector<std::pair<std::int64_t, Cell*>> last_page;
 
-  Cell& cell(std::int32_t slot, std::int64_t index) {
-    auto su = static_cast<std::size_t>(slot);
-    std::int64_t pi = index / kPage;
-    auto& last = last_page[su];
-    if (last.second && last.first == pi) return last.second[index % kPage];
-    auto& page = shadow[su][pi];
-    if (!page) page = std::make_unique<Cell[]>(kPage);
-    last = {pi, page.get()};
-    return page[index % kPage];
+  // Gives each buffer its place in the shadow. Global buffers are placed by
+  // their address in this launch (`args`), so that the ones sharing bytes --
+  // one tensor bound to two parameters, overlapping views of one storage,
+  // overlapping from_blob memory -- share cells; the others (shared memory,
+  // registers, or no addresses known) get a space each.
+  void place_buffers(void* const* args) {
+    const std::size_t n = plan.buffers.size();
+    place.assign(n, {});
+    struct Span {
+      std::uintptr_t lo, hi;
+      std::size_t slot;
+    };
+    std::vector<Span> spans;
+    for (std::size_t k = 0; k < n; ++k) {
+      const CheckBuffer& b = plan.buffers[k];
+      const std::int64_t bytes = std::max(1, b.elem_bytes);
+      if (args && b.param >= 0 && b.scope == MemScope::global && b.races && args[b.param] &&
+          bounds[k] > 0) {
+        const auto lo = reinterpret_cast<std::uintptr_t>(args[b.param]);
+        spans.push_back({lo, lo + static_cast<std::uintptr_t>(bounds[k] * bytes), k});
+        continue;
+      }
+      place[k] = {spaces.size(), 0, 1};
+      spaces.emplace_back(bytes);
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+    for (std::size_t i = 0; i < spans.size();) {
+      std::size_t j = i + 1;
+      std::uintptr_t hi = spans[i].hi;
+      for (; j < spans.size() && spans[j].lo < hi; ++j) hi = std::max(hi, spans[j].hi);
+      const std::uintptr_t lo = spans[i].lo;
+      std::int64_t g = 0;
+      for (std::size_t k = i; k < j; ++k) {
+        g = std::gcd(
+            g, static_cast<std::int64_t>(std::max(1, plan.buffers[spans[k].slot].elem_bytes)));
+        g = std::gcd(g, static_cast<std::int64_t>(spans[k].lo - lo));
+      }
+      for (std::size_t k = i; k < j; ++k) {
+        const std::int64_t bytes = std::max(1, plan.buffers[spans[k].slot].elem_bytes);
+        place[spans[k].slot] = {spaces.size(), static_cast<std::int64_t>(spans[k].lo - lo) / g,
+                                bytes / g};
+      }
+      spaces.emplace_back(g);
+      i = j;
+    }
   }
 
-  Access now(std::int32_t thread, std::int32_t site) const {
+  Cell& cell(std::int32_t slot, std::int64_t c) {
+    auto su = static_cast<std::size_t>(slot);
+    std::int64_t pi = c / kPage;
+    auto& last = last_page[su];
+    if (last.second && last.first == pi) return last.second[c % kPage];
+    auto& page = spaces[place[su].space].pages[pi];
+    if (!page) page = std::make_unique<Cell[]>(kPage);
+    last = {pi, page.get()};
+    return page[c % kPage];
+  }
+
+  // The element of `slot` that holds cell `c` of its space.
+  std::int64_t element_of(std::int32_t slot, std::int64_t c) const {
+    if (slot < 0) return 0;
+    const Placement& p = place[static_cast<std::size_t>(slot)];
+    return (c - p.base) / p.cells;
+  }
+
+  Access now(std::int32_t thread, std::int32_t site, std::int32_t slot = -1) const {
     Access a;
     a.thread = thread;
     a.cta = static_cast<std::int32_t>(cta);
     a.site = site;
+    a.slot = slot;
     if (thread >= 0 && thread < launch.block) {
       auto t = static_cast<std::size_t>(thread);
       a.cta_epoch = cta_epoch[t];
@@ -106,7 +188,8 @@ struct Checker::State {
 
   void add(Finding f) {
     ++total;
-    auto key = std::make_tuple(static_cast<int>(f.kind), f.slot, f.first.site, f.second.site);
+    auto key = std::make_tuple(static_cast<int>(f.kind), f.slot, f.first.slot, f.first.site,
+                               f.second.site);
     auto it = findings.find(key);
     if (it != findings.end()) {
       ++it->second.times;
@@ -115,48 +198,65 @@ struct Checker::State {
     if (findings.size() < 64) findings.emplace(key, f);
   }
 
-  void race(Kind kind, std::int32_t slot, std::int64_t index, const Access& first, bool fw,
-            const Access& second, bool sw) {
+  // An element that spans several cells (a wider element over bytes that a
+  // narrower buffer also covers) is reported once per kind, not per cell.
+  struct Reported {
+    bool race = false, race_cta = false;
+  };
+
+  void race(Kind kind, std::int32_t slot, std::int64_t index, std::int64_t c, const Access& first,
+            bool fw, const Access& second, bool sw, Reported& done) {
+    bool& once = kind == Kind::race ? done.race : done.race_cta;
+    if (once) return;
+    once = true;
     Finding f{kind, slot, index, 1, first, second, fw, sw, 1};
+    f.first_index = element_of(first.slot, c);
     add(f);
   }
 
   void access(std::int32_t slot, std::int64_t index, bool write, const Access& cur) {
-    Cell& c = cell(slot, index);
-    if (c.write.valid(cta) && concurrent(c.write, cur))
-      race(Kind::race, slot, index, c.write, true, cur, write);
-    if (write) {
-      for (const Access* r : {&c.read1, &c.read2})
-        if (r->valid(cta) && concurrent(*r, cur))
-          race(Kind::race, slot, index, *r, false, cur, true);
-      c.write = cur;
-    } else if (!(c.read1.valid(cta) && c.read1.thread == cur.thread)) {
-      c.read2 = c.read1;
-      c.read1 = cur;
-    }
-    // Across CTAs (global memory only: shared memory is the CTA's own).
-    if (plan.buffers[static_cast<std::size_t>(slot)].scope != MemScope::global) return;
-    if (c.cta_write.thread >= 0 && c.cta_write.cta != cta)
-      race(Kind::race_cta, slot, index, c.cta_write, true, cur, write);
-    else if (write && c.cta_read.thread >= 0 && (c.cta_read.cta != cta || c.many_cta_readers))
-      race(Kind::race_cta, slot, index, c.cta_read, false, cur, true);
-    if (write) {
-      if (c.cta_write.thread < 0) c.cta_write = cur;
-    } else if (c.cta_read.thread < 0) {
-      c.cta_read = cur;
-    } else if (c.cta_read.cta != cta) {
-      c.many_cta_readers = true;
+    const Placement& p = place[static_cast<std::size_t>(slot)];
+    const bool global = plan.buffers[static_cast<std::size_t>(slot)].scope == MemScope::global;
+    Reported done;
+    const std::int64_t c0 = p.base + index * p.cells;
+    for (std::int64_t c = c0; c < c0 + p.cells; ++c) {
+      Cell& cl = cell(slot, c);
+      if (cl.write.valid(cta) && concurrent(cl.write, cur))
+        race(Kind::race, slot, index, c, cl.write, true, cur, write, done);
+      if (write) {
+        for (const Access* r : {&cl.read1, &cl.read2})
+          if (r->valid(cta) && concurrent(*r, cur))
+            race(Kind::race, slot, index, c, *r, false, cur, true, done);
+        cl.write = cur;
+      } else if (!(cl.read1.valid(cta) && cl.read1.thread == cur.thread)) {
+        cl.read2 = cl.read1;
+        cl.read1 = cur;
+      }
+      // Across CTAs (global memory only: shared memory is the CTA's own).
+      if (!global) continue;
+      if (cl.cta_write.thread >= 0 && cl.cta_write.cta != cta)
+        race(Kind::race_cta, slot, index, c, cl.cta_write, true, cur, write, done);
+      else if (write && cl.cta_read.thread >= 0 && (cl.cta_read.cta != cta || cl.many_cta_readers))
+        race(Kind::race_cta, slot, index, c, cl.cta_read, false, cur, true, done);
+      if (write) {
+        if (cl.cta_write.thread < 0) cl.cta_write = cur;
+      } else if (cl.cta_read.thread < 0) {
+        cl.cta_read = cur;
+      } else if (cl.cta_read.cta != cta) {
+        cl.many_cta_readers = true;
+      }
     }
   }
 };
 
 Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
-                 const std::int64_t* param_elems)
+                 const std::int64_t* param_elems, void* const* args)
     : state_(std::make_unique<State>(plan, launch)) {
   // A symbolic buffer's bound is its tensor's size in this launch.
   for (std::size_t k = 0; k < plan.buffers.size(); ++k)
     if (plan.buffers[k].param >= 0 && param_elems)
       state_->bounds[k] = param_elems[plan.buffers[k].param];
+  state_->place_buffers(args);
 }
 Checker::~Checker() = default;
 
@@ -202,21 +302,33 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
     std::string text;
     switch (f.kind) {
       case Kind::race:
-        text = std::string("race on ") + mem_scope_name(b->scope) + " memory " +
-               element(*b, f.index) + " in CTA " + std::to_string(f.second.cta) + ": thread " +
-               std::to_string(f.first.thread) + " " + verb(f.first_writes) + " it (" +
-               site(f.first.site) + ") and thread " + std::to_string(f.second.thread) + " " +
-               verb(f.second_writes) + " it (" + site(f.second.site) +
-               ") with no barrier of both threads between";
+      case Kind::race_cta: {
+        // The first access may have gone through another buffer over the
+        // same bytes: an argument bound twice, overlapping views or blobs.
+        const CheckBuffer* b1 =
+            f.first.slot >= 0 ? &s.plan.buffers[static_cast<std::size_t>(f.first.slot)] : b;
+        const std::string e2 = element(*b, f.index);
+        const std::string e1 = b1 == b ? e2 : element(*b1, f.first_index);
+        const std::string it1 = b1 == b ? "it" : e1, it2 = b1 == b ? "it" : e2;
+        const std::string on = b1 == b ? e2
+                                       : "memory shared by arguments " + b1->name + " and " +
+                                             b->name + " (" + e1 + " overlaps " + e2 + ")";
+        if (f.kind == Kind::race)
+          text = std::string("race on ") + mem_scope_name(b->scope) + " " +
+                 (b1 == b ? "memory " : "") + on + " in CTA " + std::to_string(f.second.cta) +
+                 ": thread " + std::to_string(f.first.thread) + " " + verb(f.first_writes) + " " +
+                 it1 + " (" + site(f.first.site) + ") and thread " +
+                 std::to_string(f.second.thread) + " " + verb(f.second_writes) + " " + it2 + " (" +
+                 site(f.second.site) + ") with no barrier of both threads between";
+        else
+          text = "race across CTAs on " + on + ": CTA " + std::to_string(f.first.cta) + " " +
+                 verb(f.first_writes) + " " + it1 + " (" + site(f.first.site) + ", thread " +
+                 std::to_string(f.first.thread) + ") and CTA " + std::to_string(f.second.cta) +
+                 " " + verb(f.second_writes) + " " + it2 + " (" + site(f.second.site) +
+                 ", thread " + std::to_string(f.second.thread) +
+                 "); the CTAs of a launch run in any order and never wait for each other";
         break;
-      case Kind::race_cta:
-        text = "race across CTAs on " + element(*b, f.index) + ": CTA " +
-               std::to_string(f.first.cta) + " " + verb(f.first_writes) + " it (" +
-               site(f.first.site) + ", thread " + std::to_string(f.first.thread) + ") and CTA " +
-               std::to_string(f.second.cta) + " " + verb(f.second_writes) + " it (" +
-               site(f.second.site) + ", thread " + std::to_string(f.second.thread) +
-               "); the CTAs of a launch run in any order and never wait for each other";
-        break;
+      }
       case Kind::out_of_bounds:
         text = "out of bounds: " + site(f.second.site) + " " + verb(f.second_writes) +
                (f.count > 1 ? " elements [" + std::to_string(f.index) + ", " +
@@ -269,7 +381,7 @@ extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int6
   const auto& b = s.plan.buffers[static_cast<std::size_t>(slot)];
   const std::int64_t bound = s.bounds[static_cast<std::size_t>(slot)];
   bool write = flags & 1;
-  auto cur = s.now(thread, site);
+  auto cur = s.now(thread, site, slot);
   if (index < 0 || count < 0 || index > bound - count) {
     tx::runtime::host::Finding f{
         tx::runtime::host::Kind::out_of_bounds, slot, index, count, {}, cur, false, write, 1};

@@ -237,7 +237,7 @@ class JitKernel : public HostKernel {
     if (plan_) {
       // Checked: one CTA after another (the cross-CTA shadow is one map),
       // then the report.
-      host::Checker checker(*plan_, launch_, l.elems);
+      host::Checker checker(*plan_, launch_, l.elems, l.args);
       Scratch s(scratch_bytes_);
       fn_(args, 0, blocks, s.p, &checker.state(), grid);
       checker.report(lowering::sanitize_identifier(name_), l.loc);
