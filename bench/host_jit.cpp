@@ -9,8 +9,13 @@
 //     per tile (register tiles through Tx::cta::copy / Tx::cta::<op>),
 //     against a plain C++ loop compiled into this program (-O2 in the
 //     default RelWithDebInfo build); on one worker thread and on all.
+//  3. Straight-line code: a dot product of n terms written with a C++ loop
+//     (`acc = acc + A(i) * B(i)`, one thread), n = 10^3 .. 10^5: the time to
+//     record it, to lower it (with its CUDA), to host-JIT it, and per term,
+//     which stays flat when the JIT is linear in the kernel's size.
 //
-//   bench_host_jit            # prints the tables
+//   bench_host_jit            # prints all the tables
+//   bench_host_jit dot [n..]  # only the dot products (default sizes, or these)
 //
 // Times are wall-clock, median and best of 7 runs (the best is the steadier
 // figure on a shared machine); results are checked against the plain loop.
@@ -109,9 +114,64 @@ void set_threads(const char* n) {
     unsetenv("TX_HOST_THREADS");
 }
 
+// The dot product of issue 45: a kernel of ~4n operations in one block.
+PrimFunc dot_kernel(int n) {
+  return T::prim_func("dot", [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
+    auto A = T::match_buffer(A_ptr, {n}, f32);
+    auto B = T::match_buffer(B_ptr, {n}, f32);
+    auto C = T::match_buffer(C_ptr, {1}, f32);
+    T::thread_id({1});
+    Expr acc = 0.0f;
+    for (int i = 0; i < n; ++i) acc = acc + A(i) * B(i);
+    C(0) = acc;
+  });
+}
+
+// Records, lowers and host-JITs dot products of each size (the in-memory and
+// disk caches bypassed), runs each once and checks it against a double sum.
+void bench_dot(const std::vector<int>& sizes) {
+  setenv("TX_HOST_CACHE", "0", 1);
+  std::printf("dot product of n terms, one thread (s; host JIT = LLVM IR + O2/codegen)\n");
+  std::printf("%8s %9s %9s %9s %12s %9s %s\n", "n", "record", "lower", "host JIT",
+              "JIT us/term", "run", "check");
+  for (int n : sizes) {
+    auto t0 = clock_type::now();
+    PrimFunc f = dot_kernel(n);
+    double record = ms_since(t0) / 1e3;
+    auto t1 = clock_type::now();
+    Kernel k = compile(f, {.device = Device::host()});
+    double lower = ms_since(t1) / 1e3;
+    auto t2 = clock_type::now();
+    auto hk = runtime::host_compile(k.info());
+    double jit = ms_since(t2) / 1e3;
+    std::vector<double> a(static_cast<std::size_t>(n)), b(a.size());
+    std::srand(static_cast<unsigned>(n));
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = std::rand() / (RAND_MAX + 1.0) - 0.5;
+      b[i] = std::rand() / (RAND_MAX + 1.0) - 0.5;
+    }
+    Tensor A = Tensor::from_doubles(a, {n}, f32, Device::host());
+    Tensor B = Tensor::from_doubles(b, {n}, f32, Device::host());
+    Tensor C = Tensor::from_doubles({std::nan("")}, {1}, f32, Device::host());
+    auto t3 = clock_type::now();
+    k(A, B, C);
+    double run = ms_since(t3) / 1e3;
+    double want = 0, mag = 0;
+    std::vector<float> af(A.to_vector<float>()), bf(B.to_vector<float>());
+    for (std::size_t i = 0; i < a.size(); ++i)
+      want += static_cast<double>(af[i]) * bf[i], mag += std::fabs(static_cast<double>(af[i]) * bf[i]);
+    // f32 accumulation in order: within n ulp of the magnitudes.
+    bool ok = std::fabs(C.to_doubles()[0] - want) <= n * 6e-8 * mag;
+    std::printf("%8d %9.3f %9.3f %9.3f %12.2f %9.4f %s\n", n, record, lower, jit, jit / n * 1e6,
+                run, ok ? "ok" : "MISMATCH");
+    std::fflush(stdout);
+  }
+  unsetenv("TX_HOST_CACHE");
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   std::string why;
   auto t0 = clock_type::now();
   if (!runtime::host_jit_available(&why)) {
@@ -122,6 +182,13 @@ int main() {
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   std::printf("host JIT: LLVM ORC LLJIT, %u hardware threads; JIT start (first use) %.1f ms\n\n",
               hw, start_ms);
+  const std::vector<int> dot_sizes = {1000, 2048, 5000, 10000, 25000, 50000, 100000};
+  if (argc > 1 && std::string(argv[1]) == "dot") {
+    std::vector<int> sizes;
+    for (int i = 2; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+    bench_dot(sizes.empty() ? dot_sizes : sizes);
+    return 0;
+  }
 
   // ------------------------------------------------------------ compile
   std::printf("%-20s %18s %12s\n", "kernel", "cold [ms] (best)", "cached [ms]");
@@ -196,5 +263,9 @@ int main() {
                 compile_ms, one.median, one.best, all.median, all.best, base.median, base.best,
                 one.median / base.median, one.best / base.best, worst > 1e-6 ? "  MISMATCH" : "");
   }
+
+  // ------------------------------------------------------ straight-line code
+  std::printf("\n");
+  bench_dot(dot_sizes);
   return 0;
 }

@@ -11,12 +11,13 @@
 // views of one storage or to overlapping from_blob memory share their
 // shadow, so a thread writing through one and another reading through the
 // other is found like any race (the report names both arguments). Shared
-// and register buffers are the CTA's own and keep a shadow each. Two accesses by different threads
-// of one CTA, at least one a write, conflict when no barrier that both threads take part in lies
-// between them: the CTA-wide epoch is the same, and so is the warpgroup's (warp's) epoch when both
-// threads are in one warpgroup (warp). Across CTAs there is no barrier at all, so an element that
-// one CTA writes and another reads or writes is a race too. CTAs run one after the other in this
-// mode.
+// and register buffers are the CTA's own and keep a shadow each. Two
+// accesses by different threads of one CTA, at least one a write, conflict
+// when no barrier that both threads take part in lies between them: the
+// CTA-wide epoch is the same, and so is the warpgroup's (warp's) epoch when
+// both threads are in one warpgroup (warp). Across CTAs there is no barrier
+// at all, so an element that one CTA writes and another reads or writes is
+// a race too. CTAs run one after the other in this mode.
 //
 // The checks are inserted into the lowered IR by lowering's instrument_checks
 // pass (as the check_* intrinsics), so they survive the host passes where the
