@@ -11,8 +11,8 @@
 //     default RelWithDebInfo build); on one worker thread and on all.
 //  3. Straight-line code: a dot product of n terms written with a C++ loop
 //     (`acc = acc + A(i) * B(i)`, one thread), n = 10^3 .. 10^5: the time to
-//     record it, to lower it (with its CUDA), to host-JIT it, and per term,
-//     which stays flat when the JIT is linear in the kernel's size.
+//     record it, to lower it, to host-JIT it plain and checked, and per
+//     term, which stays flat when the JIT is linear in the kernel's size.
 //
 //   bench_host_jit            # prints all the tables
 //   bench_host_jit dot [n..]  # only the dot products (default sizes, or these)
@@ -128,22 +128,29 @@ PrimFunc dot_kernel(int n) {
 }
 
 // Records, lowers and host-JITs dot products of each size (the in-memory and
-// disk caches bypassed), runs each once and checks it against a double sum.
+// disk caches bypassed), plain and in the checked mode (TX_CHECK=1's host
+// form: a check call per load), runs the plain kernel once and checks it
+// against a double sum.
 void bench_dot(const std::vector<int>& sizes) {
   setenv("TX_HOST_CACHE", "0", 1);
-  std::printf("dot product of n terms, one thread (s; host JIT = LLVM IR + O2/codegen)\n");
-  std::printf("%8s %9s %9s %9s %12s %9s %s\n", "n", "record", "lower", "host JIT",
-              "JIT us/term", "run", "check");
+  std::printf(
+      "dot product of n terms, one thread: seconds (host JIT = host passes, LLVM IR, "
+      "code generation, link)\n");
+  std::printf("%8s %8s %8s %9s %11s %9s %11s %8s %s\n", "n", "record", "lower", "host JIT",
+              "us/term", "checked", "us/term", "run", "check");
   for (int n : sizes) {
     auto t0 = clock_type::now();
     PrimFunc f = dot_kernel(n);
     double record = ms_since(t0) / 1e3;
     auto t1 = clock_type::now();
-    Kernel k = compile(f, {.device = Device::host()});
+    Kernel k = compile(f, {.device = Device::host(), .checked = false});
     double lower = ms_since(t1) / 1e3;
     auto t2 = clock_type::now();
-    auto hk = runtime::host_compile(k.info());
+    runtime::host_compile(k.info());
     double jit = ms_since(t2) / 1e3;
+    auto t3 = clock_type::now();
+    runtime::host_compile(k.info(), /*checked=*/true);
+    double checked = ms_since(t3) / 1e3;
     std::vector<double> a(static_cast<std::size_t>(n)), b(a.size());
     std::srand(static_cast<unsigned>(n));
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -153,17 +160,20 @@ void bench_dot(const std::vector<int>& sizes) {
     Tensor A = Tensor::from_doubles(a, {n}, f32, Device::host());
     Tensor B = Tensor::from_doubles(b, {n}, f32, Device::host());
     Tensor C = Tensor::from_doubles({std::nan("")}, {1}, f32, Device::host());
-    auto t3 = clock_type::now();
-    k(A, B, C);
-    double run = ms_since(t3) / 1e3;
+    auto t4 = clock_type::now();
+    k(A, B, C);  // compiles once more (no cache) and runs
+    double run = ms_since(t4) / 1e3 - jit;
     double want = 0, mag = 0;
     std::vector<float> af(A.to_vector<float>()), bf(B.to_vector<float>());
-    for (std::size_t i = 0; i < a.size(); ++i)
-      want += static_cast<double>(af[i]) * bf[i], mag += std::fabs(static_cast<double>(af[i]) * bf[i]);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      double p = static_cast<double>(af[i]) * bf[i];
+      want += p, mag += std::fabs(p);
+    }
     // f32 accumulation in order: within n ulp of the magnitudes.
     bool ok = std::fabs(C.to_doubles()[0] - want) <= n * 6e-8 * mag;
-    std::printf("%8d %9.3f %9.3f %9.3f %12.2f %9.4f %s\n", n, record, lower, jit, jit / n * 1e6,
-                run, ok ? "ok" : "MISMATCH");
+    std::printf("%8d %8.3f %8.3f %9.3f %11.2f %9.3f %11.2f %8.4f %s\n", n, record, lower, jit,
+                jit / n * 1e6, checked, checked / n * 1e6, std::max(0.0, run),
+                ok ? "ok" : "MISMATCH");
     std::fflush(stdout);
   }
   unsetenv("TX_HOST_CACHE");

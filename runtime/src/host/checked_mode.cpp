@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <numeric>
+#include <type_traits>
 #include <unordered_map>
 
 namespace tx::runtime::host {
@@ -13,14 +16,19 @@ namespace tx::runtime::host {
 namespace {
 
 // One access: who, when (the barrier epochs the thread had passed), where,
-// through which buffer.
+// through which buffer. All-zero bytes are "no access" (as is a thread < 0:
+// code outside the thread loops), so that shadow pages start as calloc's
+// zeroed memory, which is most of what a checked launch of many elements
+// spends its time on.
 struct Access {
   std::int32_t thread = -1;
-  std::int32_t cta = -1;  // linear CTA id (a grid has fewer than 2^31 CTAs)
+  std::int32_t cta1 = 0;  // linear CTA id + 1 (a grid has fewer than 2^31 CTAs); 0: none
   std::uint32_t cta_epoch = 0, wg_epoch = 0, warp_epoch = 0;
   std::int32_t site = -1;
   std::int32_t slot = -1;  // the buffer: bytes of global memory may belong to several
-  bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta == cur_cta; }
+  bool exists() const { return thread >= 0 && cta1 != 0; }
+  bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta1 != 0 && cta1 == cur_cta + 1; }
+  std::int64_t cta() const { return std::int64_t{cta1} - 1; }
 };
 
 // The shadow of one cell (an element, or the part of one that other buffers
@@ -31,9 +39,25 @@ struct Cell {
   bool many_cta_readers = false;
 };
 
+static_assert(std::is_trivially_copyable_v<Cell> && std::is_aggregate_v<Cell>,
+              "shadow pages are calloc'd: zero bytes must be a Cell with no accesses");
+
 // Cells per shadow page: small, so that a small kernel's launch does not
 // spend its time clearing shadow it never touches.
 constexpr std::int64_t kPage = 256;
+
+struct FreePage {
+  void operator()(Cell* p) const { std::free(p); }
+};
+using Page = std::unique_ptr<Cell, FreePage>;
+
+// Zeroed by calloc, which skips the clearing where the memory comes fresh
+// from the system (already zero).
+Page new_page() {
+  Page p(static_cast<Cell*>(std::calloc(kPage, sizeof(Cell))));
+  if (!p) throw std::bad_alloc();
+  return p;
+}
 
 // A shadowed run of memory: the bytes of the global buffers that overlap one
 // another (transitively), or one buffer alone. A cell is `granule` bytes:
@@ -43,7 +67,7 @@ constexpr std::int64_t kPage = 256;
 // shadow would have.
 struct Space {
   std::int64_t granule = 1;
-  std::unordered_map<std::int64_t, std::unique_ptr<Cell[]>> pages;
+  std::unordered_map<std::int64_t, Page> pages;
   explicit Space(std::int64_t g) : granule(g) {}
 };
 
@@ -150,9 +174,9 @@ struct Checker::State {
     auto& last = last_page[su];
     if (last.second && last.first == pi) return last.second[c % kPage];
     auto& page = spaces[place[su].space].pages[pi];
-    if (!page) page = std::make_unique<Cell[]>(kPage);
+    if (!page) page = new_page();
     last = {pi, page.get()};
-    return page[c % kPage];
+    return page.get()[c % kPage];
   }
 
   // The element of `slot` that holds cell `c` of its space.
@@ -165,7 +189,7 @@ struct Checker::State {
   Access now(std::int32_t thread, std::int32_t site, std::int32_t slot = -1) const {
     Access a;
     a.thread = thread;
-    a.cta = static_cast<std::int32_t>(cta);
+    a.cta1 = static_cast<std::int32_t>(cta + 1);
     a.site = site;
     a.slot = slot;
     if (thread >= 0 && thread < launch.block) {
@@ -234,15 +258,15 @@ struct Checker::State {
       }
       // Across CTAs (global memory only: shared memory is the CTA's own).
       if (!global) continue;
-      if (cl.cta_write.thread >= 0 && cl.cta_write.cta != cta)
+      if (cl.cta_write.exists() && cl.cta_write.cta() != cta)
         race(Kind::race_cta, slot, index, c, cl.cta_write, true, cur, write, done);
-      else if (write && cl.cta_read.thread >= 0 && (cl.cta_read.cta != cta || cl.many_cta_readers))
+      else if (write && cl.cta_read.exists() && (cl.cta_read.cta() != cta || cl.many_cta_readers))
         race(Kind::race_cta, slot, index, c, cl.cta_read, false, cur, true, done);
       if (write) {
-        if (cl.cta_write.thread < 0) cl.cta_write = cur;
-      } else if (cl.cta_read.thread < 0) {
+        if (!cl.cta_write.exists()) cl.cta_write = cur;
+      } else if (!cl.cta_read.exists()) {
         cl.cta_read = cur;
-      } else if (cl.cta_read.cta != cta) {
+      } else if (cl.cta_read.cta() != cta) {
         cl.many_cta_readers = true;
       }
     }
@@ -315,15 +339,15 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
                                              b->name + " (" + e1 + " overlaps " + e2 + ")";
         if (f.kind == Kind::race)
           text = std::string("race on ") + mem_scope_name(b->scope) + " " +
-                 (b1 == b ? "memory " : "") + on + " in CTA " + std::to_string(f.second.cta) +
+                 (b1 == b ? "memory " : "") + on + " in CTA " + std::to_string(f.second.cta()) +
                  ": thread " + std::to_string(f.first.thread) + " " + verb(f.first_writes) + " " +
                  it1 + " (" + site(f.first.site) + ") and thread " +
                  std::to_string(f.second.thread) + " " + verb(f.second_writes) + " " + it2 + " (" +
                  site(f.second.site) + ") with no barrier of both threads between";
         else
-          text = "race across CTAs on " + on + ": CTA " + std::to_string(f.first.cta) + " " +
+          text = "race across CTAs on " + on + ": CTA " + std::to_string(f.first.cta()) + " " +
                  verb(f.first_writes) + " " + it1 + " (" + site(f.first.site) + ", thread " +
-                 std::to_string(f.first.thread) + ") and CTA " + std::to_string(f.second.cta) +
+                 std::to_string(f.first.thread) + ") and CTA " + std::to_string(f.second.cta()) +
                  " " + verb(f.second_writes) + " " + it2 + " (" + site(f.second.site) +
                  ", thread " + std::to_string(f.second.thread) +
                  "); the CTAs of a launch run in any order and never wait for each other";
@@ -336,7 +360,7 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
                             : " element " + std::to_string(f.index)) +
                " of " + shape_text(*b) + ", which holds [0, " +
                std::to_string(s.bounds[static_cast<std::size_t>(f.slot)]) + ") (thread " +
-               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta) +
+               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta()) +
                "); the checked run skipped the access";
         break;
       case Kind::index_range: {
@@ -345,14 +369,14 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
         text = "out of bounds: " + site(f.second.site) + " " + verb(f.second_writes) + " " +
                c.what + " at index " + std::to_string(f.index) + " on dimension " +
                std::to_string(f.count) + ", outside its extent (thread " +
-               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta) + ")";
+               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta()) + ")";
         break;
       }
       case Kind::div_zero: {
         const CheckSite& c = s.plan.sites[static_cast<std::size_t>(f.second.site)];
         text = "integer division by zero in `" + c.what + "` (" + site(f.second.site) +
                ", thread " + std::to_string(f.second.thread) + ", CTA " +
-               std::to_string(f.second.cta) + "); undefined on the GPU, the host divides by 1";
+               std::to_string(f.second.cta()) + "); undefined on the GPU, the host divides by 1";
         break;
       }
     }
