@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <new>
 #include <numeric>
@@ -20,12 +21,15 @@ namespace {
 // code outside the thread loops), so that shadow pages start as calloc's
 // zeroed memory, which is most of what a checked launch of many elements
 // spends its time on.
+// 24 bytes: a CTA has at most 1024 threads (verify_kernel) and a kernel far
+// fewer than 2^15 buffers, so thread and buffer take 16 bits each; a checked
+// launch of many elements is bound by the shadow's memory.
 struct Access {
-  std::int32_t thread = -1;
-  std::int32_t cta1 = 0;  // linear CTA id + 1 (a grid has fewer than 2^31 CTAs); 0: none
+  std::int16_t thread = -1;
+  std::int16_t slot = -1;  // the buffer: bytes of global memory may belong to several
+  std::int32_t cta1 = 0;   // linear CTA id + 1 (a grid has fewer than 2^31 CTAs); 0: none
   std::uint32_t cta_epoch = 0, wg_epoch = 0, warp_epoch = 0;
   std::int32_t site = -1;
-  std::int32_t slot = -1;  // the buffer: bytes of global memory may belong to several
   bool exists() const { return thread >= 0 && cta1 != 0; }
   bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta1 != 0 && cta1 == cur_cta + 1; }
   std::int64_t cta() const { return std::int64_t{cta1} - 1; }
@@ -39,6 +43,7 @@ struct Cell {
   bool many_cta_readers = false;
 };
 
+static_assert(sizeof(Access) == 24);
 static_assert(std::is_trivially_copyable_v<Cell> && std::is_aggregate_v<Cell>,
               "shadow pages are calloc'd: zero bytes must be a Cell with no accesses");
 
@@ -51,11 +56,13 @@ struct FreePage {
 };
 using Page = std::unique_ptr<Cell, FreePage>;
 
-// Zeroed by calloc, which skips the clearing where the memory comes fresh
-// from the system (already zero).
+// Cleared by writing: where calloc leaves fresh memory to the system's zero
+// pages, the first access (a read) maps the zero page and the first write
+// faults again, which made a launch of 2^20 elements 10-30% slower.
 Page new_page() {
-  Page p(static_cast<Cell*>(std::calloc(kPage, sizeof(Cell))));
+  Page p(static_cast<Cell*>(std::malloc(kPage * sizeof(Cell))));
   if (!p) throw std::bad_alloc();
+  std::memset(static_cast<void*>(p.get()), 0, kPage * sizeof(Cell));
   return p;
 }
 
@@ -71,12 +78,21 @@ struct Space {
   explicit Space(std::int64_t g) : granule(g) {}
 };
 
-// Where a buffer's elements are in the shadow: element i is cells
-// [base + i * cells, base + (i + 1) * cells) of space `space`.
-struct Placement {
-  std::size_t space = 0;
+// A buffer as the checks see it, what each access needs in one place:
+// where its elements are in the shadow (element i is cells [base + i *
+// cells, base + (i + 1) * cells) of `space`), its bound, and the page it
+// touched last (accesses mostly walk a buffer in order, so most lookups skip
+// the space's map; pages are never freed during a launch, so the pointer
+// stays valid while other slots add pages).
+struct Slot {
   std::int64_t base = 0;
   std::int64_t cells = 1;
+  std::int64_t bound = 0;  // valid indices: [0, bound)
+  std::int64_t last_pi = -1;
+  Cell* last_page = nullptr;
+  Space* space = nullptr;
+  bool global = false;  // global memory: races across CTAs are checked too
+  bool races = false;   // shared and global buffers are tracked
 };
 
 enum class Kind { race, race_cta, out_of_bounds, div_zero, index_range };
@@ -100,11 +116,10 @@ struct Checker::State {
   std::int64_t cta = -1;
   std::vector<std::uint32_t> cta_epoch, wg_epoch, warp_epoch;  // per thread
   std::vector<Space> spaces;
-  std::vector<Placement> place;  // per buffer slot
+  std::vector<Slot> slots;  // per buffer slot of the plan
   // Deduplicated by kind, the two buffers and the two sites.
   std::map<std::tuple<int, int, int, int, int>, Finding> findings;
   std::int64_t total = 0;
-  std::vector<std::int64_t> bounds;  // per slot: valid indices [0, bound)
 
   State(const CheckPlan& p, const lowering::LaunchConfig& l)
       : plan(p),
@@ -112,14 +127,13 @@ struct Checker::State {
         cta_epoch(static_cast<std::size_t>(l.block)),
         wg_epoch(static_cast<std::size_t>(l.block)),
         warp_epoch(static_cast<std::size_t>(l.block)),
-        last_page(p.buffers.size(), {-1, nullptr}) {
-    for (const CheckBuffer& b : p.buffers) bounds.push_back(b.elems);
+        slots(p.buffers.size()) {
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      slots[k].bound = p.buffers[k].elems;
+      slots[k].global = p.buffers[k].scope == MemScope::global;
+      slots[k].races = p.buffers[k].races;
+    }
   }
-
-  // The last page each slot touched: accesses mostly walk a buffer in
-  // order, so most lookups skip the map. (Pages are never freed during a
-  // launch, so a slot's cached page stays valid while others add pages.)
-  std::vector<std::pair<std::int64_t, Cell*>> last_page;
 
   // Gives each buffer its place in the shadow. Global buffers are placed by
   // their address in this launch (`args`), so that the ones sharing bytes --
@@ -128,7 +142,8 @@ struct Checker::State {
   // registers, or no addresses known) get a space each.
   void place_buffers(void* const* args) {
     const std::size_t n = plan.buffers.size();
-    place.assign(n, {});
+    // Every space is made before any slot points at one: no reallocation.
+    spaces.reserve(n);
     struct Span {
       std::uintptr_t lo, hi;
       std::size_t slot;
@@ -138,13 +153,13 @@ struct Checker::State {
       const CheckBuffer& b = plan.buffers[k];
       const std::int64_t bytes = std::max(1, b.elem_bytes);
       if (args && b.param >= 0 && b.scope == MemScope::global && b.races && args[b.param] &&
-          bounds[k] > 0) {
+          slots[k].bound > 0) {
         const auto lo = reinterpret_cast<std::uintptr_t>(args[b.param]);
-        spans.push_back({lo, lo + static_cast<std::uintptr_t>(bounds[k] * bytes), k});
+        spans.push_back({lo, lo + static_cast<std::uintptr_t>(slots[k].bound * bytes), k});
         continue;
       }
-      place[k] = {spaces.size(), 0, 1};
       spaces.emplace_back(bytes);
+      slots[k].space = &spaces.back();
     }
     std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
     for (std::size_t i = 0; i < spans.size();) {
@@ -158,41 +173,42 @@ struct Checker::State {
             g, static_cast<std::int64_t>(std::max(1, plan.buffers[spans[k].slot].elem_bytes)));
         g = std::gcd(g, static_cast<std::int64_t>(spans[k].lo - lo));
       }
+      spaces.emplace_back(g);
       for (std::size_t k = i; k < j; ++k) {
         const std::int64_t bytes = std::max(1, plan.buffers[spans[k].slot].elem_bytes);
-        place[spans[k].slot] = {spaces.size(), static_cast<std::int64_t>(spans[k].lo - lo) / g,
-                                bytes / g};
+        Slot& sl = slots[spans[k].slot];
+        sl.space = &spaces.back();
+        sl.base = static_cast<std::int64_t>(spans[k].lo - lo) / g;
+        sl.cells = bytes / g;
       }
-      spaces.emplace_back(g);
       i = j;
     }
   }
 
-  Cell& cell(std::int32_t slot, std::int64_t c) {
-    auto su = static_cast<std::size_t>(slot);
-    std::int64_t pi = c / kPage;
-    auto& last = last_page[su];
-    if (last.second && last.first == pi) return last.second[c % kPage];
-    auto& page = spaces[place[su].space].pages[pi];
+  [[gnu::always_inline]] static Cell& cell(Slot& sl, std::int64_t c) {
+    const std::int64_t pi = c / kPage, in = c % kPage;
+    if (sl.last_page && sl.last_pi == pi) return sl.last_page[in];
+    Page& page = sl.space->pages[pi];
     if (!page) page = new_page();
-    last = {pi, page.get()};
-    return page.get()[c % kPage];
+    sl.last_pi = pi;
+    sl.last_page = page.get();
+    return page.get()[in];
   }
 
   // The element of `slot` that holds cell `c` of its space.
   std::int64_t element_of(std::int32_t slot, std::int64_t c) const {
     if (slot < 0) return 0;
-    const Placement& p = place[static_cast<std::size_t>(slot)];
-    return (c - p.base) / p.cells;
+    const Slot& sl = slots[static_cast<std::size_t>(slot)];
+    return (c - sl.base) / sl.cells;
   }
 
   Access now(std::int32_t thread, std::int32_t site, std::int32_t slot = -1) const {
     Access a;
-    a.thread = thread;
+    a.thread = static_cast<std::int16_t>(thread >= 0 && thread < launch.block ? thread : -1);
     a.cta1 = static_cast<std::int32_t>(cta + 1);
     a.site = site;
-    a.slot = slot;
-    if (thread >= 0 && thread < launch.block) {
+    a.slot = static_cast<std::int16_t>(slot);
+    if (a.thread >= 0) {
       auto t = static_cast<std::size_t>(thread);
       a.cta_epoch = cta_epoch[t];
       a.wg_epoch = wg_epoch[t];
@@ -239,36 +255,44 @@ struct Checker::State {
   }
 
   void access(std::int32_t slot, std::int64_t index, bool write, const Access& cur) {
-    const Placement& p = place[static_cast<std::size_t>(slot)];
-    const bool global = plan.buffers[static_cast<std::size_t>(slot)].scope == MemScope::global;
+    Slot& sl = slots[static_cast<std::size_t>(slot)];
     Reported done;
-    const std::int64_t c0 = p.base + index * p.cells;
-    for (std::int64_t c = c0; c < c0 + p.cells; ++c) {
-      Cell& cl = cell(slot, c);
-      if (cl.write.valid(cta) && concurrent(cl.write, cur))
-        race(Kind::race, slot, index, c, cl.write, true, cur, write, done);
-      if (write) {
-        for (const Access* r : {&cl.read1, &cl.read2})
-          if (r->valid(cta) && concurrent(*r, cur))
-            race(Kind::race, slot, index, c, *r, false, cur, true, done);
-        cl.write = cur;
-      } else if (!(cl.read1.valid(cta) && cl.read1.thread == cur.thread)) {
-        cl.read2 = cl.read1;
-        cl.read1 = cur;
-      }
-      // Across CTAs (global memory only: shared memory is the CTA's own).
-      if (!global) continue;
-      if (cl.cta_write.exists() && cl.cta_write.cta() != cta)
-        race(Kind::race_cta, slot, index, c, cl.cta_write, true, cur, write, done);
-      else if (write && cl.cta_read.exists() && (cl.cta_read.cta() != cta || cl.many_cta_readers))
-        race(Kind::race_cta, slot, index, c, cl.cta_read, false, cur, true, done);
-      if (write) {
-        if (!cl.cta_write.exists()) cl.cta_write = cur;
-      } else if (!cl.cta_read.exists()) {
-        cl.cta_read = cur;
-      } else if (cl.cta_read.cta() != cta) {
-        cl.many_cta_readers = true;
-      }
+    const std::int64_t c0 = sl.base + index * sl.cells;
+    if (sl.cells == 1) {
+      access_cell(sl, slot, index, c0, write, cur, done);
+      return;
+    }
+    for (std::int64_t c = c0; c < c0 + sl.cells; ++c)
+      access_cell(sl, slot, index, c, write, cur, done);
+  }
+
+  [[gnu::always_inline]] void access_cell(Slot& sl, std::int32_t slot, std::int64_t index,
+                                          std::int64_t c, bool write, const Access& cur,
+                                          Reported& done) {
+    Cell& cl = cell(sl, c);
+    if (cl.write.valid(cta) && concurrent(cl.write, cur))
+      race(Kind::race, slot, index, c, cl.write, true, cur, write, done);
+    if (write) {
+      for (const Access* r : {&cl.read1, &cl.read2})
+        if (r->valid(cta) && concurrent(*r, cur))
+          race(Kind::race, slot, index, c, *r, false, cur, true, done);
+      cl.write = cur;
+    } else if (!(cl.read1.valid(cta) && cl.read1.thread == cur.thread)) {
+      cl.read2 = cl.read1;
+      cl.read1 = cur;
+    }
+    // Across CTAs (global memory only: shared memory is the CTA's own).
+    if (!sl.global) return;
+    if (cl.cta_write.exists() && cl.cta_write.cta() != cta)
+      race(Kind::race_cta, slot, index, c, cl.cta_write, true, cur, write, done);
+    else if (write && cl.cta_read.exists() && (cl.cta_read.cta() != cta || cl.many_cta_readers))
+      race(Kind::race_cta, slot, index, c, cl.cta_read, false, cur, true, done);
+    if (write) {
+      if (!cl.cta_write.exists()) cl.cta_write = cur;
+    } else if (!cl.cta_read.exists()) {
+      cl.cta_read = cur;
+    } else if (cl.cta_read.cta() != cta) {
+      cl.many_cta_readers = true;
     }
   }
 };
@@ -276,10 +300,14 @@ struct Checker::State {
 Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
                  const std::int64_t* param_elems, void* const* args)
     : state_(std::make_unique<State>(plan, launch)) {
+  if (plan.buffers.size() > 32767)
+    fail("tx.host_jit", "", {},
+         "the checked mode tracks at most 32767 buffers per kernel; this one has " +
+             std::to_string(plan.buffers.size()));
   // A symbolic buffer's bound is its tensor's size in this launch.
   for (std::size_t k = 0; k < plan.buffers.size(); ++k)
     if (plan.buffers[k].param >= 0 && param_elems)
-      state_->bounds[k] = param_elems[plan.buffers[k].param];
+      state_->slots[k].bound = param_elems[plan.buffers[k].param];
   state_->place_buffers(args);
 }
 Checker::~Checker() = default;
@@ -359,7 +387,7 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
                                   std::to_string(f.index + f.count) + ")"
                             : " element " + std::to_string(f.index)) +
                " of " + shape_text(*b) + ", which holds [0, " +
-               std::to_string(s.bounds[static_cast<std::size_t>(f.slot)]) + ") (thread " +
+               std::to_string(s.slots[static_cast<std::size_t>(f.slot)].bound) + ") (thread " +
                std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta()) +
                "); the checked run skipped the access";
         break;
@@ -402,8 +430,8 @@ extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int6
                                      std::int32_t count, std::int32_t flags, std::int32_t site,
                                      std::int32_t thread) {
   auto& s = *static_cast<Checker::State*>(checker);
-  const auto& b = s.plan.buffers[static_cast<std::size_t>(slot)];
-  const std::int64_t bound = s.bounds[static_cast<std::size_t>(slot)];
+  const tx::runtime::host::Slot& sl = s.slots[static_cast<std::size_t>(slot)];
+  const std::int64_t bound = sl.bound;
   bool write = flags & 1;
   auto cur = s.now(thread, site, slot);
   if (index < 0 || count < 0 || index > bound - count) {
@@ -412,7 +440,7 @@ extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int6
     s.add(f);
     return false;
   }
-  if (b.races)
+  if (sl.races)
     for (std::int64_t k = 0; k < count; ++k) s.access(slot, index + k, write, cur);
   return true;
 }
