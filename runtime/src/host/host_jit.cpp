@@ -428,9 +428,10 @@ void finish_module(Jit& j, llvm::Module& m, const std::string& name, SourceLoc l
     auto ms = [](auto a, auto b) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
-    std::fprintf(stderr, "tx host_jit %s: %zu LLVM instructions, O2 %.2f ms%s, codegen %.2f ms%s\n",
-                 name.c_str(), instructions, ms(t2, t3), large ? " (skipped: too large)" : "",
-                 ms(t3, t4), large ? " (unoptimized)" : "");
+    std::fprintf(
+        stderr, "tx host_jit %s: %zu LLVM instructions, verify + O2 %.2f ms%s, codegen %.2f ms%s\n",
+        name.c_str(), instructions, ms(t2, t3), large ? " (O2 skipped: too large)" : "", ms(t3, t4),
+        large ? " (unoptimized)" : "");
   }
 }
 
