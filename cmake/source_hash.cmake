@@ -3,8 +3,7 @@
 # Writes OUT: `#define NAME "<SHA-256 over the SHA-256 of each source>"`. The
 # host JIT's disk cache keys its entries with it (TX_HOST_CODEGEN_ID), so that
 # an object compiled by another build of the code generator -- an edited
-# llvm.cpp under the same tx version -- is never loaded. The file is rewritten
-# only when the fingerprint changes, so that nothing recompiles otherwise.
+# llvm.cpp under the same tx version -- is never loaded.
 string(REPLACE "|" ";" files "${SOURCES}")
 set(all "")
 foreach(f IN LISTS files)
@@ -19,4 +18,8 @@ if(EXISTS "${OUT}")
 endif()
 if(NOT old STREQUAL content)
   file(WRITE "${OUT}" "${content}")
+else()
+  # A source touched but not changed: the header is made newer than it all
+  # the same, or the build would run this script on every build from now on.
+  file(TOUCH_NOCREATE "${OUT}")
 endif()
