@@ -1,16 +1,23 @@
 // bench/host_jit: the host fallback's two costs.
 //
 //  1. Compile: lowered IR -> callable (host passes, LLVM IR, O2, machine
-//     code) for every seed program, cold (the in-memory cache bypassed with
-//     TX_HOST_CACHE=0; median and best of 7) and cached (median of 200), plus the
+//     code) for every seed program, cold (the caches bypassed with
+//     TX_HOST_CACHE=0; median and best of 7), from the disk cache (read and
+//     link an object an earlier compile stored: what a new process pays;
+//     median and best of 50) and from memory (median of 200), plus the
 //     one-time start of the LLJIT.
 //  2. Run: 2^24-element f32 elementwise kernels over a grid of CTAs
 //     (T::cta_id), written per thread (each thread a strided column) and
 //     per tile (register tiles through Tx::cta::copy / Tx::cta::<op>),
 //     against a plain C++ loop compiled into this program (-O2 in the
 //     default RelWithDebInfo build); on one worker thread and on all.
+//  3. Straight-line code: a dot product of n terms written with a C++ loop
+//     (`acc = acc + A(i) * B(i)`, one thread), n = 10^3 .. 10^5: the time to
+//     record it, to lower it, to host-JIT it plain and checked, and per
+//     term, which stays flat when the JIT is linear in the kernel's size.
 //
-//   bench_host_jit            # prints the tables
+//   bench_host_jit            # prints all the tables
+//   bench_host_jit dot [n..]  # only the dot products (default sizes, or these)
 //
 // Times are wall-clock, median and best of 7 runs (the best is the steadier
 // figure on a shared machine); results are checked against the plain loop.
@@ -19,11 +26,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tx/runtime/disk_cache.hpp"
 #include "tx/tx.hpp"
 
 // The seed programs, without their main().
@@ -109,9 +118,88 @@ void set_threads(const char* n) {
     unsetenv("TX_HOST_THREADS");
 }
 
+// The dot product of issue 45: a kernel of ~4n operations in one block.
+PrimFunc dot_kernel(int n) {
+  return T::prim_func("dot", [&](Handle A_ptr, Handle B_ptr, Handle C_ptr) {
+    auto A = T::match_buffer(A_ptr, {n}, f32);
+    auto B = T::match_buffer(B_ptr, {n}, f32);
+    auto C = T::match_buffer(C_ptr, {1}, f32);
+    T::thread_id({1});
+    Expr acc = 0.0f;
+    for (int i = 0; i < n; ++i) acc = acc + A(i) * B(i);
+    C(0) = acc;
+  });
+}
+
+// Records, lowers and host-JITs dot products of each size (the in-memory and
+// disk caches bypassed), plain and in the checked mode (TX_CHECK=1's host
+// form: a check call per load), runs the plain kernel once and checks it
+// against a double sum.
+void bench_dot(const std::vector<int>& sizes) {
+  const std::uint64_t test_poison = 0x7fc00001;  // a NaN: a result never written shows
+  setenv("TX_HOST_CACHE", "0", 1);
+  std::printf(
+      "dot product of n terms, one thread: seconds (host JIT = host passes, LLVM IR, "
+      "code generation, link)\n");
+  std::printf("%8s %8s %8s %9s %11s %9s %11s %8s %s\n", "n", "record", "lower", "host JIT",
+              "us/term", "checked", "us/term", "run [ms]", "check");
+  for (int n : sizes) {
+    auto t0 = clock_type::now();
+    PrimFunc f = dot_kernel(n);
+    double record = ms_since(t0) / 1e3;
+    auto t1 = clock_type::now();
+    Kernel k = compile(f, {.device = Device::host(), .checked = false});
+    double lower = ms_since(t1) / 1e3;
+    auto t2 = clock_type::now();
+    runtime::host_compile(k.info());
+    double jit = ms_since(t2) / 1e3;
+    auto t3 = clock_type::now();
+    runtime::host_compile(k.info(), /*checked=*/true);
+    double checked = ms_since(t3) / 1e3;
+    std::vector<double> a(static_cast<std::size_t>(n)), b(a.size());
+    std::srand(static_cast<unsigned>(n));
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = std::rand() / (RAND_MAX + 1.0) - 0.5;
+      b[i] = std::rand() / (RAND_MAX + 1.0) - 0.5;
+    }
+    Tensor A = Tensor::from_doubles(a, {n}, f32, Device::host());
+    Tensor B = Tensor::from_doubles(b, {n}, f32, Device::host());
+    Tensor C = Tensor::from_doubles({std::nan("")}, {1}, f32, Device::host());
+    k(A, B, C);  // the launch compiles once more (no cache)
+    C.fill_bits(test_poison);
+    auto t4 = clock_type::now();
+    k(A, B, C);
+    double run = ms_since(t4) / 1e3;
+    double want = 0, mag = 0;
+    std::vector<float> af(A.to_vector<float>()), bf(B.to_vector<float>());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      double p = static_cast<double>(af[i]) * bf[i];
+      want += p, mag += std::fabs(p);
+    }
+    // f32 accumulation in order: within n ulp of the magnitudes.
+    bool ok = std::fabs(C.to_doubles()[0] - want) <= n * 6e-8 * mag;
+    std::printf("%8d %8.3f %8.3f %9.3f %11.2f %9.3f %11.2f %8.4f %s\n", n, record, lower, jit,
+                jit / n * 1e6, checked, checked / n * 1e6, run * 1e3, ok ? "ok" : "MISMATCH");
+    std::fflush(stdout);
+  }
+  unsetenv("TX_HOST_CACHE");
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // The disk cache's measurements use a folder of their own, removed at exit
+  // (TX_CACHE=0 turns them off).
+  char folder[] = "/tmp/tx-bench-host-jit-XXXXXX";
+  const bool own_folder = mkdtemp(folder) != nullptr;
+  if (own_folder) setenv("TX_CACHE_DIR", folder, 1);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{own_folder ? folder : ""};
   std::string why;
   auto t0 = clock_type::now();
   if (!runtime::host_jit_available(&why)) {
@@ -122,9 +210,21 @@ int main() {
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   std::printf("host JIT: LLVM ORC LLJIT, %u hardware threads; JIT start (first use) %.1f ms\n\n",
               hw, start_ms);
+  const std::vector<int> dot_sizes = {1000, 2048, 5000, 10000, 25000, 50000, 100000};
+  if (argc > 1 && std::string(argv[1]) == "dot") {
+    std::vector<int> sizes;
+    for (int i = 2; i < argc; ++i) sizes.push_back(std::atoi(argv[i]));
+    bench_dot(sizes.empty() ? dot_sizes : sizes);
+    return 0;
+  }
 
   // ------------------------------------------------------------ compile
-  std::printf("%-20s %18s %12s\n", "kernel", "cold [ms] (best)", "cached [ms]");
+  // The disk column: what a new process pays for a kernel an earlier one
+  // compiled (read the entry, link the object), with the in-memory cache
+  // emptied before each of 50 loads from a private folder.
+  const bool disk = runtime::DiskCache::instance().enabled();
+  std::printf("%-20s %18s %18s %12s\n", "kernel", "cold [ms] (best)", "disk [ms] (best)",
+              "memory [ms]");
   struct Sample {
     const char* name;
     PrimFunc f;
@@ -137,9 +237,20 @@ int main() {
     setenv("TX_HOST_CACHE", "0", 1);
     Timing cold = time_ms(7, [&] { runtime::host_compile(k.info()); });
     unsetenv("TX_HOST_CACHE");
-    runtime::host_compile(k.info());
+    runtime::host_compile(k.info());  // stores the entry
+    Timing from_disk = time_ms(disk ? 50 : 1, [&] {
+      runtime::host_cache_clear_memory();
+      std::string from;
+      runtime::host_compile(k.info(), false, &from);
+      if (disk && from != "disk") std::printf("(%s: not from the disk cache) ", s.name);
+    });
     Timing cached = time_ms(200, [&] { runtime::host_compile(k.info()); });
-    std::printf("%-20s %10.2f (%5.2f) %12.3f\n", s.name, cold.median, cold.best, cached.median);
+    if (disk)
+      std::printf("%-20s %10.2f (%5.2f) %10.2f (%5.2f) %12.3f\n", s.name, cold.median, cold.best,
+                  from_disk.median, from_disk.best, cached.median);
+    else
+      std::printf("%-20s %10.2f (%5.2f) %18s %12.3f\n", s.name, cold.median, cold.best, "off",
+                  cached.median);
   }
 
   // ---------------------------------------------------------------- run
@@ -196,5 +307,9 @@ int main() {
                 compile_ms, one.median, one.best, all.median, all.best, base.median, base.best,
                 one.median / base.median, one.best / base.best, worst > 1e-6 ? "  MISMATCH" : "");
   }
+
+  // ------------------------------------------------------ straight-line code
+  std::printf("\n");
+  bench_dot(dot_sizes);
   return 0;
 }

@@ -1,8 +1,9 @@
 // The host Executable (executable.hpp): a kernel lowered for the host, run
 // by the host JIT (runtime/src/host/, or a tx error in a build without
 // LLVM). The JIT's function is compiled on the first launch -- the host
-// JIT's own cache (keyed by the host form's structural hash) makes a second
-// kernel of the same structure free -- and published with an atomic store.
+// JIT's own caches (keyed by the host form's structural hash; in memory and
+// on disk) make a second kernel of the same structure free and one that
+// another process compiled cheap -- and published with an atomic store.
 #include <atomic>
 #include <mutex>
 
@@ -34,9 +35,10 @@ class HostExecutable final : public Executable {
     // A prebuilt kernel's launch description has no host form: the full
     // kernel's IR has.
     const lowering::LoweredKernel& info = src_.full ? *src_.full().info : *src_.info;
-    kernel_ = host_compile(info, src_.checked);
+    std::string from;
+    kernel_ = host_compile(info, src_.checked, &from);
     ready_.store(kernel_.get(), std::memory_order_release);
-    return "jit";
+    return from;
   }
 
  private:

@@ -271,9 +271,10 @@ bool host_jit_available(std::string* why) {
         "no GPU is in use";
   return false;
 }
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool) {
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool, std::string*) {
   fail("tx.host_jit", k.source->name, {}, "tx was built without the LLVM host JIT");
 }
+void host_cache_clear_memory() {}
 #endif
 
 }  // namespace tx::runtime

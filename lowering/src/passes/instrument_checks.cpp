@@ -150,6 +150,7 @@ class Instrument : public IRMutator {
     cb.name = b->name;
     cb.scope = b->scope;
     cb.elems = b->storage_elems();
+    cb.elem_bytes = b->dtype.bytes();
     cb.races = b->scope != MemScope::local;
     auto it = source_.find(d);
     if (it != source_.end() && it->second->layout == TileLayout::row_major(it->second->shape) &&

@@ -3,43 +3,109 @@
 #include "checked_mode.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <new>
+#include <numeric>
+#include <type_traits>
 #include <unordered_map>
 
 namespace tx::runtime::host {
 
 namespace {
 
-// One access: who, when (the barrier epochs the thread had passed), where.
+// One access: who, when (the barrier epochs the thread had passed), where,
+// through which buffer. All-zero bytes are "no access" (as is a thread < 0:
+// code outside the thread loops), so that shadow pages start as calloc's
+// zeroed memory, which is most of what a checked launch of many elements
+// spends its time on.
+// 24 bytes: a CTA has at most 1024 threads (verify_kernel) and a kernel far
+// fewer than 2^15 buffers, so thread and buffer take 16 bits each; a checked
+// launch of many elements is bound by the shadow's memory.
 struct Access {
-  std::int32_t thread = -1;
-  std::int32_t cta = -1;  // linear CTA id (a grid has fewer than 2^31 CTAs)
+  std::int16_t thread = -1;
+  std::int16_t slot = -1;  // the buffer: bytes of global memory may belong to several
+  std::int32_t cta1 = 0;   // linear CTA id + 1 (a grid has fewer than 2^31 CTAs); 0: none
   std::uint32_t cta_epoch = 0, wg_epoch = 0, warp_epoch = 0;
   std::int32_t site = -1;
-  bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta == cur_cta; }
+  bool exists() const { return thread >= 0 && cta1 != 0; }
+  bool valid(std::int64_t cur_cta) const { return thread >= 0 && cta1 != 0 && cta1 == cur_cta + 1; }
+  std::int64_t cta() const { return std::int64_t{cta1} - 1; }
 };
 
-// The shadow of one element.
+// The shadow of one cell (an element, or the part of one that other buffers
+// over the same bytes can touch apart).
 struct Cell {
   Access write, read1, read2;  // within the current CTA
   Access cta_write, cta_read;  // the first access of another CTA to compare with
   bool many_cta_readers = false;
 };
 
-// Elements per shadow page: small, so that a small kernel's launch does not
+static_assert(sizeof(Access) == 24);
+static_assert(std::is_trivially_copyable_v<Cell> && std::is_aggregate_v<Cell>,
+              "shadow pages are calloc'd: zero bytes must be a Cell with no accesses");
+
+// Cells per shadow page: small, so that a small kernel's launch does not
 // spend its time clearing shadow it never touches.
 constexpr std::int64_t kPage = 256;
+
+struct FreePage {
+  void operator()(Cell* p) const { std::free(p); }
+};
+using Page = std::unique_ptr<Cell, FreePage>;
+
+// Cleared by writing: where calloc leaves fresh memory to the system's zero
+// pages, the first access (a read) maps the zero page and the first write
+// faults again, which made a launch of 2^20 elements 10-30% slower.
+Page new_page() {
+  Page p(static_cast<Cell*>(std::malloc(kPage * sizeof(Cell))));
+  if (!p) throw std::bad_alloc();
+  std::memset(static_cast<void*>(p.get()), 0, kPage * sizeof(Cell));
+  return p;
+}
+
+// A shadowed run of memory: the bytes of the global buffers that overlap one
+// another (transitively), or one buffer alone. A cell is `granule` bytes:
+// the largest size that divides every element size and every buffer's start
+// in the run, so two buffers' elements share a cell only where they share
+// bytes. Without aliasing that is one cell per element, as a per-buffer
+// shadow would have.
+struct Space {
+  std::int64_t granule = 1;
+  std::unordered_map<std::int64_t, Page> pages;
+  explicit Space(std::int64_t g) : granule(g) {}
+};
+
+// A buffer as the checks see it, what each access needs in one place:
+// where its elements are in the shadow (element i is cells [base + i *
+// cells, base + (i + 1) * cells) of `space`), its bound, and the page it
+// touched last (accesses mostly walk a buffer in order, so most lookups skip
+// the space's map; pages are never freed during a launch, so the pointer
+// stays valid while other slots add pages).
+struct Slot {
+  std::int64_t base = 0;
+  std::int64_t cells = 1;
+  std::int64_t bound = 0;  // valid indices: [0, bound)
+  std::int64_t last_pi = -1;
+  Cell* last_page = nullptr;
+  Space* space = nullptr;
+  bool global = false;  // global memory: races across CTAs are checked too
+  bool races = false;   // shared and global buffers are tracked
+};
 
 enum class Kind { race, race_cta, out_of_bounds, div_zero, index_range };
 
 struct Finding {
   Kind kind;
-  std::int32_t slot = -1;
-  std::int64_t index = 0;
+  std::int32_t slot = -1;  // the buffer of the second access
+  std::int64_t index = 0;  // its element
   std::int64_t count = 1;
   Access first, second;
   bool first_writes = false, second_writes = false;
   std::int64_t times = 1;
+  std::int64_t first_index = 0;  // the first access's element, in its own buffer (first.slot)
 };
 
 }  // namespace
@@ -49,11 +115,11 @@ struct Checker::State {
   lowering::LaunchConfig launch;
   std::int64_t cta = -1;
   std::vector<std::uint32_t> cta_epoch, wg_epoch, warp_epoch;  // per thread
-  // Shadow pages per buffer slot (allocated when first touched).
-  std::vector<std::unordered_map<std::int64_t, std::unique_ptr<Cell[]>>> shadow;
-  std::map<std::tuple<int, int, int, int>, Finding> findings;  // deduplicated by sites
+  std::vector<Space> spaces;
+  std::vector<Slot> slots;  // per buffer slot of the plan
+  // Deduplicated by kind, the two buffers and the two sites.
+  std::map<std::tuple<int, int, int, int, int>, Finding> findings;
   std::int64_t total = 0;
-  std::vector<std::int64_t> bounds;  // per slot: valid indices [0, bound)
 
   State(const CheckPlan& p, const lowering::LaunchConfig& l)
       : plan(p),
@@ -61,32 +127,88 @@ struct Checker::State {
         cta_epoch(static_cast<std::size_t>(l.block)),
         wg_epoch(static_cast<std::size_t>(l.block)),
         warp_epoch(static_cast<std::size_t>(l.block)),
-        shadow(p.buffers.size()),
-        last_page(p.buffers.size(), {-1, nullptr}) {
-    for (const CheckBuffer& b : p.buffers) bounds.push_back(b.elems);
+        slots(p.buffers.size()) {
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      slots[k].bound = p.buffers[k].elems;
+      slots[k].global = p.buffers[k].scope == MemScope::global;
+      slots[k].races = p.buffers[k].races;
+    }
   }
 
-  // The last page each slot touched: accesses mostly walk a buffer in
-  // order, so most lookups skip the map.
-  std::vector<std::pair<std::int64_t, Cell*>> last_page;
-
-  Cell& cell(std::int32_t slot, std::int64_t index) {
-    auto su = static_cast<std::size_t>(slot);
-    std::int64_t pi = index / kPage;
-    auto& last = last_page[su];
-    if (last.second && last.first == pi) return last.second[index % kPage];
-    auto& page = shadow[su][pi];
-    if (!page) page = std::make_unique<Cell[]>(kPage);
-    last = {pi, page.get()};
-    return page[index % kPage];
+  // Gives each buffer its place in the shadow. Global buffers are placed by
+  // their address in this launch (`args`), so that the ones sharing bytes --
+  // one tensor bound to two parameters, overlapping views of one storage,
+  // overlapping from_blob memory -- share cells; the others (shared memory,
+  // registers, or no addresses known) get a space each.
+  void place_buffers(void* const* args) {
+    const std::size_t n = plan.buffers.size();
+    // Every space is made before any slot points at one: no reallocation.
+    spaces.reserve(n);
+    struct Span {
+      std::uintptr_t lo, hi;
+      std::size_t slot;
+    };
+    std::vector<Span> spans;
+    for (std::size_t k = 0; k < n; ++k) {
+      const CheckBuffer& b = plan.buffers[k];
+      const std::int64_t bytes = std::max(1, b.elem_bytes);
+      if (args && b.param >= 0 && b.scope == MemScope::global && b.races && args[b.param] &&
+          slots[k].bound > 0) {
+        const auto lo = reinterpret_cast<std::uintptr_t>(args[b.param]);
+        spans.push_back({lo, lo + static_cast<std::uintptr_t>(slots[k].bound * bytes), k});
+        continue;
+      }
+      spaces.emplace_back(bytes);
+      slots[k].space = &spaces.back();
+    }
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.lo < b.lo; });
+    for (std::size_t i = 0; i < spans.size();) {
+      std::size_t j = i + 1;
+      std::uintptr_t hi = spans[i].hi;
+      for (; j < spans.size() && spans[j].lo < hi; ++j) hi = std::max(hi, spans[j].hi);
+      const std::uintptr_t lo = spans[i].lo;
+      std::int64_t g = 0;
+      for (std::size_t k = i; k < j; ++k) {
+        g = std::gcd(
+            g, static_cast<std::int64_t>(std::max(1, plan.buffers[spans[k].slot].elem_bytes)));
+        g = std::gcd(g, static_cast<std::int64_t>(spans[k].lo - lo));
+      }
+      spaces.emplace_back(g);
+      for (std::size_t k = i; k < j; ++k) {
+        const std::int64_t bytes = std::max(1, plan.buffers[spans[k].slot].elem_bytes);
+        Slot& sl = slots[spans[k].slot];
+        sl.space = &spaces.back();
+        sl.base = static_cast<std::int64_t>(spans[k].lo - lo) / g;
+        sl.cells = bytes / g;
+      }
+      i = j;
+    }
   }
 
-  Access now(std::int32_t thread, std::int32_t site) const {
+  [[gnu::always_inline]] static Cell& cell(Slot& sl, std::int64_t c) {
+    const std::int64_t pi = c / kPage, in = c % kPage;
+    if (sl.last_page && sl.last_pi == pi) return sl.last_page[in];
+    Page& page = sl.space->pages[pi];
+    if (!page) page = new_page();
+    sl.last_pi = pi;
+    sl.last_page = page.get();
+    return page.get()[in];
+  }
+
+  // The element of `slot` that holds cell `c` of its space.
+  std::int64_t element_of(std::int32_t slot, std::int64_t c) const {
+    if (slot < 0) return 0;
+    const Slot& sl = slots[static_cast<std::size_t>(slot)];
+    return (c - sl.base) / sl.cells;
+  }
+
+  Access now(std::int32_t thread, std::int32_t site, std::int32_t slot = -1) const {
     Access a;
-    a.thread = thread;
-    a.cta = static_cast<std::int32_t>(cta);
+    a.thread = static_cast<std::int16_t>(thread >= 0 && thread < launch.block ? thread : -1);
+    a.cta1 = static_cast<std::int32_t>(cta + 1);
     a.site = site;
-    if (thread >= 0 && thread < launch.block) {
+    a.slot = static_cast<std::int16_t>(slot);
+    if (a.thread >= 0) {
       auto t = static_cast<std::size_t>(thread);
       a.cta_epoch = cta_epoch[t];
       a.wg_epoch = wg_epoch[t];
@@ -106,7 +228,8 @@ struct Checker::State {
 
   void add(Finding f) {
     ++total;
-    auto key = std::make_tuple(static_cast<int>(f.kind), f.slot, f.first.site, f.second.site);
+    auto key = std::make_tuple(static_cast<int>(f.kind), f.slot, f.first.slot, f.first.site,
+                               f.second.site);
     auto it = findings.find(key);
     if (it != findings.end()) {
       ++it->second.times;
@@ -115,48 +238,77 @@ struct Checker::State {
     if (findings.size() < 64) findings.emplace(key, f);
   }
 
-  void race(Kind kind, std::int32_t slot, std::int64_t index, const Access& first, bool fw,
-            const Access& second, bool sw) {
+  // An element that spans several cells (a wider element over bytes that a
+  // narrower buffer also covers) is reported once per kind, not per cell.
+  struct Reported {
+    bool race = false, race_cta = false;
+  };
+
+  void race(Kind kind, std::int32_t slot, std::int64_t index, std::int64_t c, const Access& first,
+            bool fw, const Access& second, bool sw, Reported& done) {
+    bool& once = kind == Kind::race ? done.race : done.race_cta;
+    if (once) return;
+    once = true;
     Finding f{kind, slot, index, 1, first, second, fw, sw, 1};
+    f.first_index = element_of(first.slot, c);
     add(f);
   }
 
   void access(std::int32_t slot, std::int64_t index, bool write, const Access& cur) {
-    Cell& c = cell(slot, index);
-    if (c.write.valid(cta) && concurrent(c.write, cur))
-      race(Kind::race, slot, index, c.write, true, cur, write);
+    Slot& sl = slots[static_cast<std::size_t>(slot)];
+    Reported done;
+    const std::int64_t c0 = sl.base + index * sl.cells;
+    if (sl.cells == 1) {
+      access_cell(sl, slot, index, c0, write, cur, done);
+      return;
+    }
+    for (std::int64_t c = c0; c < c0 + sl.cells; ++c)
+      access_cell(sl, slot, index, c, write, cur, done);
+  }
+
+  [[gnu::always_inline]] void access_cell(Slot& sl, std::int32_t slot, std::int64_t index,
+                                          std::int64_t c, bool write, const Access& cur,
+                                          Reported& done) {
+    Cell& cl = cell(sl, c);
+    if (cl.write.valid(cta) && concurrent(cl.write, cur))
+      race(Kind::race, slot, index, c, cl.write, true, cur, write, done);
     if (write) {
-      for (const Access* r : {&c.read1, &c.read2})
+      for (const Access* r : {&cl.read1, &cl.read2})
         if (r->valid(cta) && concurrent(*r, cur))
-          race(Kind::race, slot, index, *r, false, cur, true);
-      c.write = cur;
-    } else if (!(c.read1.valid(cta) && c.read1.thread == cur.thread)) {
-      c.read2 = c.read1;
-      c.read1 = cur;
+          race(Kind::race, slot, index, c, *r, false, cur, true, done);
+      cl.write = cur;
+    } else if (!(cl.read1.valid(cta) && cl.read1.thread == cur.thread)) {
+      cl.read2 = cl.read1;
+      cl.read1 = cur;
     }
     // Across CTAs (global memory only: shared memory is the CTA's own).
-    if (plan.buffers[static_cast<std::size_t>(slot)].scope != MemScope::global) return;
-    if (c.cta_write.thread >= 0 && c.cta_write.cta != cta)
-      race(Kind::race_cta, slot, index, c.cta_write, true, cur, write);
-    else if (write && c.cta_read.thread >= 0 && (c.cta_read.cta != cta || c.many_cta_readers))
-      race(Kind::race_cta, slot, index, c.cta_read, false, cur, true);
+    if (!sl.global) return;
+    if (cl.cta_write.exists() && cl.cta_write.cta() != cta)
+      race(Kind::race_cta, slot, index, c, cl.cta_write, true, cur, write, done);
+    else if (write && cl.cta_read.exists() && (cl.cta_read.cta() != cta || cl.many_cta_readers))
+      race(Kind::race_cta, slot, index, c, cl.cta_read, false, cur, true, done);
     if (write) {
-      if (c.cta_write.thread < 0) c.cta_write = cur;
-    } else if (c.cta_read.thread < 0) {
-      c.cta_read = cur;
-    } else if (c.cta_read.cta != cta) {
-      c.many_cta_readers = true;
+      if (!cl.cta_write.exists()) cl.cta_write = cur;
+    } else if (!cl.cta_read.exists()) {
+      cl.cta_read = cur;
+    } else if (cl.cta_read.cta() != cta) {
+      cl.many_cta_readers = true;
     }
   }
 };
 
 Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
-                 const std::int64_t* param_elems)
+                 const std::int64_t* param_elems, void* const* args)
     : state_(std::make_unique<State>(plan, launch)) {
+  if (plan.buffers.size() > 32767)
+    fail("tx.host_jit", "", {},
+         "the checked mode tracks at most 32767 buffers per kernel; this one has " +
+             std::to_string(plan.buffers.size()));
   // A symbolic buffer's bound is its tensor's size in this launch.
   for (std::size_t k = 0; k < plan.buffers.size(); ++k)
     if (plan.buffers[k].param >= 0 && param_elems)
-      state_->bounds[k] = param_elems[plan.buffers[k].param];
+      state_->slots[k].bound = param_elems[plan.buffers[k].param];
+  state_->place_buffers(args);
 }
 Checker::~Checker() = default;
 
@@ -202,29 +354,41 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
     std::string text;
     switch (f.kind) {
       case Kind::race:
-        text = std::string("race on ") + mem_scope_name(b->scope) + " memory " +
-               element(*b, f.index) + " in CTA " + std::to_string(f.second.cta) + ": thread " +
-               std::to_string(f.first.thread) + " " + verb(f.first_writes) + " it (" +
-               site(f.first.site) + ") and thread " + std::to_string(f.second.thread) + " " +
-               verb(f.second_writes) + " it (" + site(f.second.site) +
-               ") with no barrier of both threads between";
+      case Kind::race_cta: {
+        // The first access may have gone through another buffer over the
+        // same bytes: an argument bound twice, overlapping views or blobs.
+        const CheckBuffer* b1 =
+            f.first.slot >= 0 ? &s.plan.buffers[static_cast<std::size_t>(f.first.slot)] : b;
+        const std::string e2 = element(*b, f.index);
+        const std::string e1 = b1 == b ? e2 : element(*b1, f.first_index);
+        const std::string it1 = b1 == b ? "it" : e1, it2 = b1 == b ? "it" : e2;
+        const std::string on = b1 == b ? e2
+                                       : "memory shared by arguments " + b1->name + " and " +
+                                             b->name + " (" + e1 + " overlaps " + e2 + ")";
+        if (f.kind == Kind::race)
+          text = std::string("race on ") + mem_scope_name(b->scope) + " " +
+                 (b1 == b ? "memory " : "") + on + " in CTA " + std::to_string(f.second.cta()) +
+                 ": thread " + std::to_string(f.first.thread) + " " + verb(f.first_writes) + " " +
+                 it1 + " (" + site(f.first.site) + ") and thread " +
+                 std::to_string(f.second.thread) + " " + verb(f.second_writes) + " " + it2 + " (" +
+                 site(f.second.site) + ") with no barrier of both threads between";
+        else
+          text = "race across CTAs on " + on + ": CTA " + std::to_string(f.first.cta()) + " " +
+                 verb(f.first_writes) + " " + it1 + " (" + site(f.first.site) + ", thread " +
+                 std::to_string(f.first.thread) + ") and CTA " + std::to_string(f.second.cta()) +
+                 " " + verb(f.second_writes) + " " + it2 + " (" + site(f.second.site) +
+                 ", thread " + std::to_string(f.second.thread) +
+                 "); the CTAs of a launch run in any order and never wait for each other";
         break;
-      case Kind::race_cta:
-        text = "race across CTAs on " + element(*b, f.index) + ": CTA " +
-               std::to_string(f.first.cta) + " " + verb(f.first_writes) + " it (" +
-               site(f.first.site) + ", thread " + std::to_string(f.first.thread) + ") and CTA " +
-               std::to_string(f.second.cta) + " " + verb(f.second_writes) + " it (" +
-               site(f.second.site) + ", thread " + std::to_string(f.second.thread) +
-               "); the CTAs of a launch run in any order and never wait for each other";
-        break;
+      }
       case Kind::out_of_bounds:
         text = "out of bounds: " + site(f.second.site) + " " + verb(f.second_writes) +
                (f.count > 1 ? " elements [" + std::to_string(f.index) + ", " +
                                   std::to_string(f.index + f.count) + ")"
                             : " element " + std::to_string(f.index)) +
                " of " + shape_text(*b) + ", which holds [0, " +
-               std::to_string(s.bounds[static_cast<std::size_t>(f.slot)]) + ") (thread " +
-               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta) +
+               std::to_string(s.slots[static_cast<std::size_t>(f.slot)].bound) + ") (thread " +
+               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta()) +
                "); the checked run skipped the access";
         break;
       case Kind::index_range: {
@@ -233,14 +397,14 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
         text = "out of bounds: " + site(f.second.site) + " " + verb(f.second_writes) + " " +
                c.what + " at index " + std::to_string(f.index) + " on dimension " +
                std::to_string(f.count) + ", outside its extent (thread " +
-               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta) + ")";
+               std::to_string(f.second.thread) + ", CTA " + std::to_string(f.second.cta()) + ")";
         break;
       }
       case Kind::div_zero: {
         const CheckSite& c = s.plan.sites[static_cast<std::size_t>(f.second.site)];
         text = "integer division by zero in `" + c.what + "` (" + site(f.second.site) +
                ", thread " + std::to_string(f.second.thread) + ", CTA " +
-               std::to_string(f.second.cta) + "); undefined on the GPU, the host divides by 1";
+               std::to_string(f.second.cta()) + "); undefined on the GPU, the host divides by 1";
         break;
       }
     }
@@ -266,17 +430,17 @@ extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int6
                                      std::int32_t count, std::int32_t flags, std::int32_t site,
                                      std::int32_t thread) {
   auto& s = *static_cast<Checker::State*>(checker);
-  const auto& b = s.plan.buffers[static_cast<std::size_t>(slot)];
-  const std::int64_t bound = s.bounds[static_cast<std::size_t>(slot)];
+  const tx::runtime::host::Slot& sl = s.slots[static_cast<std::size_t>(slot)];
+  const std::int64_t bound = sl.bound;
   bool write = flags & 1;
-  auto cur = s.now(thread, site);
+  auto cur = s.now(thread, site, slot);
   if (index < 0 || count < 0 || index > bound - count) {
     tx::runtime::host::Finding f{
         tx::runtime::host::Kind::out_of_bounds, slot, index, count, {}, cur, false, write, 1};
     s.add(f);
     return false;
   }
-  if (b.races)
+  if (sl.races)
     for (std::int64_t k = 0; k < count; ++k) s.access(slot, index + k, write, cur);
   return true;
 }

@@ -6,13 +6,18 @@
 // barriers; that schedule is what makes the race detector cheap. Each
 // element of a kernel's global and shared buffers has a shadow: the last
 // write and the last two reads (thread, CTA, the barrier epochs the thread
-// had passed, the access site). Two accesses by different threads of one
-// CTA, at least one a write, conflict when no barrier that both threads take
-// part in lies between them: the CTA-wide epoch is the same, and so is the
-// warpgroup's (warp's) epoch when both threads are in one warpgroup (warp).
-// Across CTAs there is no barrier at all, so an element that one CTA writes
-// and another reads or writes is a race too. CTAs run one after the other in
-// this mode.
+// had passed, the access site, the buffer). Global memory is shadowed by
+// address, not by buffer: two arguments bound to one tensor, to overlapping
+// views of one storage or to overlapping from_blob memory share their
+// shadow, so a thread writing through one and another reading through the
+// other is found like any race (the report names both arguments). Shared
+// and register buffers are the CTA's own and keep a shadow each. Two
+// accesses by different threads of one CTA, at least one a write, conflict
+// when no barrier that both threads take part in lies between them: the
+// CTA-wide epoch is the same, and so is the warpgroup's (warp's) epoch when
+// both threads are in one warpgroup (warp). Across CTAs there is no barrier
+// at all, so an element that one CTA writes and another reads or writes is
+// a race too. CTAs run one after the other in this mode.
 //
 // The checks are inserted into the lowered IR by lowering's instrument_checks
 // pass (as the check_* intrinsics), so they survive the host passes where the
@@ -41,9 +46,11 @@ using lowering::CheckSite;
 class Checker {
  public:
   // `param_elems`: the element count of each kernel argument (buffers of
-  // extents known at launch are bounded by their tensor's).
+  // extents known at launch are bounded by their tensor's); `args`: the
+  // arguments' data pointers, which place the global buffers in memory
+  // (either may be null: each buffer then has a shadow of its own).
   Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
-          const std::int64_t* param_elems);
+          const std::int64_t* param_elems, void* const* args = nullptr);
   ~Checker();
   Checker(const Checker&) = delete;
   Checker& operator=(const Checker&) = delete;

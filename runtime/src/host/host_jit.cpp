@@ -3,8 +3,11 @@
 //   host form (lowering::lower for Target::host(): the lowered IR through
 //   instrument_checks, isolate_shuffles, sink_local_allocations, split_regions)
 //              -> codegen/llvm (emit_llvm) -> LLVM O2 without automatic
-//                 unrolling (vectorizes the thread loops)
-//              -> ORC LLJIT -> a function that runs a range of CTAs
+//                 unrolling (vectorizes the thread loops); over 6,000
+//                 instructions, unoptimized and through the fast code
+//                 generator instead (linear in the kernel's size)
+//              -> an object file in memory -> ORC LLJIT links it (a
+//                 JITDylib per kernel) -> a function that runs a range of CTAs
 //
 // Kernels that synchronize through mbarriers (pipelines, warp
 // specialization) take the fiber schedule instead (fibers.hpp): their host
@@ -16,9 +19,12 @@
 // that no kernel outlives it at exit). Compiles are serialized by one mutex
 // and cached in memory under the GPU cache's key function (kernel_cache_key:
 // SHA-256 of the host form's structural hash, tx and IR versions, the target
-// -- here the host's triple and CPU -- the compiler version -- here LLVM's --
-// and the launch shape the host code is specialized for), so compiling the
-// same kernel twice JITs once. A launch runs the CTAs
+// -- here the host's triple, CPU and CPU features -- the compiler version --
+// here LLVM's -- the launch shape the host code is specialized for, and a
+// fingerprint of the host code generator's sources), so compiling the same
+// kernel twice JITs once. The objects are also cached on disk under the same
+// key (DiskCache, the cubins' folder): a new process links a kernel that an
+// earlier one compiled. A launch runs the CTAs
 // in order, or splits the grid into contiguous ranges over a few std::threads
 // when there is enough work; CTAs never share state, so the split changes no
 // result.
@@ -26,10 +32,11 @@
 // Environment: TX_DEBUG_IR=1 prints the host form after each host pass (where
 // lower() did not build it already); TX_HOST_DUMP_LLVM=1 prints the optimized
 // LLVM IR; TX_HOST_JIT_TIMING=1 prints where compile time goes; TX_HOST_CACHE=0
-// bypasses the compile cache; TX_HOST_THREADS=n caps the worker threads of a
-// launch (1: sequential).
+// bypasses the compile caches (memory and disk; TX_CACHE=0 the disk's alone);
+// TX_HOST_THREADS=n caps the worker threads of a launch (1: sequential).
 #include <llvm/Analysis/TargetLibraryInfo.h>
 #include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -39,6 +46,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/DynamicLibrary.h>
+#include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -48,11 +56,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -67,6 +77,7 @@
 #include "tx/printer.hpp"
 #include "tx/runtime/disk_cache.hpp"
 #include "tx/runtime/kernel.hpp"
+#include "tx_host_codegen_id.hpp"  // generated: TX_HOST_CODEGEN_ID (CMakeLists.txt)
 
 // tx's helpers that JIT-compiled kernels call (defined at the end of this file).
 extern "C" float tx_host_erfcf(float x);
@@ -84,8 +95,12 @@ bool env_flag(const char* name) {
 
 struct Jit {
   std::unique_ptr<llvm::orc::LLJIT> jit;
-  // The optimization pipeline's cost models (vector widths) come from here.
+  // The optimization pipeline's cost models (vector widths) come from here,
+  // and the machine code of the kernels it optimizes.
   std::unique_ptr<llvm::TargetMachine> tm;
+  // CodeGenOptLevel::None (fast instruction selection and register
+  // allocation): the kernels too large to optimize (finish_module).
+  std::unique_ptr<llvm::TargetMachine> tm_fast;
   // glibc's vector math (libmvec) is loaded: vectorized loops may call its
   // expf/logf/sinf/... (within 4 ulp, like the GPU's) instead of scalarizing.
   bool libmvec = false;
@@ -93,7 +108,7 @@ struct Jit {
   std::mutex mu;      // one compile at a time; guards everything below
   std::uint64_t next_id = 0;
 
-  std::string target;  // triple and CPU, part of the cache key
+  std::string target;  // triple, CPU and its features: part of the cache keys
   std::unordered_map<std::string, std::shared_ptr<HostKernel>> cache;
 };
 
@@ -111,12 +126,25 @@ Jit& jit() {
       return s;
     }
     jtmb->setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
+    // tx compiles kernels to objects itself (to cache them on disk) and the
+    // LLJIT links them: position-independent, small code model, as LLJIT
+    // configures its own compiler for its JITLink linker.
+    jtmb->setRelocationModel(llvm::Reloc::PIC_);
+    jtmb->setCodeModel(llvm::CodeModel::Small);
     auto tm = jtmb->createTargetMachine();
     if (!tm) {
       s->error = "LLVM target machine: " + llvm_message(tm.takeError());
       return s;
     }
     s->tm = std::move(*tm);
+    llvm::orc::JITTargetMachineBuilder fast = *jtmb;
+    fast.setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
+    auto tm_fast = fast.createTargetMachine();
+    if (!tm_fast) {
+      s->error = "LLVM target machine: " + llvm_message(tm_fast.takeError());
+      return s;
+    }
+    s->tm_fast = std::move(*tm_fast);
     auto j = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*jtmb)).create();
     if (!j) {
       s->error = "LLVM ORC LLJIT: " + llvm_message(j.takeError());
@@ -163,8 +191,10 @@ Jit& jit() {
     // glibc's scalar ones by at most 2. TX_HOST_LIBMVEC=1 trades that for speed.
     s->libmvec = std::getenv("TX_HOST_LIBMVEC") && s->tm->getTargetTriple().isX86() &&
                  !llvm::sys::DynamicLibrary::LoadLibraryPermanently("libmvec.so.1");
-    s->target = s->tm->getTargetTriple().str() + "/" + s->tm->getTargetCPU().str() +
-                (s->libmvec ? "/libmvec" : "");
+    // The features too: a VM may hide some of its CPU's (AVX-512), and an
+    // object compiled with them must not be loaded where they are missing.
+    s->target = s->tm->getTargetTriple().str() + "/" + s->tm->getTargetCPU().str() + "/" +
+                s->tm->getTargetFeatureString().str() + (s->libmvec ? "/libmvec" : "");
     s->jit = std::move(*j);
     return s;
   }();
@@ -172,7 +202,7 @@ Jit& jit() {
 }
 
 // Instructions above which a kernel's LLVM IR is not optimized (see
-// compile_uncached): the largest kernels of the samples and the op library
+// finish_module): the largest kernels of the samples and the op library
 // have under 3,000 (measured: host_ops, host_matrix).
 constexpr std::size_t kOptimizeLimit = 6000;
 
@@ -237,7 +267,7 @@ class JitKernel : public HostKernel {
     if (plan_) {
       // Checked: one CTA after another (the cross-CTA shadow is one map),
       // then the report.
-      host::Checker checker(*plan_, launch_, l.elems);
+      host::Checker checker(*plan_, launch_, l.elems, l.args);
       Scratch s(scratch_bytes_);
       fn_(args, 0, blocks, s.p, &checker.state(), grid);
       checker.report(lowering::sanitize_identifier(name_), l.loc);
@@ -343,18 +373,21 @@ class JitKernel : public HostKernel {
   std::shared_ptr<const lowering::CheckPlan> plan_;  // set in the checked mode
 };
 
-std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKernel& k,
-                                             const lowering::HostForm& form) {
+// What compiling a host form makes: the machine code of one function, and
+// what running it needs besides. This is what the disk cache stores.
+struct Compiled {
+  bool fibers = false;
+  std::string symbol;              // the function in `object`
+  std::int64_t scratch_bytes = 0;  // per CTA (region schedule)
+  std::unique_ptr<llvm::MemoryBuffer> object;
+};
+
+// Checks the emitted module, optimizes it (or, over kOptimizeLimit, marks it
+// optnone) and compiles it to an object file in memory.
+void finish_module(Jit& j, llvm::Module& m, const std::string& name, SourceLoc loc,
+                   bool always_optimize, Compiled& out) {
   using clock = std::chrono::steady_clock;
-  auto t1 = clock::now();
-  const std::string& name = k.source->name;
-  SourceLoc loc = k.source->loc;
-  const bool checked = form.checked;
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::string fname =
-      "tx_host_" + lowering::sanitize_identifier(name) + "_" + std::to_string(j.next_id++);
-  lowering::EmittedModule em = lowering::emit_llvm(*ctx, k, form.body, form.thread, fname, checked);
-  llvm::Module& m = *em.module;
+  auto t2 = clock::now();
   m.setDataLayout(j.jit->getDataLayout());
   m.setTargetTriple(j.jit->getTargetTriple().str());
   std::string verify;
@@ -365,15 +398,18 @@ std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKern
     m.print(ios, nullptr);
     fail("tx.host_jit", name, loc, "invalid LLVM IR: " + verify, ir);
   }
-  auto t2 = clock::now();
-  // LLVM's optimizer and instruction selection grow faster than linearly
-  // with the size of one basic block (4,096 chained terms of one expression:
-  // 0.4 s in O2 and 1.5 s in codegen at 2,048, 9 s at 4,096). A function that
-  // large is compiled without optimization, which is linear: slower code,
-  // but a compile time proportional to the kernel.
+  // LLVM's optimizer and its optimizing code generator (greedy register
+  // allocation, the register coalescer) grow faster than linearly with the
+  // size of a function (4,096 chained terms of one expression: 0.4 s in O2
+  // and 1.5 s in codegen at 2,048, 9 s at 4,096). A function that large is
+  // neither optimized nor compiled by the optimizing code generator: the
+  // fast instruction selector and register allocator are linear in it
+  // (docs/host_jit.md: a 100,000-term dot product). Slower code, but a
+  // compile time proportional to the kernel.
   std::size_t instructions = 0;
   for (const llvm::Function& fn : m) instructions += fn.getInstructionCount();
-  if (instructions > kOptimizeLimit) {
+  const bool large = !always_optimize && instructions > kOptimizeLimit;
+  if (large) {
     for (llvm::Function& fn : m)
       if (!fn.isDeclaration()) {
         fn.addFnAttr(llvm::Attribute::OptimizeNone);
@@ -384,24 +420,19 @@ std::shared_ptr<HostKernel> compile_uncached(Jit& j, const lowering::LoweredKern
   }
   if (env_flag("TX_HOST_DUMP_LLVM")) m.print(llvm::errs(), nullptr);
   auto t3 = clock::now();
-  if (llvm::Error e =
-          j.jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(em.module), std::move(ctx))))
-    fail("tx.host_jit", name, loc, llvm_message(std::move(e)));
-  auto sym = j.jit->lookup(fname);
-  if (!sym) fail("tx.host_jit", name, loc, llvm_message(sym.takeError()));
+  auto object = llvm::orc::SimpleCompiler(large ? *j.tm_fast : *j.tm)(m);
+  if (!object) fail("tx.host_jit", name, loc, llvm_message(object.takeError()));
+  out.object = std::move(*object);
   auto t4 = clock::now();
   if (env_flag("TX_HOST_JIT_TIMING")) {
     auto ms = [](auto a, auto b) {
       return std::chrono::duration<double, std::milli>(b - a).count();
     };
     std::fprintf(
-        stderr,
-        "tx host_jit %s: LLVM IR %.2f ms (%zu instructions), O2 %.2f ms%s, codegen %.2f ms\n",
-        name.c_str(), ms(t1, t2), instructions, ms(t2, t3),
-        instructions > kOptimizeLimit ? " (skipped: too large)" : "", ms(t3, t4));
+        stderr, "tx host_jit %s: %zu LLVM instructions, verify + O2 %.2f ms%s, codegen %.2f ms%s\n",
+        name.c_str(), instructions, ms(t2, t3), large ? " (O2 skipped: too large)" : "", ms(t3, t4),
+        large ? " (unoptimized)" : "");
   }
-  return std::make_shared<JitKernel>(sym->toPtr<lowering::HostEntry>(), k.launch, em.scratch_bytes,
-                                     name, form.checks);
 }
 
 // A fiber's stack: its register tiles (all of them, as LLVM allocas) and
@@ -415,38 +446,133 @@ std::int64_t fiber_stack_bytes(const Stmt& body) {
   return 2 * locals + 128 * 1024;
 }
 
-std::shared_ptr<HostKernel> compile_fibers(Jit& j, const lowering::LoweredKernel& k,
-                                           const lowering::HostForm& form) {
-  const std::string& name = k.source->name;
-  SourceLoc loc = k.source->loc;
-  auto ctx = std::make_unique<llvm::LLVMContext>();
-  std::string fname =
-      "tx_fibers_" + lowering::sanitize_identifier(name) + "_" + std::to_string(j.next_id++);
+// The fiber schedule's plan: the scheduler's wait sites come from emitting
+// the thread function. A kernel loaded from disk emits it again for them
+// (well under a millisecond), so that a deadlock report names this
+// process's source lines, which the cache key (the host form's structure)
+// does not hold.
+host::FiberPlan fiber_plan(const lowering::LoweredKernel& k, const lowering::HostForm& form,
+                           const std::string& fname, llvm::LLVMContext& ctx,
+                           std::unique_ptr<llvm::Module>* module) {
   host::FiberPlan plan;
-  plan.kernel = name;
+  plan.kernel = k.source->name;
   plan.block = k.launch.block;
   plan.stack_bytes = fiber_stack_bytes(form.body);
-  lowering::EmittedModule em = lowering::emit_llvm_fibers(*ctx, k, form.body, fname, &plan.sites);
+  lowering::EmittedModule em = lowering::emit_llvm_fibers(ctx, k, form.body, fname, &plan.sites);
   plan.scratch_bytes = em.scratch_bytes;
-  llvm::Module& m = *em.module;
-  m.setDataLayout(j.jit->getDataLayout());
-  m.setTargetTriple(j.jit->getTargetTriple().str());
-  std::string verify;
-  llvm::raw_string_ostream vos(verify);
-  if (llvm::verifyModule(m, &vos)) {
-    std::string ir;
-    llvm::raw_string_ostream ios(ir);
-    m.print(ios, nullptr);
-    fail("tx.host_jit", name, loc, "invalid LLVM IR: " + verify, ir);
+  if (module) *module = std::move(em.module);
+  return plan;
+}
+
+// Emits and compiles a host form to an object (not yet linked).
+Compiled compile_object(Jit& j, const lowering::LoweredKernel& k, const lowering::HostForm& form,
+                        const std::string& fname, host::FiberPlan* plan) {
+  using clock = std::chrono::steady_clock;
+  auto t1 = clock::now();
+  const std::string& name = k.source->name;
+  llvm::LLVMContext ctx;
+  Compiled out;
+  out.fibers = form.fibers;
+  out.symbol = fname;
+  std::unique_ptr<llvm::Module> module;
+  if (form.fibers) {
+    *plan = fiber_plan(k, form, fname, ctx, &module);
+    out.scratch_bytes = plan->scratch_bytes;
+  } else {
+    lowering::EmittedModule em =
+        lowering::emit_llvm(ctx, k, form.body, form.thread, fname, form.checked);
+    module = std::move(em.module);
+    out.scratch_bytes = em.scratch_bytes;
   }
-  optimize(m, j.tm.get(), j.libmvec);
-  if (env_flag("TX_HOST_DUMP_LLVM")) m.print(llvm::errs(), nullptr);
-  if (llvm::Error e =
-          j.jit->addIRModule(llvm::orc::ThreadSafeModule(std::move(em.module), std::move(ctx))))
+  if (env_flag("TX_HOST_JIT_TIMING"))
+    std::fprintf(stderr, "tx host_jit %s: LLVM IR %.2f ms\n", name.c_str(),
+                 std::chrono::duration<double, std::milli>(clock::now() - t1).count());
+  // The fiber schedule's thread functions are always optimized: they are
+  // the pipelines and warp-specialized kernels, and slow unoptimized.
+  finish_module(j, *module, name, k.source->loc, form.fibers, out);
+  return out;
+}
+
+// Links an object into the JIT, in a JITDylib of its own: kernels never
+// clash by symbol name, whether compiled in this process or loaded from
+// disk. Returns the function's address.
+void* link_object(Jit& j, const std::string& name, SourceLoc loc, const llvm::MemoryBuffer& object,
+                  const std::string& symbol) {
+  auto jd = j.jit->createJITDylib("tx_kernel_" + std::to_string(j.next_id++));
+  if (!jd) fail("tx.host_jit", name, loc, llvm_message(jd.takeError()));
+  // The helpers and the process's symbols (libm, memcpy) are in the main JITDylib.
+  jd->addToLinkOrder(j.jit->getMainJITDylib());
+  if (llvm::Error e = j.jit->addObjectFile(
+          *jd, llvm::MemoryBuffer::getMemBufferCopy(object.getBuffer(), symbol)))
     fail("tx.host_jit", name, loc, llvm_message(std::move(e)));
-  auto sym = j.jit->lookup(fname);
+  auto sym = j.jit->lookup(*jd, symbol);
   if (!sym) fail("tx.host_jit", name, loc, llvm_message(sym.takeError()));
-  return std::make_shared<JitKernel>(sym->toPtr<lowering::FiberEntry>(), std::move(plan), k.launch);
+  return sym->toPtr<void*>();
+}
+
+std::shared_ptr<HostKernel> make_kernel(const lowering::LoweredKernel& k,
+                                        const lowering::HostForm& form, const Compiled& c, void* fn,
+                                        host::FiberPlan plan) {
+  if (c.fibers)
+    return std::make_shared<JitKernel>(reinterpret_cast<lowering::FiberEntry>(fn), std::move(plan),
+                                       k.launch);
+  return std::make_shared<JitKernel>(reinterpret_cast<lowering::HostEntry>(fn), k.launch,
+                                     c.scratch_bytes, k.source->name, form.checks);
+}
+
+// ------------------------------------------------------------ the disk cache
+//
+// An entry's payload (inside DiskCache's checked envelope, under the key of
+// host_cache_key):
+//
+//   "TXHOSTO1" | u8 fibers | u32 symbol length | symbol | i64 scratch bytes | object file
+
+constexpr char kPayloadMagic[8] = {'T', 'X', 'H', 'O', 'S', 'T', 'O', '1'};
+
+std::vector<char> to_payload(const Compiled& c) {
+  std::vector<char> p(kPayloadMagic, kPayloadMagic + sizeof kPayloadMagic);
+  auto put = [&p](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) p.push_back(static_cast<char>(v >> (8 * i)));
+  };
+  put(c.fibers ? 1 : 0, 1);
+  put(c.symbol.size(), 4);
+  p.insert(p.end(), c.symbol.begin(), c.symbol.end());
+  put(static_cast<std::uint64_t>(c.scratch_bytes), 8);
+  llvm::StringRef obj = c.object->getBuffer();
+  p.insert(p.end(), obj.begin(), obj.end());
+  return p;
+}
+
+// Empty when the payload is not one (the caller then recompiles).
+std::optional<Compiled> from_payload(const std::vector<char>& p) {
+  std::size_t at = 0;
+  auto take = [&](std::size_t n) -> const char* {
+    if (n > p.size() - at) return nullptr;
+    const char* d = p.data() + at;
+    at += n;
+    return d;
+  };
+  auto get = [&](int bytes, std::uint64_t* v) {
+    const char* d = take(static_cast<std::size_t>(bytes));
+    if (!d) return false;
+    *v = 0;
+    for (int i = 0; i < bytes; ++i)
+      *v |= std::uint64_t{static_cast<unsigned char>(d[i])} << (8 * i);
+    return true;
+  };
+  const char* magic = take(sizeof kPayloadMagic);
+  if (!magic || std::memcmp(magic, kPayloadMagic, sizeof kPayloadMagic) != 0) return std::nullopt;
+  std::uint64_t fibers = 0, length = 0, scratch = 0;
+  if (!get(1, &fibers) || fibers > 1 || !get(4, &length)) return std::nullopt;
+  const char* symbol = take(static_cast<std::size_t>(length));
+  if (!symbol || length == 0 || !get(8, &scratch) || at == p.size()) return std::nullopt;
+  Compiled c;
+  c.fibers = fibers != 0;
+  c.symbol.assign(symbol, static_cast<std::size_t>(length));
+  c.scratch_bytes = static_cast<std::int64_t>(scratch);
+  c.object =
+      llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(p.data() + at, p.size() - at), c.symbol);
+  return c;
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> shared_layout(const lowering::LoweredKernel& k) {
@@ -495,28 +621,94 @@ std::string host_cache_key(const Jit& j, const lowering::LoweredKernel& k,
     launch.push_back("shared=" + std::to_string(offset) + "+" + std::to_string(bytes));
   if (form.checked) launch.push_back("checked");
   if (form.fibers) launch.push_back("fibers");
+  // The code generator's own fingerprint: an edited llvm.cpp (same tx
+  // version, same host form) compiles other code, which the disk cache must
+  // not serve.
+  launch.push_back("codegen=" TX_HOST_CODEGEN_ID);
   return kernel_cache_key(std::string("host form ") + hash, launch, j.target,
                           "LLVM " LLVM_VERSION_STRING);
 }
 
 }  // namespace
 
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool checked) {
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool checked,
+                                         std::string* from) {
+  using clock = std::chrono::steady_clock;
   std::shared_ptr<const lowering::HostForm> form = host_form_of(k, checked);
   Jit& j = jit();
-  if (!j.jit) fail("tx.host_jit", k.source->name, k.source->loc, j.error);
+  const std::string& name = k.source->name;
+  const SourceLoc loc = k.source->loc;
+  if (!j.jit) fail("tx.host_jit", name, loc, j.error);
   const bool use_cache =
       !(std::getenv("TX_HOST_CACHE") && std::string(std::getenv("TX_HOST_CACHE")) == "0");
   const std::string key = use_cache ? host_cache_key(j, k, *form) : std::string();
   std::lock_guard<std::mutex> lock(j.mu);
   if (use_cache) {
     auto it = j.cache.find(key);
-    if (it != j.cache.end()) return it->second;
+    if (it != j.cache.end()) {
+      if (from) *from = "memory";
+      return it->second;
+    }
   }
-  std::shared_ptr<HostKernel> kernel =
-      form->fibers ? compile_fibers(j, k, *form) : compile_uncached(j, k, *form);
+  // The disk cache (TX_CACHE_DIR, beside the GPU's cubins): an object that
+  // another process compiled is linked, without LLVM's optimizer and code
+  // generator. An entry that is damaged, or not a host kernel, or does not
+  // link, is recompiled and rewritten.
+  const DiskCache& disk = DiskCache::instance();
+  const bool use_disk = use_cache && disk.enabled();
+  std::shared_ptr<HostKernel> kernel;
+  std::string source = "jit";
+  if (use_disk) {
+    auto t0 = clock::now();
+    if (std::optional<std::vector<char>> payload = disk.load(key)) {
+      std::optional<Compiled> c = from_payload(*payload);
+      if (!c || c->fibers != form->fibers) {
+        warn("host JIT cache: " + disk.path_for(key) +
+             " does not hold this host kernel; recompiling");
+      } else {
+        try {
+          host::FiberPlan plan;
+          if (c->fibers) {
+            llvm::LLVMContext ctx;
+            plan = fiber_plan(k, *form, c->symbol, ctx, nullptr);
+          }
+          void* fn = link_object(j, name, loc, *c->object, c->symbol);
+          kernel = make_kernel(k, *form, *c, fn, std::move(plan));
+          source = "disk";
+        } catch (const Error& e) {
+          warn("host JIT cache: cannot link " + disk.path_for(key) + " (" + e.reason() +
+               "); recompiling");
+        }
+      }
+    }
+    if (kernel && env_flag("TX_HOST_JIT_TIMING"))
+      std::fprintf(stderr, "tx host_jit %s: from the disk cache, %.2f ms (read and link)\n",
+                   name.c_str(),
+                   std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+  }
+  if (!kernel) {
+    host::FiberPlan plan;
+    const std::string fname =
+        (form->fibers ? "tx_fibers_" : "tx_host_") + lowering::sanitize_identifier(name);
+    Compiled c = compile_object(j, k, *form, fname, &plan);
+    auto t0 = clock::now();
+    void* fn = link_object(j, name, loc, *c.object, c.symbol);
+    kernel = make_kernel(k, *form, c, fn, std::move(plan));
+    if (env_flag("TX_HOST_JIT_TIMING"))
+      std::fprintf(stderr, "tx host_jit %s: link %.2f ms\n", name.c_str(),
+                   std::chrono::duration<double, std::milli>(clock::now() - t0).count());
+    // Stored once it has linked here. A failed store has warned; the kernel runs all the same.
+    if (use_disk) disk.store(key, to_payload(c));
+  }
   if (use_cache) j.cache.emplace(key, kernel);
+  if (from) *from = source;
   return kernel;
+}
+
+void host_cache_clear_memory() {
+  Jit& j = jit();
+  std::lock_guard<std::mutex> lock(j.mu);
+  j.cache.clear();
 }
 
 }  // namespace tx::runtime

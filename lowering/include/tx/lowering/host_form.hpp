@@ -50,6 +50,7 @@ struct CheckBuffer {
   std::string name;
   MemScope scope = MemScope::global;
   std::int64_t elems = 0;           // valid indices: [0, elems)
+  int elem_bytes = 1;               // bytes per element (the checker maps elements to addresses)
   std::vector<std::int64_t> shape;  // the user's shape, when row-major (coordinates)
   bool races = false;               // shared and global buffers are tracked
 };

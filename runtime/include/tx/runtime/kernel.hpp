@@ -196,6 +196,17 @@ bool host_jit_available(std::string* why = nullptr);
 // NVRTC version, and the launch shape the host code is specialized for).
 // `checked`: the checked host mode (bounds, division by zero, races; see
 // docs/reliability.md), cached apart from the plain kernel.
-std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool checked = false);
+// Also cached on disk, in the GPU cache's folder (TX_CACHE_DIR; disk_cache.hpp),
+// as an object file per kernel keyed as above plus the host CPU's features
+// and a fingerprint of the host code generator: a new process links it
+// instead of compiling (docs/host_jit.md). TX_HOST_CACHE=0 bypasses both
+// caches. `from`, if given, says where the kernel came from: "memory",
+// "disk" or "jit".
+std::shared_ptr<HostKernel> host_compile(const lowering::LoweredKernel& k, bool checked = false,
+                                         std::string* from = nullptr);
+// Forgets the kernels compiled in this process (they stay valid where they
+// are held): the next host_compile of each goes to the disk cache or the JIT.
+// For tests and benchmarks of the disk cache.
+void host_cache_clear_memory();
 
 }  // namespace tx::runtime
