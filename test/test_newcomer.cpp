@@ -6,6 +6,7 @@
 #include <string>
 
 #include "test_support.hpp"
+#include "tx/ops/ops.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -157,6 +158,39 @@ TEST_CASE("Tensor errors carry the caller's source line") {
     INFO(e.what());
     CHECK(e.op() == "tx.Tensor.empty");
     CHECK(e.loc().line == static_cast<unsigned>(line));
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// An op on a tensor past the kernels' 2^31 - 1 elements names the caller's
+// operand and line, not the kernel's internals (a T::dim `n`, a buffer `x0`,
+// a line inside tx). Built from shapes: no 8-GiB tensor is allocated.
+TEST_CASE("an op on more than 2^31 elements names the caller's operand") {
+  const std::int64_t rows = 65536, cols = 32769;  // 2^31 + 2^16 elements
+  int line = 0;
+  try {
+    line = __LINE__ + 1;
+    ops::Elementwise neg("neg", {{rows, cols}}, f32, {}, {}, Device::host());
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "tx.ops.neg");
+    CHECK(e.operand() == "x");
+    CHECK(e.loc().line == static_cast<unsigned>(line));
+    CHECK(std::string(e.loc().file).find("test_newcomer.cpp") != std::string::npos);
+    CHECK(std::string(e.what()).find("2147549184 elements") != std::string::npos);
+  }
+  // Two inputs within the limit whose broadcast result is not.
+  try {
+    ops::Elementwise add("add", {{rows, 1}, {1, cols}}, f32, {}, {}, Device::host());
+    FAIL("expected a tx error");
+  } catch (const Error& e) {
+    INFO(e.what());
+    CHECK(e.op() == "tx.ops.add");
+    CHECK(e.operand() == "out");
   }
 }
 

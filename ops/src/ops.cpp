@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <list>
 #include <map>
 #include <mutex>
@@ -892,6 +893,36 @@ void Elementwise::build(const Config& cfg, std::optional<Device> device, std::op
              std::to_string(params_.size()));
   if (!optable::accepts(info.dtypes, dtype_))
     fail(qn, "", {}, "dtype " + dtype_.name() + " is not supported");
+  // The kernels index with 32-bit offsets: a tensor of 2^31 elements or
+  // more is refused here, naming the caller's operand (the kernels' own
+  // bind check would name their internals: a T::dim `n`, a buffer `x0`).
+  auto count = [](const std::vector<std::int64_t>& shape) {
+    std::int64_t n = 1;
+    for (std::int64_t e : shape)
+      n = e > 0 && n > std::numeric_limits<std::int64_t>::max() / e
+              ? std::numeric_limits<std::int64_t>::max()
+              : n * e;
+    return n;
+  };
+  auto too_large = [&](const std::string& operand, const std::vector<std::int64_t>& shape) {
+    if (count(shape) > 2147483647)
+      fail(qn, operand, {},
+           std::to_string(count(shape)) + " elements (shape " + shape_str(shape) +
+               "): the op library's elementwise kernels take tensors of up to 2^31 - 1 "
+               "elements; call the op on slices of it (views: no copy)");
+  };
+  std::vector<std::int64_t> broadcast;  // the inputs broadcast together (NumPy's rule)
+  for (std::size_t i = 0; i < in_shapes_.size(); ++i) {
+    too_large(in_shapes_.size() == 1 ? "x" : "input " + std::to_string(i), in_shapes_[i]);
+    const auto& sh = in_shapes_[i];
+    if (sh.size() > broadcast.size())
+      broadcast.insert(broadcast.begin(), sh.size() - broadcast.size(), 1);
+    for (std::size_t k = 0; k < sh.size(); ++k) {
+      std::int64_t& b = broadcast[broadcast.size() - sh.size() + k];
+      b = std::max(b, sh[k]);
+    }
+  }
+  too_large("out", broadcast);
   device_ = device ? *device : default_device();
   const DType dtype = dtype_;
   const std::vector<DType>& dts = in_dtypes_;
