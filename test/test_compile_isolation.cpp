@@ -278,3 +278,44 @@ TEST_CASE("without the worker: process mode is an error, auto compiles here") {
       rt::nvrtc_compile(source("no_worker", 8), "no_worker.cu", "sm_90a", rt::NvrtcTarget::cubin)
           .cubin.empty());
 }
+
+// The crash of issue 45 itself, not an injected one: NVRTC 13.0 segfaults
+// on a wgmma whose descriptors are the constant zero (for PTX as for an
+// sm_90a cubin; in this process the program ends with SIGSEGV, exit 139).
+// In the child it is a tx error, and the next kernel compiles. An NVRTC that
+// no longer crashes on it says so and is checked to have compiled it.
+TEST_CASE("NVRTC's own crash on a wgmma with constant zero descriptors is a tx error") {
+  ModeGuard restore;
+  rt::set_compile_isolation(rt::CompileIsolation::process);
+  const std::string src = R"(
+extern "C" __global__ void zero_desc(float* out) {
+  float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+  const unsigned long long da = 0ull, db = 0ull;
+  asm volatile("wgmma.fence.sync.aligned;\n");
+  asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;\n"
+               : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3) : "l"(da), "l"(db));
+  asm volatile("wgmma.commit_group.sync.aligned;\n");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n");
+  out[threadIdx.x] = d0 + d1 + d2 + d3;
+}
+)";
+  const auto [major, minor] = rt::nvrtc_version();
+  const auto before = rt::compile_worker_stats();
+  try {
+    auto out = rt::nvrtc_compile(src, "zero_desc.cu", "sm_90a", rt::NvrtcTarget::cubin);
+    MESSAGE("NVRTC " << major << "." << minor << " compiles the zero-descriptor wgmma");
+    CHECK_FALSE(out.cubin.empty());
+  } catch (const Error& e) {
+    CHECK(e.op() == "tx.nvrtc");
+    CHECK(e.operand() == "zero_desc.cu");
+    CHECK_MESSAGE(has(e.reason(),
+                      "the CUDA compiler crashed compiling kernel zero_desc for "
+                      "sm_90a (cubin): its process was killed by signal 11 (SIGSEGV)"),
+                  e.what());
+    CHECK(rt::compile_worker_stats().crashes == before.crashes + 1);
+  }
+  CHECK_FALSE(rt::nvrtc_compile(source("after_real_crash", 9), "after_real_crash.cu", "sm_90a",
+                                rt::NvrtcTarget::cubin)
+                  .cubin.empty());
+}
