@@ -6,9 +6,10 @@
 #                                        target, tx_torch too), the whole ctest
 #                                        suite with the GPU suites (gpu_attention,
 #                                        gpu_attention_op, gpu_graphs, ...), the
-#                                        torch tests of attention and of CUDA
-#                                        graphs, then memcheck / racecheck /
-#                                        synccheck on the attention kernels
+#                                        torch tests (TORCH_K=attention: those of
+#                                        attention) and of CUDA graphs, then
+#                                        memcheck / racecheck / synccheck on the
+#                                        attention kernels (SKIP_SANITIZE=1: not)
 #   scripts/device_attention.sh bench    bench/attention (tx, cuDNN, flash,
 #                                        Triton); ATTN_ROWS=name,name for some rows
 #                                        (warm after verify: an incremental build)
@@ -52,14 +53,16 @@ verify)
     [ -x "$PY" ] || PY=python3
     TX_TORCH_LIBRARY=$B/tx_torch/libtx_torch.so PYTHONPATH=tx_torch/python \
       TORCHINDUCTOR_CACHE_DIR=/tmp/inductor timeout 300 "$PY" -m pytest -q -p no:cacheprovider \
-      test/torch/test_tx_torch.py -k "attention" test/torch/test_cuda_graph.py > "$OUT/torch.txt" 2>&1
+      test/torch/test_tx_torch.py ${TORCH_K:+-k "$TORCH_K"} test/torch/test_cuda_graph.py > "$OUT/torch.txt" 2>&1
     echo "torch tests exit $?: $(tail -1 "$OUT/torch.txt")" | tee -a "$FINAL/tests.txt"
     grep -E "FAILED|Error" "$OUT/torch.txt" | head -20 | tee -a "$FINAL/tests.txt"
   else
     echo "tx_torch did not build: $(tail -3 "$OUT/build.log")" | tee -a "$FINAL/tests.txt"
   fi
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for tool in memcheck racecheck synccheck; do
+  tools="memcheck racecheck synccheck"
+  [ -n "${SKIP_SANITIZE:-}" ] && tools=""
+  for tool in $tools; do
     step "$tool on the attention kernels (the sample's host cases; the op's varlen batches)"
     TX_SYNC=1 timeout 100 "$CS" --tool $tool --report-api-errors no $B/test/gpu_attention \
       -tc="*the host's cases*" > "$OUT/${tool}_sample.txt" 2>&1
@@ -68,7 +71,7 @@ verify)
       -tc="*variable-length*" > "$OUT/${tool}_op.txt" 2>&1
     echo "$tool op exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_op.txt" | tr '\n' ' ')" | tee -a "$FINAL/tests.txt"
   done
-  grep -hE "^========= (Error|Race|Barrier|Invalid)|hazard" "$OUT"/*check_*.txt | sort | uniq -c | head -20
+  grep -hsE "^========= (Error|Race|Barrier|Invalid)|hazard" "$OUT"/*check_*.txt | sort | uniq -c | head -20
   ;;
 bench)
   [ -n "${ATTN_ROWS:-}" ] && export TX_ATTN_ONLY=$ATTN_ROWS
