@@ -39,7 +39,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 case "$stage" in
 verify)
   step "ctest (every suite but the interactive ones and torch_ops, which run below)"
-  (cd $B && timeout 420 ctest -j 6 --timeout 300 -E "torch_ops|notebook|repl|package" \
+  (cd $B && timeout 420 ctest -j 6 --timeout 400 -E "torch_ops|notebook|repl|package" \
     > "$OUT/ctest.txt" 2>&1)
   grep -aE "tests passed|tests failed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)" "$OUT/ctest.txt" | tee "$FINAL/tests.txt"
   for p in gpu_attention gpu_attention_op gpu_graphs; do
