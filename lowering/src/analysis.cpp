@@ -187,7 +187,11 @@ Uniformity Env::level(const Expr& e) const {
 
 std::int64_t Env::known_divisor(const Expr& e) const {
   if (!e || !e.dtype().is_integer()) return 1;
-  if (auto c = as_const_int(e)) return *c < 0 ? -*c : *c;
+  if (auto c = as_const_int(e)) {
+    // |INT64_MIN| is not an int64; 2^62 divides it and keeps std::gcd defined.
+    if (*c == std::numeric_limits<std::int64_t>::min()) return std::int64_t{1} << 62;
+    return *c < 0 ? -*c : *c;
+  }
   if (auto* v = e.as<VarNode>()) {
     const VarFact* f = find(v);
     return f ? f->divisor : 1;
