@@ -107,7 +107,7 @@ std::string try_variant(const Variant& v, const DispatchContext& ctx, Stmt* out)
   // A variant of another target is turned down after its predicates: what
   // is wrong with the call itself is said first (and grouped with the other
   // variants' reasons), the target last.
-  if (!v.runs_on(ctx.target.kind))
+  if (!v.runs_on(ctx.target))
     return v.off_target.empty() ? "it emits no code for the " + ctx.target.str() : v.off_target;
   Plan p = v.plan(ctx);
   if (auto* reason = std::get_if<std::string>(&p)) return *reason;

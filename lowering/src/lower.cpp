@@ -165,6 +165,17 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   return k;
 }
 
+namespace {
+// A TMA copy or a warpgroup MMA (the checked mode's model of sm_90).
+bool has_async_instruction(const Stmt& body) {
+  bool found = false;
+  for_each_stmt(body, [&](const Stmt& s) {
+    found = found || s.as<TmaCopyNode>() || s.as<WgmmaNode>();
+  });
+  return found;
+}
+}  // namespace
+
 HostForm lower_host_form(const LoweredKernel& k, bool checked,
                          const std::function<void(const char*, const Stmt&)>& step) {
   auto after = [&](const char* name, const Stmt& s) {
@@ -172,18 +183,19 @@ HostForm lower_host_form(const LoweredKernel& k, bool checked,
   };
   HostForm h;
   h.checked = checked;
-  if (const CallNode* first = first_mbarrier_call(k.lowered->body)) {
-    // The checked mode's race detector orders accesses by barrier epochs; it
-    // does not follow mbarrier phases, so it would report every pipeline
-    // stage as a race.
-    if (checked)
-      fail(std::string("T.ptx.") + intrinsic_name(first->op), k.source->name, first->loc,
-           "the checked mode (TX_CHECK=1) does not run mbarrier pipelines: its race detector "
-           "orders accesses by barriers and would not follow the mbarrier phases; run the kernel "
-           "unchecked on the host, or under compute-sanitizer on the GPU");
+  if (first_mbarrier_call(k.lowered->body) || has_async_instruction(k.lowered->body)) {
+    // Fibers: one per thread. Checked, the accesses carry their checks and
+    // the scheduler orders them by vector clocks through every barrier,
+    // mbarrier phase and wgmma group (runtime/src/host/checked_mode.hpp).
     h.fibers = true;
     h.body = k.lowered->body;
-    h.func = k.lowered;
+    if (checked) {
+      auto plan = std::make_shared<CheckPlan>();
+      h.body = instrument_checks(k, plan.get());
+      h.checks = plan;
+      after("instrument_checks", h.body);
+    }
+    h.func = k.lowered.with_body(h.body, true);
     return h;
   }
   HostContext cx;

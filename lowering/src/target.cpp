@@ -16,7 +16,7 @@ Target Target::cuda(const std::string& arch) {
 }
 
 std::string Target::str() const {
-  if (is_host()) return "host";
+  if (is_host()) return async_model ? "host (checked, sm_90 asynchronous model)" : "host";
   return "cuda " + (arch.empty() ? "sm_" + std::to_string(sm) : arch);
 }
 

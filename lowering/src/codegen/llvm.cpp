@@ -36,6 +36,7 @@
 #include <unordered_map>
 
 #include "tx/expr.hpp"
+#include "tx/lowering/host_form.hpp"
 #include "tx/printer.hpp"
 
 namespace tx::lowering {
@@ -169,9 +170,11 @@ class Emitter {
   // whose barriers, mbarriers and shuffles call the fiber scheduler
   // (fibers.hpp) with a site number into *sites.
   std::int64_t emit_fiber_function(const Stmt& body, const std::string& name,
-                                   std::vector<WaitSite>* sites) {
+                                   std::vector<WaitSite>* sites, const CheckPlan* checks) {
     fibers_ = true;
     sites_ = sites;
+    plan_ = checks;
+    checked_ = checks != nullptr;
     ScratchLayout L = layout_scratch(k_, body, true);
     llvm::Type* ptr = llvm::PointerType::getUnqual(C);
     llvm::Type* i64 = B.getInt64Ty();
@@ -194,6 +197,12 @@ class Emitter {
     checker_ = llvm::ConstantPointerNull::get(llvm::PointerType::getUnqual(C));
     entry_ = llvm::BasicBlock::Create(C, "entry", F);
     B.SetInsertPoint(entry_);
+    if (checked_) {
+      // The scheduler's checker (its vector clocks order this thread's accesses).
+      auto callee = M.getOrInsertFunction("tx_fiber_checker",
+                                          llvm::FunctionType::get(ptr, {ptr}, false));
+      checker_ = B.CreateCall(callee, {fibers_arg_}, "checker");
+    }
     bind_parameters(args, scratch, L);
     bind_block_index(cta, grid_arg);
     emit(body);
@@ -844,12 +853,14 @@ class Emitter {
       }
       case Intrinsic::tile_coord:
         internal("T.tile_coord outside a where= predicate", n->loc);
-      case Intrinsic::fence_barrier_init:
       case Intrinsic::fence_proxy_async:
       case Intrinsic::wgmma_fence:
       case Intrinsic::wgmma_commit:
       case Intrinsic::wgmma_wait:
       case Intrinsic::setmaxnreg:
+        if (fibers_ && checked_) return fiber_async(n);
+        [[fallthrough]];
+      case Intrinsic::fence_barrier_init:
       case Intrinsic::register_fence:
       case Intrinsic::keep_before:
         // Ordering and register hints only: a fiber's writes are visible to
@@ -868,6 +879,8 @@ class Emitter {
       }
       case Intrinsic::check_barrier: {
         if (!checked_) internal("check_barrier outside the checked mode", n->loc);
+        // Fibers: the scheduler's barriers order accesses themselves.
+        if (fibers_) return B.getInt32(0);
         llvm::Type* i32t = B.getInt32Ty();
         B.CreateCall(check_fn("tx_host_check_barrier", B.getVoidTy(), {i32t, i32t}),
                      {checker_, B.CreateIntCast(emit(n->args[0]), i32t, true), current_thread()});
@@ -1021,9 +1034,14 @@ class Emitter {
       return cast(emit(n->args[i]), n->args[i].dtype(), tx::i32);
     };
     switch (n->op) {
-      case Intrinsic::mbarrier_init:
-        return fiber_call("tx_fiber_mbarrier_init", B.getVoidTy(), {ptr, int32}, {bar, arg32(1)},
+      case Intrinsic::mbarrier_init: {
+        // The barrier's slot and element name it in the checked mode's reports.
+        auto* l = n->args[0].as<LoadNode>();
+        return fiber_call("tx_fiber_mbarrier_init", B.getVoidTy(),
+                          {ptr, int32, int32, B.getInt64Ty()},
+                          {bar, arg32(1), B.getInt32(slot_of(l->buffer)), index64(l->indices[0])},
                           op, n->loc, what);
+      }
       case Intrinsic::mbarrier_arrive:
         return fiber_call("tx_fiber_mbarrier_arrive", B.getVoidTy(), {ptr}, {bar}, op, n->loc,
                           what);
@@ -1034,6 +1052,130 @@ class Emitter {
         return fiber_call("tx_fiber_mbarrier_wait", B.getVoidTy(), {ptr, int32}, {bar, arg32(1)},
                           op, n->loc, what);
     }
+  }
+  // The checked mode's ordering instructions: tx_fiber_async(fibers, thread, kind, a, b, site).
+  Value* fiber_async(const CallNode* n) {
+    FiberAsync kind = FiberAsync::fence_proxy_async;
+    const char* op = "T.ptx.fence_proxy_async";
+    switch (n->op) {
+      case Intrinsic::wgmma_fence:
+        kind = FiberAsync::wgmma_fence, op = "T.ptx.wgmma.fence";
+        break;
+      case Intrinsic::wgmma_commit:
+        kind = FiberAsync::wgmma_commit, op = "T.ptx.wgmma.commit_group";
+        break;
+      case Intrinsic::wgmma_wait:
+        kind = FiberAsync::wgmma_wait, op = "T.ptx.wgmma.wait_group";
+        break;
+      case Intrinsic::setmaxnreg:
+        kind = FiberAsync::setmaxnreg, op = "T.ptx.setmaxnreg";
+        break;
+      default:
+        break;
+    }
+    auto arg = [&](std::size_t i) -> Value* {
+      return i < n->args.size() ? cast(emit(n->args[i]), n->args[i].dtype(), tx::i32)
+                                : B.getInt32(0);
+    };
+    llvm::Type* i32t = B.getInt32Ty();
+    return fiber_call("tx_fiber_async", B.getVoidTy(), {i32t, i32t, i32t, i32t},
+                      {fiber_thread_, B.getInt32(static_cast<std::int32_t>(kind)), arg(0), arg(1)},
+                      op, n->loc);
+  }
+  // The checked mode's slot of a buffer (-1 unchecked).
+  std::int32_t slot_of(const Buffer& b) const {
+    if (!plan_) return -1;
+    for (std::size_t i = 0; i < plan_->buffers.size(); ++i)
+      if (plan_->buffers[i].data == b->data.get()) return static_cast<std::int32_t>(i);
+    return -1;
+  }
+  // A constant array of int64 (a global of the module).
+  Value* i64_array(const std::vector<std::int64_t>& v, const std::string& name) {
+    auto* at = llvm::ArrayType::get(B.getInt64Ty(), v.size());
+    std::vector<llvm::Constant*> cs;
+    for (std::int64_t x : v) cs.push_back(B.getInt64(static_cast<std::uint64_t>(x)));
+    auto* g = new llvm::GlobalVariable(M, at, true, llvm::GlobalValue::PrivateLinkage,
+                                       llvm::ConstantArray::get(at, cs), name);
+    return g;
+  }
+  // An array of int64 values computed here (an alloca in the entry block).
+  Value* i64_values(const std::vector<Expr>& es, const std::string& name) {
+    llvm::IRBuilder<> eb(entry_, entry_->getFirstInsertionPt());
+    auto* at = llvm::ArrayType::get(B.getInt64Ty(), std::max<std::size_t>(es.size(), 1));
+    llvm::AllocaInst* a = eb.CreateAlloca(at, nullptr, name);
+    for (std::size_t i = 0; i < es.size(); ++i)
+      B.CreateAlignedStore(index64(es[i]), B.CreateConstInBoundsGEP2_64(at, a, 0, i),
+                           llvm::Align(8));
+    return a;
+  }
+  // cp.async.bulk.tensor as the model runs it (runtime/src/host/fibers.cpp):
+  // tx_fiber_tma_load(fibers, thread, smem base, smem slot, smem element offset,
+  //                   barrier address, barrier slot, barrier element, global base,
+  //                   global slot, rank, dims*, box*, coords*, element bytes,
+  //                   swizzle bytes, site)
+  void fiber_tma_load(const TmaCopyNode* n) {
+    const TensorMapDesc& m = n->map;
+    auto* bl = n->barrier.as<LoadNode>();
+    if (!bl) internal("a TMA barrier that is not a buffer element", n->loc);
+    std::vector<Expr> dims;
+    for (const Expr& d : m.global->dims) dims.push_back(d);
+    llvm::Type* ptr = llvm::PointerType::getUnqual(C);
+    llvm::Type* i32t = B.getInt32Ty();
+    llvm::Type* i64t = B.getInt64Ty();
+    fiber_call("tx_fiber_tma_load", B.getVoidTy(),
+               {i32t, ptr, i32t, i64t, ptr, i32t, i64t, ptr, i32t, i32t, ptr, ptr, ptr, i32t, i32t},
+               {fiber_thread_, base(n->smem, n->loc), B.getInt32(slot_of(n->smem)),
+                index64(n->smem_offset), barrier_address(n->barrier, n->loc),
+                B.getInt32(slot_of(bl->buffer)), index64(bl->indices[0]),
+                base(m.global, n->loc), B.getInt32(slot_of(m.global)),
+                B.getInt32(static_cast<std::int32_t>(m.box.size())), i64_values(dims, "tma.dims"),
+                i64_array(m.box, "tma.box"), i64_values(n->coords, "tma.coords"),
+                B.getInt32(m.global->dtype.bytes()), B.getInt32(m.swizzle_bytes)},
+               "T.ptx.tma_load", n->loc, to_string(n->barrier));
+  }
+  // wgmma.mma_async as the model runs it: a warpgroup collective,
+  // tx_fiber_wgmma(fibers, thread, info*, D base, D slot, A base, A slot, A offset,
+  //                B base, B slot, B offset, scale_d, site).
+  void fiber_wgmma(const WgmmaNode* n) {
+    auto type = [&](DType t) {
+      return static_cast<std::int64_t>(t == f16    ? FiberType::f16
+                                       : t == bf16 ? FiberType::bf16
+                                       : t == f8e4m3 ? FiberType::e4m3
+                                                     : FiberType::e5m2);
+    };
+    // "m64n<N>k<K>"
+    const std::size_t np = n->shape.find('n'), kp = n->shape.find('k');
+    const std::int64_t N = std::stoll(n->shape.substr(np + 1, kp - np - 1));
+    const std::int64_t K = std::stoll(n->shape.substr(kp + 1));
+    const bool a_regs = static_cast<bool>(n->a_regs);
+    const Buffer& abuf = a_regs ? n->a_regs : n->a.smem;
+    std::vector<std::int64_t> info = {N,
+                                      K,
+                                      type(abuf->dtype),
+                                      type(n->b.smem->dtype),
+                                      a_regs ? 1 : 0,
+                                      n->a.lbo,
+                                      n->a.sbo,
+                                      n->a.swizzle_bytes,
+                                      n->a.mn_major ? 1 : 0,
+                                      n->b.lbo,
+                                      n->b.sbo,
+                                      n->b.swizzle_bytes,
+                                      n->b.mn_major ? 1 : 0,
+                                      static_cast<std::int64_t>(n->d_regs.size())};
+    info.insert(info.end(), n->d_regs.begin(), n->d_regs.end());
+    if (a_regs) info.insert(info.end(), n->a_words.begin(), n->a_words.end());
+    llvm::Type* ptr = llvm::PointerType::getUnqual(C);
+    llvm::Type* i32t = B.getInt32Ty();
+    llvm::Type* i64t = B.getInt64Ty();
+    fiber_call("tx_fiber_wgmma", B.getVoidTy(),
+               {i32t, ptr, ptr, i32t, ptr, i32t, i64t, ptr, i32t, i64t, i32t},
+               {fiber_thread_, i64_array(info, "wgmma.info"), base(n->d, n->loc),
+                B.getInt32(slot_of(n->d)), base(abuf, n->loc), B.getInt32(slot_of(abuf)),
+                a_regs ? B.getInt64(0) : index64(n->a.offset), base(n->b.smem, n->loc),
+                B.getInt32(slot_of(n->b.smem)), index64(n->b.offset),
+                cast(emit(n->scale_d), n->scale_d.dtype(), tx::i32)},
+               "T.ptx.wgmma." + n->shape, n->loc);
   }
   // The value travels as its bits in an i64.
   Value* fiber_shfl_xor(const CallNode* n) {
@@ -1061,6 +1203,7 @@ class Emitter {
   }
   // The thread of the enclosing thread loop (-1 outside one: every thread).
   Value* current_thread() {
+    if (fibers_) return fiber_thread_;
     auto it = vars_.find(thread_.get());
     if (it == vars_.end()) return B.getInt32(-1);
     return B.CreateIntCast(it->second, B.getInt32Ty(), true);
@@ -1159,11 +1302,15 @@ class Emitter {
       case StmtKind::Origin:
         emit(s.as<OriginNode>()->body);
         return;
+      case StmtKind::TmaCopy:
+        if (fibers_) return fiber_tma_load(s.as<TmaCopyNode>());
+        internal("a TMA copy left in the region form", s->loc);
+      case StmtKind::Wgmma:
+        if (fibers_) return fiber_wgmma(s.as<WgmmaNode>());
+        internal("a wgmma left in the region form", s->loc);
       case StmtKind::MatrixMove:
       case StmtKind::Mma:
       case StmtKind::CpAsync:
-      case StmtKind::TmaCopy:
-      case StmtKind::Wgmma:
         // The host lowers with no PTX variants (LowerOptions::host).
         internal("a PTX instruction left in the host form", s->loc);
       case StmtKind::Barrier:
@@ -1368,6 +1515,7 @@ class Emitter {
   llvm::Constant* zero_slot_ = nullptr;
   bool inside_thread_loop_ = false;  // emitting the body of the thread loop
   bool fibers_ = false;              // emit_fiber_function
+  const CheckPlan* plan_ = nullptr;  // fibers, checked
   Value* fibers_arg_ = nullptr;
   Value* fiber_thread_ = nullptr;
   std::vector<WaitSite>* sites_ = nullptr;
@@ -1381,11 +1529,12 @@ class Emitter {
 }  // namespace
 
 EmittedModule emit_llvm_fibers(llvm::LLVMContext& ctx, const LoweredKernel& k, const Stmt& body,
-                               const std::string& function_name, std::vector<WaitSite>* sites) {
+                               const std::string& function_name, std::vector<WaitSite>* sites,
+                               const CheckPlan* checks) {
   EmittedModule out;
   out.module = std::make_unique<llvm::Module>(function_name, ctx);
   Emitter em(ctx, *out.module, k, Var("thread", i32), false);
-  out.scratch_bytes = em.emit_fiber_function(body, function_name, sites);
+  out.scratch_bytes = em.emit_fiber_function(body, function_name, sites, checks);
   return out;
 }
 

@@ -64,8 +64,31 @@ using FiberEntry = void (*)(void* const* args, std::int64_t cta, void* scratch, 
 //               const int64* grid, int32 thread)
 //
 // from the lowered body itself (no region split); barriers, mbarriers and
-// shuffles call tx_fiber_*, each call site appended to *sites.
+// shuffles call tx_fiber_*, each call site appended to *sites. TMA copies
+// and warpgroup MMA (the checked mode's model of sm_90) call
+// tx_fiber_tma_load and tx_fiber_wgmma, which run them. With `checks` (the
+// checked mode's plan), the check_* intrinsics call tx_host_check_* on the
+// scheduler's checker, and the proxy fences, wgmma ordering and setmaxnreg
+// call tx_fiber_async, which the checker follows.
+struct CheckPlan;
 EmittedModule emit_llvm_fibers(llvm::LLVMContext& ctx, const LoweredKernel& k, const Stmt& body,
-                               const std::string& function_name, std::vector<WaitSite>* sites);
+                               const std::string& function_name, std::vector<WaitSite>* sites,
+                               const CheckPlan* checks = nullptr);
+
+// tx_fiber_async's kinds.
+enum class FiberAsync : std::int32_t {
+  fence_proxy_async = 0,
+  wgmma_fence = 1,
+  wgmma_commit = 2,
+  wgmma_wait = 3,  // a: the groups left pending
+  setmaxnreg = 4,  // a: the count, b: 1 to increase
+};
+
+// tx_fiber_wgmma's description of one instruction, an array of int64:
+// [0] N, [1] K, [2] A's type, [3] B's type (FiberType), [4] A in registers,
+// [5..8] A's descriptor (LBO, SBO, swizzle bytes, MN-major), [9..12] B's,
+// [13] the D registers' count R, [14 .. 14+R) their element offsets in D,
+// then A's four word offsets (A in registers).
+enum class FiberType : std::int64_t { f16 = 0, bf16 = 1, e4m3 = 2, e5m2 = 3 };
 
 }  // namespace tx::lowering

@@ -111,7 +111,33 @@ class Instrument : public IRMutator {
     origin_ = saved;
     return out;
   }
+  // The sm_90 instructions the checked mode models (TMA copies, warpgroup
+  // MMA) are checked by the model itself, element by element, when it runs
+  // them: their operands get slots here, their expressions no checks.
+  Stmt mutate_node(const Stmt& self, const TmaCopyNode* n) override {
+    add_buffer(n->map.global);
+    add_buffer(n->smem);
+    return self;
+  }
+  Stmt mutate_node(const Stmt& self, const WgmmaNode* n) override {
+    add_buffer(n->d);
+    if (n->a_regs) add_buffer(n->a_regs);
+    if (n->a.smem) add_buffer(n->a.smem);
+    add_buffer(n->b.smem);
+    return self;
+  }
   Expr mutate_node(const Expr& self, const CallNode* n) override {
+    // An mbarrier's operand names the barrier (its address), and
+    // register_fence / keep_before name a register without reading it:
+    // none is an access. The mbarrier model checks the barrier's use.
+    if (is_sm90_async_intrinsic(n->op) || n->op == Intrinsic::keep_before ||
+        n->op == Intrinsic::named_barrier_sync || n->op == Intrinsic::named_barrier_arrive) {
+      if (n->args.empty()) return self;
+      std::vector<Expr> args = n->args;
+      for (std::size_t i = 1; i < args.size(); ++i) args[i] = mutate(args[i]);
+      if (auto* l = args[0].as<LoadNode>()) add_buffer(l->buffer);
+      return make_call(n->op, std::move(args), n->loc, n->dtype);
+    }
     Expr out = IRMutator::mutate_node(self, n);
     auto* c = out.as<CallNode>();
     if (c->op != Intrinsic::check_index) return out;
@@ -147,6 +173,7 @@ class Instrument : public IRMutator {
     const VarNode* d = b->data.get();
     if (slots_.count(d)) return;
     CheckBuffer cb;
+    cb.data = d;
     cb.name = b->name;
     cb.scope = b->scope;
     cb.elems = b->storage_elems();
@@ -156,6 +183,9 @@ class Instrument : public IRMutator {
     if (it != source_.end() && it->second->layout == TileLayout::row_major(it->second->shape) &&
         b->scope != MemScope::local && !it->second->symbolic())
       cb.shape = it->second->shape;
+    else if (it != source_.end() && b->scope == MemScope::shared && it->second->shape.size() > 1 &&
+             it->second->numel() == cb.elems)
+      cb.stages = it->second->shape[0];  // a swizzled ring of stages: name the stage
     slots_[d] = static_cast<int>(plan_->buffers.size());
     plan_->buffers.push_back(std::move(cb));
   }

@@ -54,7 +54,7 @@ Plan plan(const DispatchContext& ctx) {
     // the arrive that follows the call (one thread's) publishes the stage,
     // and on sm_90 visible to the asynchronous proxy (wgmma, TMA stores).
     std::vector<Stmt> seq = {body};
-    if (ctx.target.has_sm(90))
+    if (ctx.target.models_sm90())
       seq.push_back(
           make_evaluate(make_call(Intrinsic::fence_proxy_async, {}, ctx.call->loc), ctx.call->loc));
     seq.push_back(make_barrier(ctx.scope, ctx.call->loc));

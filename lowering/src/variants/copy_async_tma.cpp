@@ -199,6 +199,7 @@ void register_copy_async_tma(Registry& r) {
   Variant v;
   v.targets = {TargetKind::cuda};
   v.off_target = "the host runs no PTX (copy_async/sync copies synchronously)";
+  v.async_model = true;
   v.family = "copy_async";
   v.name = "tma";
   v.priority = 30;

@@ -355,6 +355,7 @@ void register_gemm_wgmma(Registry& r) {
   Variant v;
   v.targets = {TargetKind::cuda};
   v.off_target = "the host runs no PTX (gemm/fallback computes the same product)";
+  v.async_model = true;
   v.family = "gemm";
   v.name = "wgmma";
   v.priority = 30;

@@ -12,6 +12,8 @@
 #include <type_traits>
 #include <unordered_map>
 
+#include "tx/error.hpp"
+
 namespace tx::runtime::host {
 
 namespace {
@@ -95,7 +97,14 @@ struct Slot {
   bool races = false;   // shared and global buffers are tracked
 };
 
-enum class Kind { race, race_cta, out_of_bounds, div_zero, index_range };
+enum class Kind { race, race_cta, out_of_bounds, div_zero, index_range, unfenced, model };
+
+// The vector-clock mode's use of an Access's fields: cta_epoch is the
+// actor's clock; wg_epoch holds kAsync and the issuing thread + 1 of an
+// agent's access; warp_epoch a tag (a TMA copy's phase). A site below -1
+// is the fiber site -2 - site.
+constexpr std::uint32_t kAsync = 1u << 31;
+constexpr std::int32_t fiber_site_code(std::int32_t s) { return -2 - s; }
 
 struct Finding {
   Kind kind;
@@ -106,6 +115,7 @@ struct Finding {
   bool first_writes = false, second_writes = false;
   std::int64_t times = 1;
   std::int64_t first_index = 0;  // the first access's element, in its own buffer (first.slot)
+  std::string text{};            // Kind::model: the whole sentence
 };
 
 }  // namespace
@@ -120,6 +130,74 @@ struct Checker::State {
   // Deduplicated by kind, the two buffers and the two sites.
   std::map<std::tuple<int, int, int, int, int>, Finding> findings;
   std::int64_t total = 0;
+
+  // The vector-clock mode (fibers).
+  bool vc = false;
+  std::vector<Checker::FiberSite> fsites;
+  std::vector<std::int32_t> canon;  // per fiber site: the first site of the same op and line
+  std::int32_t fiber_site(std::int32_t s) const {
+    return s >= 0 && static_cast<std::size_t>(s) < canon.size() ? canon[static_cast<std::size_t>(s)]
+                                                                 : s;
+  }
+  std::vector<Checker::Clock> clocks;              // per actor: threads, then agents
+  std::vector<std::string> agents;                 // actor block + i
+  std::vector<std::vector<std::uint32_t>> fences;  // per thread: its fence.proxy.async clocks
+  struct Pending {
+    std::int32_t slot;
+    std::int64_t lo, hi;  // registers [lo, hi) of slot
+    std::uint64_t group;  // the commit group it joins
+    int agent;
+    std::uint32_t clock;
+    std::int32_t site;
+  };
+  struct WgmmaThread {
+    std::vector<Pending> acc;
+    // Committed groups, oldest first: (group, the unit, its clock at the group's last instruction).
+    std::vector<std::tuple<std::uint64_t, int, std::uint32_t>> groups;
+    std::uint64_t next_group = 0;
+    int open_agent = -1;
+    std::uint32_t open_clock = 0;
+  };
+  std::vector<WgmmaThread> wgmma;
+
+  int block() const { return launch.block; }
+  // A finding of the model: one per site and kind of sentence (its first 40
+  // characters); `site` as an Access's.
+  void model(const std::string& operand, const std::string& text, std::int32_t site) {
+    Finding f{Kind::model, -1, 0, 1, {}, {}, false, false, 1};
+    f.second.site = site;
+    f.text = text;
+    (void)operand;
+    ++total;
+    std::string shape = text.substr(0, 60);
+    std::erase_if(shape, [](char ch) { return ch >= '0' && ch <= '9'; });
+    auto key = std::make_tuple(static_cast<int>(Kind::model), -1,
+                               static_cast<int>(std::hash<std::string>{}(shape) & 0x3fffffff),
+                               site, 0);
+    auto it = findings.find(key);
+    if (it != findings.end()) {
+      ++it->second.times;
+      return;
+    }
+    if (findings.size() < 64) findings.emplace(key, f);
+  }
+  Checker::Clock& clock(int actor) { return clocks[static_cast<std::size_t>(actor)]; }
+  // The earlier access `prev` is not ordered before the actor's `cur`.
+  bool unordered(const Access& prev, const Access& cur) const {
+    if (prev.thread == cur.thread) return false;
+    const auto& c = clocks[static_cast<std::size_t>(cur.thread)];
+    const auto p = static_cast<std::size_t>(prev.thread);
+    return p >= c.size() || c[p] < prev.cta_epoch;
+  }
+  // An ordered generic write before an access of the asynchronous proxy:
+  // the writer fenced the proxy between the write and what orders them.
+  bool fenced(const Access& w, const Access& cur) const {
+    const auto x = static_cast<std::size_t>(w.thread);
+    if (x >= fences.size()) return true;
+    const auto& f = fences[x];
+    auto it = std::upper_bound(f.begin(), f.end(), w.cta_epoch);
+    return it != f.end() && *it <= clocks[static_cast<std::size_t>(cur.thread)][x];
+  }
 
   State(const CheckPlan& p, const lowering::LaunchConfig& l)
       : plan(p),
@@ -208,7 +286,9 @@ struct Checker::State {
     a.cta1 = static_cast<std::int32_t>(cta + 1);
     a.site = site;
     a.slot = static_cast<std::int16_t>(slot);
-    if (a.thread >= 0) {
+    if (a.thread >= 0 && vc) {
+      a.cta_epoch = clocks[static_cast<std::size_t>(thread)][static_cast<std::size_t>(thread)];
+    } else if (a.thread >= 0) {
       auto t = static_cast<std::size_t>(thread);
       a.cta_epoch = cta_epoch[t];
       a.wg_epoch = wg_epoch[t];
@@ -270,6 +350,10 @@ struct Checker::State {
                                           std::int64_t c, bool write, const Access& cur,
                                           Reported& done) {
     Cell& cl = cell(sl, c);
+    if (vc) {
+      access_cell_vc(sl, slot, index, c, cl, write, cur, done);
+      return;
+    }
     if (cl.write.valid(cta) && concurrent(cl.write, cur))
       race(Kind::race, slot, index, c, cl.write, true, cur, write, done);
     if (write) {
@@ -281,7 +365,43 @@ struct Checker::State {
       cl.read2 = cl.read1;
       cl.read1 = cur;
     }
-    // Across CTAs (global memory only: shared memory is the CTA's own).
+    across_ctas(sl, slot, index, c, cl, write, cur, done);
+  }
+
+  // Vector clocks: the last write and two reads not ordered before one another.
+  void access_cell_vc(Slot& sl, std::int32_t slot, std::int64_t index, std::int64_t c, Cell& cl,
+                      bool write, const Access& cur, Reported& done) {
+    const bool async = cur.wg_epoch & kAsync;
+    if (cl.write.valid(cta)) {
+      if (unordered(cl.write, cur))
+        race(Kind::race, slot, index, c, cl.write, true, cur, write, done);
+      else if (async && !(cl.write.wg_epoch & kAsync) && !fenced(cl.write, cur) && !done.race) {
+        done.race = true;
+        Finding f{Kind::unfenced, slot, index, 1, cl.write, cur, true, write, 1};
+        f.first_index = element_of(cl.write.slot, c);
+        add(f);
+      }
+    }
+    if (write) {
+      for (const Access* r : {&cl.read1, &cl.read2})
+        if (r->valid(cta) && unordered(*r, cur))
+          race(Kind::race, slot, index, c, *r, false, cur, true, done);
+      cl.write = cur;
+      cl.read1 = cl.read2 = Access{};
+    } else if (!cl.read1.valid(cta) || !unordered(cl.read1, cur)) {
+      cl.read1 = cur;  // read1 happened before this read: this one stands for both
+    } else if (!cl.read2.valid(cta) || !unordered(cl.read2, cur)) {
+      cl.read2 = cur;
+    } else {
+      cl.read2 = cl.read1;
+      cl.read1 = cur;
+    }
+    across_ctas(sl, slot, index, c, cl, write, cur, done);
+  }
+
+  // Across CTAs (global memory only: shared memory is the CTA's own).
+  void across_ctas(Slot& sl, std::int32_t slot, std::int64_t index, std::int64_t c, Cell& cl,
+                   bool write, const Access& cur, Reported& done) {
     if (!sl.global) return;
     if (cl.cta_write.exists() && cl.cta_write.cta() != cta)
       race(Kind::race_cta, slot, index, c, cl.cta_write, true, cur, write, done);
@@ -312,9 +432,147 @@ Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
 }
 Checker::~Checker() = default;
 
+// ---------------------------------------------- the vector-clock mode (fibers)
+
+void Checker::use_clocks(std::vector<FiberSite> sites) {
+  State& s = *state_;
+  s.vc = true;
+  // An unrolled loop's copies of one instruction are one site in reports.
+  std::map<std::string, std::int32_t> first;
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    const FiberSite& f = sites[i];
+    auto [it, fresh] = first.emplace(f.op + '\n' + f.operand + '\n' + f.loc.str(),
+                                     static_cast<std::int32_t>(i));
+    s.canon.push_back(it->second);
+  }
+  s.fsites = std::move(sites);
+}
+bool Checker::clocks() const { return state_->vc; }
+
+void Checker::begin_cta(std::int64_t cta) {
+  State& s = *state_;
+  s.cta = cta;
+  const auto n = static_cast<std::size_t>(s.block());
+  s.clocks.assign(n, Clock(n, 0));
+  for (std::size_t t = 0; t < n; ++t) s.clocks[t][t] = 1;
+  s.agents.clear();
+  s.fences.assign(n, {});
+  s.wgmma.assign(n, {});
+}
+
+int Checker::agent(const std::string& what) {
+  State& s = *state_;
+  const int id = s.block() + static_cast<int>(s.agents.size());
+  if (id > 32767)
+    fail("tx.host_checked", "", {}, "the checked mode tracks at most 32767 threads and agents");
+  s.agents.push_back(what);
+  Clock c(static_cast<std::size_t>(id) + 1, 0);
+  c[static_cast<std::size_t>(id)] = 1;
+  s.clocks.push_back(std::move(c));
+  return id;
+}
+
+namespace {
+void join_into(Checker::Clock& into, const Checker::Clock& from) {
+  if (into.size() < from.size()) into.resize(from.size(), 0);
+  for (std::size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
+}
+}  // namespace
+
+void Checker::release(int actor, Clock& into) {
+  Clock& c = state_->clock(actor);
+  join_into(into, c);
+  ++c[static_cast<std::size_t>(actor)];
+}
+void Checker::acquire(int actor, const Clock& from) { join_into(state_->clock(actor), from); }
+void Checker::join(int actor, int from) {
+  Clock f = state_->clock(from);
+  join_into(state_->clock(actor), f);
+}
+void Checker::know(int actor, int of, std::uint32_t clock) {
+  Clock& c = state_->clock(actor);
+  if (c.size() <= static_cast<std::size_t>(of)) c.resize(static_cast<std::size_t>(of) + 1, 0);
+  c[static_cast<std::size_t>(of)] = std::max(c[static_cast<std::size_t>(of)], clock);
+}
+void Checker::tick(int actor) { ++state_->clock(actor)[static_cast<std::size_t>(actor)]; }
+std::uint32_t Checker::seen(int actor, int of) const {
+  const Clock& c = state_->clocks[static_cast<std::size_t>(actor)];
+  return static_cast<std::size_t>(of) < c.size() ? c[static_cast<std::size_t>(of)] : 0;
+}
+std::uint32_t Checker::clock_of(int actor) const {
+  return state_->clocks[static_cast<std::size_t>(actor)][static_cast<std::size_t>(actor)];
+}
+
+bool Checker::access(int actor, std::int32_t slot, std::int64_t index, bool write,
+                     std::int32_t fiber_site, bool async, std::uint32_t tag, int issuer) {
+  State& s = *state_;
+  if (slot < 0 || static_cast<std::size_t>(slot) >= s.slots.size()) return true;
+  Slot& sl = s.slots[static_cast<std::size_t>(slot)];
+  Access a;
+  a.thread = static_cast<std::int16_t>(actor);
+  a.slot = static_cast<std::int16_t>(slot);
+  a.cta1 = static_cast<std::int32_t>(s.cta + 1);
+  a.cta_epoch = clock_of(actor);
+  a.wg_epoch = (async ? kAsync : 0u) | static_cast<std::uint32_t>(issuer + 1);
+  a.warp_epoch = tag;
+  a.site = fiber_site_code(s.fiber_site(fiber_site));
+  if (index < 0 || index >= sl.bound) {
+    s.add({Kind::out_of_bounds, slot, index, 1, {}, a, false, write, 1});
+    return false;
+  }
+  if (sl.races) s.access(slot, index, write, a);
+  return true;
+}
+
+void Checker::fence_proxy(int thread) {
+  State& s = *state_;
+  Clock& c = s.clock(thread);
+  ++c[static_cast<std::size_t>(thread)];
+  s.fences[static_cast<std::size_t>(thread)].push_back(c[static_cast<std::size_t>(thread)]);
+}
+
+void Checker::wgmma_issue(int thread, int agent, std::uint32_t clock, std::int32_t d_slot,
+                          std::int64_t lo, std::int64_t hi, std::int32_t fiber_site) {
+  State::WgmmaThread& w = state_->wgmma[static_cast<std::size_t>(thread)];
+  w.acc.push_back({d_slot, lo, hi, w.next_group, agent, clock, fiber_site});
+  w.open_agent = agent;
+  w.open_clock = clock;
+}
+void Checker::wgmma_commit(int thread) {
+  State::WgmmaThread& w = state_->wgmma[static_cast<std::size_t>(thread)];
+  if (w.open_agent < 0) return;  // an empty group: nothing to wait for
+  w.groups.emplace_back(w.next_group++, w.open_agent, w.open_clock);
+  w.open_agent = -1;
+}
+void Checker::wgmma_wait(int thread, int pending) {
+  State::WgmmaThread& w = state_->wgmma[static_cast<std::size_t>(thread)];
+  while (w.groups.size() > static_cast<std::size_t>(std::max(pending, 0))) {
+    auto [group, agent, clock] = w.groups.front();
+    w.groups.erase(w.groups.begin());
+    know(thread, agent, clock);
+    std::erase_if(w.acc, [&](const State::Pending& p) { return p.group <= group; });
+  }
+}
+
+void Checker::problem(const std::string& operand, const std::string& text,
+                      std::int32_t fiber_site) {
+  state_->model(operand, text, fiber_site_code(state_->fiber_site(fiber_site)));
+}
+
+std::string Checker::site_text(std::int32_t fiber_site) const {
+  const State& s = *state_;
+  if (fiber_site < 0 || static_cast<std::size_t>(fiber_site) >= s.fsites.size()) return "?";
+  const FiberSite& f = s.fsites[static_cast<std::size_t>(fiber_site)];
+  return f.op + " at " + f.loc.str();
+}
+
 namespace {
 
 std::string element(const CheckBuffer& b, std::int64_t index) {
+  if (b.shape.empty() && b.stages > 1 && index >= 0 && index < b.elems)
+    return b.name + "[" + std::to_string(index / (b.elems / b.stages)) + ", ...] (stage " +
+           std::to_string(index / (b.elems / b.stages)) + ", element " + std::to_string(index) +
+           ")";
   if (b.shape.empty() || index < 0 || index >= b.elems)
     return b.name + "[" + std::to_string(index) + "]";
   std::vector<std::int64_t> coord(b.shape.size());
@@ -338,10 +596,87 @@ std::string shape_text(const CheckBuffer& b) {
 
 }  // namespace
 
+void Checker::report(const std::string& kernel, SourceLoc loc, const Error& stop) {
+  State& s = *state_;
+  if (s.findings.empty()) throw stop;
+  std::string text = stop.reason();
+  Finding f{Kind::model, -1, 0, 1, {}, {}, false, false, 1};
+  f.text = "and then: " + text;
+  ++s.total;
+  s.findings.emplace(std::make_tuple(99, 0, 0, 0, 0), f);
+  report(kernel, loc);
+  throw stop;  // not reached: report() throws with findings
+}
+
+std::string Checker::element_name(std::int32_t slot, std::int64_t index) const {
+  const State& s = *state_;
+  if (slot < 0 || static_cast<std::size_t>(slot) >= s.plan.buffers.size())
+    return "element " + std::to_string(index);
+  return element(s.plan.buffers[static_cast<std::size_t>(slot)], index);
+}
+
+namespace {
+// An actor of the vector-clock mode, in words.
+std::string actor_words(const std::vector<std::string>& agents, int block, const Access& a) {
+  if (a.thread < block) {
+    const int t = a.thread;
+    return "thread " + std::to_string(t) + " (warpgroup " + std::to_string(t / 128) + ", warp " +
+           std::to_string(t / 32) + ")";
+  }
+  const auto i = static_cast<std::size_t>(a.thread - block);
+  std::string w = i < agents.size() ? agents[i] : "an asynchronous unit";
+  const std::uint32_t issuer = a.wg_epoch & 0xffff;
+  if (w.rfind("the TMA", 0) == 0)
+    w += " (the copy of phase " + std::to_string(a.warp_epoch) + ")";
+  if (issuer > 0) w += ", issued by thread " + std::to_string(issuer - 1);
+  return w;
+}
+}  // namespace
+
+namespace {
+std::string actor_text(const Checker::State& s, const Access& a) {
+  return actor_words(s.agents, s.block(), a);
+}
+
+// A race of the vector-clock mode, with what usually causes that pair.
+template <typename Site>
+std::string race_text(const Checker::State& s, const Finding& f, const std::string& on,
+                      const std::string& it1, const std::string& it2, const Site& site) {
+  auto actor_text = [&](const Access& a) { return actor_words(s.agents, s.block(), a); };
+  const CheckBuffer& b = s.plan.buffers[static_cast<std::size_t>(f.slot)];
+  auto verb = [](bool w) { return w ? "writes" : "reads"; };
+  const bool tma1 = f.first.thread >= s.block() && (f.first.wg_epoch & kAsync) &&
+                    actor_text(f.first).rfind("the TMA", 0) == 0;
+  const bool tma2 = f.second.thread >= s.block() && actor_text(f.second).rfind("the TMA", 0) == 0;
+  const bool mma1 = f.first.thread >= s.block() && !tma1;
+  std::string text = std::string("race on ") + mem_scope_name(b.scope) + " memory " + on +
+                     " in CTA " + std::to_string(f.second.cta()) + ": " + actor_text(f.first) +
+                     " " + verb(f.first_writes) + " " + it1 + " (" + site(f.first.site) + ") and " +
+                     actor_text(f.second) + " " + verb(f.second_writes) + " " + it2 + " (" +
+                     site(f.second.site) +
+                     "), and nothing orders the two (no barrier, mbarrier phase or wgmma wait "
+                     "between them)";
+  if (mma1)
+    text += "; the wgmma still reads its operands until a wgmma_wait retires it: release or "
+            "overwrite the stage only after that wait (gemm pending=, T::cuda::wgmma_wait)";
+  else if (tma1 && f.first_writes)
+    text += "; the data is valid only once the mbarrier phase the copy completes on (phase " +
+            std::to_string(f.first.warp_epoch) + ", parity " +
+            std::to_string(f.first.warp_epoch % 2) +
+            ") has completed and the reader waited for it";
+  else if (tma2 && !f.first_writes)
+    text += "; the TMA copy overwrote data that was still being read: the producer must wait "
+            "for the consumers' release of the stage (its empty barrier) before the copy, and the "
+            "consumers release it only after their last read";
+  return text;
+}
+}  // namespace
+
 void Checker::report(const std::string& kernel, SourceLoc loc) const {
   const State& s = *state_;
   if (s.findings.empty()) return;
   auto site = [&](std::int32_t i) -> std::string {
+    if (i <= -2) return site_text(-2 - i);
     if (i < 0 || static_cast<std::size_t>(i) >= s.plan.sites.size()) return "?";
     const CheckSite& c = s.plan.sites[static_cast<std::size_t>(i)];
     return c.op + " at " + c.loc.str();
@@ -365,7 +700,9 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
         const std::string on = b1 == b ? e2
                                        : "memory shared by arguments " + b1->name + " and " +
                                              b->name + " (" + e1 + " overlaps " + e2 + ")";
-        if (f.kind == Kind::race)
+        if (f.kind == Kind::race && s.vc)
+          text = race_text(s, f, on, it1, it2, site);
+        else if (f.kind == Kind::race)
           text = std::string("race on ") + mem_scope_name(b->scope) + " " +
                  (b1 == b ? "memory " : "") + on + " in CTA " + std::to_string(f.second.cta()) +
                  ": thread " + std::to_string(f.first.thread) + " " + verb(f.first_writes) + " " +
@@ -381,6 +718,22 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
                  "); the CTAs of a launch run in any order and never wait for each other";
         break;
       }
+ case Kind::unfenced: {
+        const std::string e = element(*b, f.index);
+        text = "missing proxy fence on " + std::string(mem_scope_name(b->scope)) + " memory " + e +
+               " in CTA " + std::to_string(f.second.cta()) + ": thread " +
+ std::to_string(f.first.thread) + " writes it (" + site(f.first.site) + ") and " +
+               actor_text(s, f.second) + " " + verb(f.second_writes) + " it (" + site(f.second.site) +
+               ") through the asynchronous proxy; the barrier orders them, but no "
+               "fence.proxy.async of thread " +
+               std::to_string(f.first.thread) +
+               " lies between its write and that barrier, so the asynchronous proxy may not see "
+               "the write (T::cuda::fence_proxy_async() after the writes, before the barrier)";
+        break;
+      }
+      case Kind::model:
+        text = f.text + (f.second.site <= -2 ? " (" + site(f.second.site) + ")" : "");
+        break;
       case Kind::out_of_bounds:
         text = "out of bounds: " + site(f.second.site) + " " + verb(f.second_writes) +
                (f.count > 1 ? " elements [" + std::to_string(f.index) + ", " +
@@ -439,6 +792,27 @@ extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int6
         tx::runtime::host::Kind::out_of_bounds, slot, index, count, {}, cur, false, write, 1};
     s.add(f);
     return false;
+  }
+  if (s.vc && thread >= 0 && static_cast<std::size_t>(thread) < s.wgmma.size()) {
+    // An accumulator register of a wgmma not yet retired.
+    for (const auto& p : s.wgmma[static_cast<std::size_t>(thread)].acc)
+      if (p.slot == slot && index < p.hi && index + count > p.lo) {
+        const auto& sites = s.plan.sites;
+        const std::string where =
+            site >= 0 && static_cast<std::size_t>(site) < sites.size()
+                ? sites[static_cast<std::size_t>(site)].op + " at " +
+                      sites[static_cast<std::size_t>(site)].loc.str()
+                : std::string("?");
+        s.model(s.plan.buffers[static_cast<std::size_t>(slot)].name,
+                "thread " + std::to_string(thread) + std::string(write ? " writes" : " reads") +
+                    " the wgmma accumulator " + s.plan.buffers[static_cast<std::size_t>(slot)].name +
+                    "[" + std::to_string(index) + "] (" + where +
+                    ") before a wgmma_wait retires the wgmma that writes it: until then the "
+                    "registers belong to the MMA in flight (wait with T::cuda::wgmma_wait(0, acc) "
+                    "first)",
+                tx::runtime::host::fiber_site_code(s.fiber_site(p.site)));
+        break;
+      }
   }
   if (sl.races)
     for (std::int64_t k = 0; k < count; ++k) s.access(slot, index + k, write, cur);

@@ -19,6 +19,21 @@
 // at all, so an element that one CTA writes and another reads or writes is
 // a race too. CTAs run one after the other in this mode.
 //
+// Kernels that run as fibers (mbarrier pipelines, warp specialization, TMA
+// and wgmma: fibers.hpp) are ordered by vector clocks instead of epochs. An
+// actor is a thread of the CTA or an asynchronous agent: the TMA unit that
+// completes copies on one mbarrier, a warpgroup's wgmma unit. Each actor
+// has a clock; a barrier joins its threads' clocks, an mbarrier phase
+// carries the clocks of its arrivals and of the TMA copies it counted to
+// its waiters, a wgmma_wait gives its thread the wgmma unit's clock up to
+// the groups it retires. An access is ordered after an earlier one when the
+// accessing actor's clock has caught up with the earlier access's. Accesses
+// of the asynchronous proxy (TMA writes, wgmma reads) after a thread's
+// write also need that thread's fence.proxy.async between the write and
+// the release that orders them. The model's own findings (an accumulator
+// read before its wgmma retired, an mbarrier left mid-phase, setmaxnreg
+// misuse) join the report.
+//
 // The checks are inserted into the lowered IR by lowering's instrument_checks
 // pass (as the check_* intrinsics), so they survive the host passes where the
 // accesses they guard go; the LLVM code generator (lowering/src/codegen/llvm.cpp)
@@ -57,6 +72,48 @@ class Checker {
 
   // After the launch: a tx error listing what was found, if anything.
   void report(const std::string& kernel, SourceLoc launch_loc) const;
+  // After a launch that failed with `stop` (a deadlock, a misused
+  // barrier): `stop` alone when nothing else was found, else the report
+  // with `stop` among its findings (what went wrong before it often is the cause).
+  [[noreturn]] void report(const std::string& kernel, SourceLoc launch_loc, const Error& stop);
+
+  // ---- the fiber schedule's ordering (vector clocks)
+  using Clock = std::vector<std::uint32_t>;
+  struct FiberSite {
+    std::string op, operand;
+    SourceLoc loc;
+  };
+  // Turns the vector clocks on: `sites` are the scheduler's (the TMA copies'
+  // and wgmma's sites, numbered as the fiber calls pass them).
+  void use_clocks(std::vector<FiberSite> sites);
+  void begin_cta(std::int64_t cta);  // every clock starts over
+  // A new asynchronous agent of this CTA: its actor id (after the threads).
+  int agent(const std::string& what);
+  void release(int actor, Clock& into);  // into = max(into, actor's clock); the actor ticks
+  void acquire(int actor, const Clock& from);
+  void join(int actor, int from);  // actor's clock = max(its clock, from's)
+  void know(int actor, int of, std::uint32_t clock);
+  void tick(int actor);
+  std::uint32_t clock_of(int actor) const;
+  std::uint32_t seen(int actor, int of) const;  // how far `actor` knows `of`'s clock
+  // An element access of an actor at a fiber site: `async`, through the
+  // asynchronous proxy; `tag` a detail for the report (a TMA copy's phase).
+  // False when out of bounds (then reported, and the access skipped).
+  bool access(int actor, std::int32_t slot, std::int64_t index, bool write, std::int32_t fiber_site,
+              bool async, std::uint32_t tag = 0, int issuer = -1);
+  void fence_proxy(int thread);
+  // wgmma: D's registers [lo, hi) of `thread` are written by the instruction
+  // (unit `agent`, its clock) until a wait retires the group it joins.
+  void wgmma_issue(int thread, int agent, std::uint32_t clock, std::int32_t d_slot,
+                   std::int64_t lo, std::int64_t hi, std::int32_t fiber_site);
+  void wgmma_commit(int thread);
+  void wgmma_wait(int thread, int pending);
+  // A misuse the model found; reported with the races after the launch.
+  void problem(const std::string& operand, const std::string& text, std::int32_t fiber_site);
+  bool clocks() const;
+  // "pipe_full[1]": a shared buffer's element, for reports.
+  std::string element_name(std::int32_t slot, std::int64_t index) const;
+  std::string site_text(std::int32_t fiber_site) const;
 
   struct State;
   State& state() { return *state_; }

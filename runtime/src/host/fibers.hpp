@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "checked_mode.hpp"
 #include "llvm.hpp"  // lowering/src/codegen: WaitSite, FiberEntry
 #include "tx/ir.hpp"
 
@@ -50,16 +51,33 @@ struct FiberPlan {
 };
 
 // Runs CTAs [first, end) one after another, each as plan.block fibers.
-// A deadlock or a misused mbarrier is a tx error (fail()).
+// A deadlock or a misused mbarrier is a tx error (fail()). With `checker`
+// (the checked mode), every synchronization also orders the checker's
+// vector clocks, and the model's findings go to it.
 void run_fiber_ctas(FiberEntry fn, const FiberPlan& plan, void* const* args, std::int64_t first,
-                    std::int64_t end, void* scratch, const std::int64_t* grid, SourceLoc launch);
+                    std::int64_t end, void* scratch, const std::int64_t* grid, SourceLoc launch,
+                    Checker* checker = nullptr);
 
 }  // namespace tx::runtime::host
 
 // Called by JIT-compiled fiber kernels (bound by address in host_jit.cpp).
 extern "C" {
+void* tx_fiber_checker(void* fibers);
 void tx_fiber_sync(void* fibers, std::int32_t thread, std::int32_t group, std::int32_t site);
-void tx_fiber_mbarrier_init(void* fibers, void* bar, std::int32_t count, std::int32_t site);
+void tx_fiber_async(void* fibers, std::int32_t thread, std::int32_t kind, std::int32_t a,
+                    std::int32_t b, std::int32_t site);
+void tx_fiber_tma_load(void* fibers, std::int32_t thread, void* smem, std::int32_t smem_slot,
+                       std::int64_t smem_offset, void* bar, std::int32_t bar_slot,
+                       std::int64_t bar_index, const void* global, std::int32_t global_slot,
+                       std::int32_t rank, const std::int64_t* dims, const std::int64_t* box,
+                       const std::int64_t* coords, std::int32_t elem_bytes, std::int32_t swizzle,
+                       std::int32_t site);
+void tx_fiber_wgmma(void* fibers, std::int32_t thread, const std::int64_t* info, void* d,
+                    std::int32_t d_slot, void* a, std::int32_t a_slot, std::int64_t a_offset,
+                    void* b, std::int32_t b_slot, std::int64_t b_offset, std::int32_t scale_d,
+                    std::int32_t site);
+void tx_fiber_mbarrier_init(void* fibers, void* bar, std::int32_t count, std::int32_t slot,
+                            std::int64_t index, std::int32_t site);
 void tx_fiber_mbarrier_arrive(void* fibers, void* bar, std::int32_t site);
 void tx_fiber_mbarrier_expect_tx(void* fibers, void* bar, std::int32_t bytes, std::int32_t site);
 void tx_fiber_mbarrier_wait(void* fibers, void* bar, std::int32_t parity, std::int32_t site);

@@ -183,6 +183,10 @@ Jit& jit() {
     helper("tx_fiber_mbarrier_wait", &tx_fiber_mbarrier_wait);
     helper("tx_fiber_shfl_xor", &tx_fiber_shfl_xor);
     helper("tx_fiber_named_barrier", &tx_fiber_named_barrier);
+    helper("tx_fiber_checker", &tx_fiber_checker);
+    helper("tx_fiber_async", &tx_fiber_async);
+    helper("tx_fiber_tma_load", &tx_fiber_tma_load);
+    helper("tx_fiber_wgmma", &tx_fiber_wgmma);
     if (llvm::Error e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(helpers))) {
       s->error = "LLVM ORC tx helpers: " + llvm_message(std::move(e));
       return s;
@@ -248,18 +252,35 @@ class JitKernel : public HostKernel {
         plan_(std::move(plan)) {}
   // The fiber schedule: `fiber` runs one thread.
   JitKernel(lowering::FiberEntry fiber, host::FiberPlan fibers,
-            const lowering::LaunchConfig& launch)
+            const lowering::LaunchConfig& launch,
+            std::shared_ptr<const lowering::CheckPlan> plan = nullptr)
       : fiber_(fiber),
         fibers_(std::move(fibers)),
         launch_(launch),
         block_(launch.block),
         scratch_bytes_(fibers_.scratch_bytes),
-        name_(fibers_.kernel) {}
+        name_(fibers_.kernel),
+        plan_(std::move(plan)) {}
 
   void run(const HostLaunch& l) const override {
     void* const* args = l.args;
     const std::int64_t* grid = l.grid.data();
     const std::int64_t blocks = l.grid[0] * l.grid[1] * l.grid[2];
+    if (fiber_ && plan_) {
+      // Checked fibers: one CTA after another, ordered by vector clocks.
+      host::Checker checker(*plan_, launch_, l.elems, l.args);
+      std::vector<host::Checker::FiberSite> sites;
+      for (const auto& s : fibers_.sites) sites.push_back({s.op, s.operand, s.loc});
+      checker.use_clocks(std::move(sites));
+      Scratch s(scratch_bytes_);
+      try {
+        host::run_fiber_ctas(fiber_, fibers_, l.args, 0, blocks, s.p, grid, l.loc, &checker);
+      } catch (const Error& stop) {
+        checker.report(lowering::sanitize_identifier(name_), l.loc, stop);
+      }
+      checker.report(lowering::sanitize_identifier(name_), l.loc);
+      return;
+    }
     if (fiber_) {
       run_fibers(l, blocks);
       return;
@@ -458,7 +479,8 @@ host::FiberPlan fiber_plan(const lowering::LoweredKernel& k, const lowering::Hos
   plan.kernel = k.source->name;
   plan.block = k.launch.block;
   plan.stack_bytes = fiber_stack_bytes(form.body);
-  lowering::EmittedModule em = lowering::emit_llvm_fibers(ctx, k, form.body, fname, &plan.sites);
+  lowering::EmittedModule em =
+      lowering::emit_llvm_fibers(ctx, k, form.body, fname, &plan.sites, form.checks.get());
   plan.scratch_bytes = em.scratch_bytes;
   if (module) *module = std::move(em.module);
   return plan;
@@ -515,7 +537,7 @@ std::shared_ptr<HostKernel> make_kernel(const lowering::LoweredKernel& k,
                                         host::FiberPlan plan) {
   if (c.fibers)
     return std::make_shared<JitKernel>(reinterpret_cast<lowering::FiberEntry>(fn), std::move(plan),
-                                       k.launch);
+                                       k.launch, form.checks);
   return std::make_shared<JitKernel>(reinterpret_cast<lowering::HostEntry>(fn), k.launch,
                                      c.scratch_bytes, k.source->name, form.checks);
 }

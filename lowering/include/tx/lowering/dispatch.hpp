@@ -74,11 +74,15 @@ struct Variant {
   // Why it is not on the other kinds, with what lowers the call there
   // instead: its reason on such a target, once its predicates hold.
   std::string off_target{};
+  // Also lowers for the host's checked mode (Target::async_model), whose
+  // checker runs the instructions it emits through a model.
+  bool async_model = false;
   int priority = 10;
   std::vector<std::pair<std::string, Predicate>> when;
   Planner plan;
   std::string qualified() const { return family + "/" + name; }
   bool runs_on(TargetKind k) const;
+  bool runs_on(const Target& t) const { return runs_on(t.kind) || (async_model && t.async_model); }
 };
 
 class Registry {

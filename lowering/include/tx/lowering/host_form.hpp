@@ -46,12 +46,14 @@ namespace tx::lowering {
 
 // A buffer the checks know by its slot number.
 struct CheckBuffer {
-  int param = -1;  // the kernel argument it is, for global buffers
+  const void* data = nullptr;  // the buffer's data var (its identity in the IR)
+  int param = -1;              // the kernel argument it is, for global buffers
   std::string name;
   MemScope scope = MemScope::global;
   std::int64_t elems = 0;           // valid indices: [0, elems)
   int elem_bytes = 1;               // bytes per element (the checker maps elements to addresses)
   std::vector<std::int64_t> shape;  // the user's shape, when row-major (coordinates)
+  std::int64_t stages = 0;          // else a shared buffer's leading extent (its stages)
   bool races = false;               // shared and global buffers are tracked
 };
 

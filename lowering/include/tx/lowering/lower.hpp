@@ -126,8 +126,12 @@ struct LowerOptions {
   // checked against its extent at run time (guard_indices), and on the host
   // every access, barrier and division (instrument_checks).
   bool check_indices = false;
-  // The target these options name: the host, or CUDA of `arch`.
-  Target target() const { return host ? Target::host() : Target::cuda(arch); }
+  // The target these options name: the host (checked: with the model of
+  // sm_90's asynchronous instructions), or CUDA of `arch`.
+  Target target() const {
+    return host ? (check_indices ? Target::host_async_model() : Target::host())
+                : Target::cuda(arch);
+  }
 };
 
 // Hardware limits a kernel is checked against when it is compiled.
