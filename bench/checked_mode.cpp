@@ -1,5 +1,7 @@
-// The cost of the checked host mode (TX_CHECK=1) on the seed samples: each
-// sample kernel run on the host plain and checked, compile and launch timed
+// The cost of the checked host mode (TX_CHECK=1) on the seed samples and
+// the two Hopper samples (TMA, wgmma, mbarriers: checked through the model
+// of sm_90, unchecked as fibers with synchronous copies and FMA products):
+// each kernel run on the host plain and checked, compile and launch timed
 // separately. The numbers are in docs/reliability.md.
 //
 //   bench_checked_mode [repeats]
@@ -13,7 +15,9 @@
 #include "tx/tx.hpp"
 
 #define TX_SAMPLE_NO_MAIN
+#include "attention_hopper.cpp"
 #include "cta_sqrt_smem.cpp"
+#include "gemm_hopper.cpp"
 #include "thread_sum_local.cpp"
 #include "warp_copy_reg.cpp"
 #include "warp_sqrt_reg.cpp"
@@ -75,11 +79,22 @@ int main(int argc, char** argv) {
                                  {"warp_copy_reg", warp_copy_reg()},
                                  {"thread_sum_local", thread_sum()},
                                  {"warp_sum_shuffle", warp_sum_shuffle()},
-                                 {"axpb 2^20 elements", axpb}};
+                                 {"axpb 2^20 elements", axpb},
+                                 {"gemm_hopper 512x768x384", gemm_hopper(512, 768, 384)},
+                                 {"attention_hopper 2x4x200x300, D 64, causal",
+                                  attention_hopper({.batch = 2,
+                                                    .heads = 4,
+                                                    .kv_heads = 2,
+                                                    .seq_q = 200,
+                                                    .seq_k = 300,
+                                                    .head_dim = 64,
+                                                    .causal = true})}};
   std::printf("| kernel | compile plain (ms) | compile checked (ms) | launch plain (us) | "
               "launch checked (us) | launch ratio |\n|---|---|---|---|---|---|\n");
   for (const Sample& s : samples) {
-    int n = std::string(s.name).rfind("axpb", 0) == 0 ? std::max(3, repeats / 50) : repeats;
+    const std::string name = s.name;
+    const bool big = name.rfind("axpb", 0) == 0 || name.find("hopper") != std::string::npos;
+    int n = big ? std::max(3, repeats / 50) : repeats;
     Times plain = measure(s.f, false, n), checked = measure(s.f, true, n);
     std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1fx |\n", s.name, plain.compile_ms,
                 checked.compile_ms, plain.launch_us, checked.launch_us,

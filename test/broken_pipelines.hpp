@@ -236,10 +236,10 @@ inline std::vector<BrokenPipeline> broken_pipelines() {
   gemm("named_barrier_mismatch", B_::named_barrier_mismatch, {"named barrier", "counts"},
        "two warpgroups sync one named barrier, counting 256 and 128 threads");
   gemm("setmaxnreg_half_warpgroup", B_::setmaxnreg_half_warpgroup,
-       {"deadlock", "threads 0-63: T.ptx.setmaxnreg", "setmaxnreg is .sync.aligned"},
+       {"setmaxnreg 40 was executed by 64 of warpgroup 0's 128 threads", ".sync.aligned"},
        "half of the producer warpgroup calls setmaxnreg");
   gemm("setmaxnreg_overcommit", B_::setmaxnreg_overcommit,
-       {"deadlock", "waits for registers", "more than the SM's 65536"},
+       {"setmaxnreg.inc to 256", "more than the SM's 65536"},
        "the consumers increase to 256 registers each: 40 x 128 + 256 x 256 > 65536");
   out.push_back({"unfenced_smem_operand", B_::unfenced_smem_operand,
                  detail::sync_copy_gemm("pipe_unfenced_operand", false),

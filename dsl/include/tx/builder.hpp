@@ -406,8 +406,10 @@ void wait_group(int pending, Loc loc = Loc::current());
 // by Tx::...::copy_async with barrier=) has landed; wait(bar, parity) returns
 // once the phase of that parity has completed (a fresh barrier's phase is
 // 0: waiting on parity 1 returns at once). Each thread that calls arrive
-// counts as one arrival. GPU only: the host cannot run threads that wait on
-// each other inside loops.
+// counts as one arrival. On the host the kernel runs with a fiber per
+// thread; the checked mode (TX_CHECK=1) follows every phase (a read of TMA
+// bytes before their phase completes, a phase that never completes, ...:
+// docs/reliability.md).
 void mbarrier_init(Value bar, Value count, Loc loc = Loc::current());
 void mbarrier_arrive(Value bar, Loc loc = Loc::current());
 void mbarrier_expect_tx(Value bar, Value bytes, Loc loc = Loc::current());

@@ -141,9 +141,8 @@ class Scheduler {
     bars_.clear();
     const std::size_t wgs = static_cast<std::size_t>((plan_.block + 127) / 128);
     wgmma_.assign(wgs, Collective{});
-    maxnreg_.assign(wgs, Collective{});
     regs_.assign(wgs, 0);
-    waiting_regs_.assign(wgs, {});
+    maxnreg_uses_.clear();
     if (chk_) chk_->begin_cta(cta);
     for (int t = 0; t < plan_.block; ++t) {
       Fiber& f = fibers_[static_cast<std::size_t>(t)];
@@ -580,54 +579,21 @@ class Scheduler {
     }
   }
 
-  // setmaxnreg: a warpgroup collective; checked, the warpgroups' counts must
-  // fit the SM's 65536 registers.
+  // setmaxnreg: every thread of a warpgroup executes it (.sync.aligned), and
+  // the warpgroups' counts must fit the SM's 65536 registers. Checked at the
+  // CTA's end (at_exit), not by waiting here: on the GPU a partial
+  // warpgroup or an increase beyond the pool is undefined, and an H100 runs
+  // both without hanging (docs/reliability.md).
   void setmaxnreg(int thread, int count, bool increase, int where) {
     const int w = thread / 128;
-    Collective& c = maxnreg_[static_cast<std::size_t>(w)];
-    if (c.arrived > 0 && (c.site != where || c.parts[0].value != count))
-      chk_->problem("", "setmaxnreg: threads of warpgroup " + std::to_string(w) +
-                            " ask for different counts at once (" + site(c.site).op + " at " +
-                            site(c.site).loc.str() + " and this one)", where);
-    c.site = where;
-    c.parts[0].value = count;
-    const std::uint64_t gen = c.generation;
-    ++c.arrived;
-    ++progress_;
-    if (c.arrived < live_in(128, w)) {
-      while (c.generation == gen) yield(where, nullptr, -1);
-      return;
-    }
-    const int members = std::min(plan_.block, (w + 1) * 128) - w * 128;
-    if (c.arrived < members)
-      chk_->problem("", "setmaxnreg reached by " + std::to_string(c.arrived) + " of warpgroup " +
-                            std::to_string(w) + "'s " + std::to_string(members) +
-                            " threads (the others returned first): it is .sync.aligned, every "
-                            "thread of the warpgroup executes it",
-                    where);
-    if (count < 24 || count > 256 || count % 8 != 0)
-      chk_->problem("", "setmaxnreg " + std::to_string(count) +
-                            ": the count is a multiple of 8 in [24, 256]", where);
-    // An increase waits until the other warpgroups' decreases make room,
-    // as setmaxnreg.inc does; one that never fits is a deadlock.
-    const int before = regs_[static_cast<std::size_t>(w)];
+    auto& use = maxnreg_uses_[{w, where}];
+    ++use.threads;
+    use.count = count;
+    use.increase = increase;
     regs_[static_cast<std::size_t>(w)] = count;
-    for (;;) {
-      std::string parts;
-      const std::int64_t total = registers(&parts);
-      if (!increase || total <= 65536) break;
-      regs_[static_cast<std::size_t>(w)] = before;
-      waiting_regs_[static_cast<std::size_t>(w)] = "setmaxnreg.inc to " + std::to_string(count) + " by warpgroup " +
-                      std::to_string(w) + " waits for registers: the warpgroups would hold " +
-                      std::to_string(total) + " (" + parts +
-                      " per thread), more than the SM's 65536";
-      yield(where, nullptr, -1);
-      regs_[static_cast<std::size_t>(w)] = count;
-    }
-    waiting_regs_[static_cast<std::size_t>(w)].clear();
-    c.arrived = 0;
-    ++c.generation;
+    ++progress_;
   }
+
   // The registers the warpgroups hold (those that have not reallocated:
   // what the launch gave them), and the counts in words.
   std::int64_t registers(std::string* parts) const {
@@ -645,8 +611,36 @@ class Scheduler {
   }
 
   // The CTA returned: each mbarrier must be between phases (its arrivals
-  // pair with its count, its transaction bytes with its copies).
+  // pair with its count, its transaction bytes with its copies); each
+  // setmaxnreg was executed by whole warpgroups; the counts fit.
   void at_exit() {
+    for (const auto& [key, use] : maxnreg_uses_) {
+      const auto [w, where] = key;
+      const int members = std::min(plan_.block, (w + 1) * 128) - w * 128;
+      if (use.threads % members != 0)
+        chk_->problem("", "setmaxnreg " + std::to_string(use.count) + " was executed by " +
+                              std::to_string(use.threads % members) + " of warpgroup " +
+                              std::to_string(w) + "'s " + std::to_string(members) +
+                              " threads: it is .sync.aligned, every thread of the warpgroup "
+                              "executes it together (PTX: undefined otherwise)",
+                      where);
+      if (use.count < 24 || use.count > 256 || use.count % 8 != 0)
+        chk_->problem("", "setmaxnreg " + std::to_string(use.count) +
+                              ": the count is a multiple of 8 in [24, 256]", where);
+    }
+    std::string parts;
+    const std::int64_t total = registers(&parts);
+    if (total > 65536)
+      for (const auto& [key, use] : maxnreg_uses_)
+        if (use.increase) {
+          chk_->problem("", "setmaxnreg.inc to " + std::to_string(use.count) + " by warpgroup " +
+                                std::to_string(key.first) + ": the warpgroups hold " +
+                                std::to_string(total) + " registers (" + parts +
+                                " per thread), more than the SM's 65536 (PTX: undefined; the "
+                                "increase may wait forever for registers no one frees)",
+                        key.second);
+          break;
+        }
     for (auto& [bar, b] : bars_) {
       HostMbarrier m;
       std::memcpy(&m, bar, sizeof m);
@@ -744,11 +738,6 @@ class Scheduler {
                                              : "");
         os << ")";
       }
-      if (s.op == "T.ptx.setmaxnreg")
-        os << (!waiting_regs_[static_cast<std::size_t>(threads[0] / 128)].empty()
-                   ? " (" + waiting_regs_[static_cast<std::size_t>(threads[0] / 128)] + ")"
-                   : std::string(" (setmaxnreg is .sync.aligned: these threads wait for the rest "
-                                 "of their warpgroup)"));
       if (s.op.rfind("T.ptx.wgmma.m", 0) == 0)
         os << " (wgmma is .sync.aligned: these threads wait for the rest of their warpgroup)";
       if (named >= 0) {
@@ -766,9 +755,13 @@ class Scheduler {
   FiberEntry fn_;
   const FiberPlan& plan_;
   std::unordered_map<void*, BarrierInfo> bars_;
-  std::vector<Collective> wgmma_, maxnreg_;
+  std::vector<Collective> wgmma_;
   std::vector<int> regs_;    // setmaxnreg's count per warpgroup (0: the launch's)
-  std::vector<std::string> waiting_regs_;  // per warpgroup: an increase waiting for registers
+  struct MaxnregUse {
+    int threads = 0, count = 0;
+    bool increase = false;
+  };
+  std::map<std::pair<int, int>, MaxnregUse> maxnreg_uses_;  // (warpgroup, site)
   void* const* args_;
   void* scratch_;
   const std::int64_t* grid_;
