@@ -74,23 +74,24 @@ int main(int argc, char** argv) {
     auto col = T::thread_id({256});
     Y(row, col) = X(row, col) * 2.0f + 1.0f;
   });
-  std::vector<Sample> samples = {{"warp_sqrt_reg", warp_sqrt()},
-                                 {"cta_sqrt_smem", cta_sqrt()},
-                                 {"warp_copy_reg", warp_copy_reg()},
-                                 {"thread_sum_local", thread_sum()},
-                                 {"warp_sum_shuffle", warp_sum_shuffle()},
-                                 {"axpb 2^20 elements", axpb},
-                                 {"gemm_hopper 512x768x384", gemm_hopper(512, 768, 384)},
-                                 {"attention_hopper 2x4x200x300, D 64, causal",
-                                  attention_hopper({.batch = 2,
-                                                    .heads = 4,
-                                                    .kv_heads = 2,
-                                                    .seq_q = 200,
-                                                    .seq_k = 300,
-                                                    .head_dim = 64,
-                                                    .causal = true})}};
-  std::printf("| kernel | compile plain (ms) | compile checked (ms) | launch plain (us) | "
-              "launch checked (us) | launch ratio |\n|---|---|---|---|---|---|\n");
+  std::vector<Sample> samples = {
+      {"warp_sqrt_reg", warp_sqrt()},
+      {"cta_sqrt_smem", cta_sqrt()},
+      {"warp_copy_reg", warp_copy_reg()},
+      {"thread_sum_local", thread_sum()},
+      {"warp_sum_shuffle", warp_sum_shuffle()},
+      {"axpb 2^20 elements", axpb},
+      {"gemm_hopper 512x768x384", gemm_hopper(512, 768, 384)},
+      {"attention_hopper 2x4x200x300, D 64, causal", attention_hopper({.batch = 2,
+                                                                       .heads = 4,
+                                                                       .kv_heads = 2,
+                                                                       .seq_q = 200,
+                                                                       .seq_k = 300,
+                                                                       .head_dim = 64,
+                                                                       .causal = true})}};
+  std::printf(
+      "| kernel | compile plain (ms) | compile checked (ms) | launch plain (us) | "
+      "launch checked (us) | launch ratio |\n|---|---|---|---|---|---|\n");
   for (const Sample& s : samples) {
     const std::string name = s.name;
     const bool big = name.rfind("axpb", 0) == 0 || name.find("hopper") != std::string::npos;

@@ -94,7 +94,8 @@ inline PrimFunc pipeline_gemm(const std::string& name, PipelineBug bug) {
                Tx::warpgroup::copy_async(Bs[region(span(s, 1), {0, BK}, {0, N})],
                                          Bm[region(span(kt * BK, BK), {0, N})], {.barrier = bar});
                T::if_(tid == 0, [&] {
-                 if (bug == B_::expect_tx_too_many) T::cuda::mbarrier_expect_tx(pipe.full(kt), 1024);
+                 if (bug == B_::expect_tx_too_many)
+                   T::cuda::mbarrier_expect_tx(pipe.full(kt), 1024);
                  pipe.producer_commit(kt);
                });
              }
@@ -125,8 +126,9 @@ inline PrimFunc pipeline_gemm(const std::string& name, PipelineBug bug) {
           }
           if (bug == B_::named_barrier_mismatch) {
             // Both consumer warpgroups meet before the epilogue; one counts 128.
-            T::if_(wg == 1, [&] { T::cuda::named_barrier_sync(turn.id(0), 256); })
-                .else_([&] { T::cuda::named_barrier_sync(turn.id(0), 128); });
+            T::if_(wg == 1, [&] { T::cuda::named_barrier_sync(turn.id(0), 256); }).else_([&] {
+              T::cuda::named_barrier_sync(turn.id(0), 128);
+            });
           }
           if (bug != B_::accumulator_before_wait) T::cuda::wgmma_wait(0, acc);
           if (bug != B_::release_too_early)
@@ -201,7 +203,8 @@ inline std::vector<BrokenPipeline> broken_pipelines() {
        "a consumer waits on the full barrier with the parity flipped: it passes at once for "
        "some threads of a warpgroup and not for others");
   gemm("consumer_wrong_stage", B_::consumer_wrong_stage,
-       {"race on shared memory", "the TMA unit of pipe_full[0]", "valid only once the mbarrier phase"},
+       {"race on shared memory", "the TMA unit of pipe_full[0]",
+        "valid only once the mbarrier phase"},
        "a consumer waits for the next stage's barrier and reads this stage");
   gemm("release_too_early", B_::release_too_early,
        {"the wgmma unit of warpgroup", "until a wgmma_wait retires it"},
@@ -230,7 +233,9 @@ inline std::vector<BrokenPipeline> broken_pipelines() {
   gemm("fewer_arrivals_than_count", B_::fewer_arrivals_than_count,
        {"deadlock", "pipe_empty[0]", "arrivals pending"},
        "an empty barrier initialized for three arrivals, released by two consumers");
-  out.push_back({"init_not_visible", B_::init_not_visible, detail::init_race("pipe_init_race"),
+  out.push_back({"init_not_visible",
+                 B_::init_not_visible,
+                 detail::init_race("pipe_init_race"),
                  {"before its initialization by thread 0"},
                  "threads use an mbarrier before the init's CTA barrier"});
   gemm("named_barrier_mismatch", B_::named_barrier_mismatch, {"named barrier", "counts"},
@@ -241,11 +246,13 @@ inline std::vector<BrokenPipeline> broken_pipelines() {
   gemm("setmaxnreg_overcommit", B_::setmaxnreg_overcommit,
        {"setmaxnreg.inc to 256", "more than the SM's 65536"},
        "the consumers increase to 256 registers each: 40 x 128 + 256 x 256 > 65536");
-  out.push_back({"unfenced_smem_operand", B_::unfenced_smem_operand,
+  out.push_back({"unfenced_smem_operand",
+                 B_::unfenced_smem_operand,
                  detail::sync_copy_gemm("pipe_unfenced_operand", false),
                  {"missing proxy fence", "fence.proxy.async"},
                  "threads write the wgmma's operands with ordinary stores, no proxy fence"});
-  out.push_back({"fenced_smem_operand", B_::fenced_smem_operand,
+  out.push_back({"fenced_smem_operand",
+                 B_::fenced_smem_operand,
                  detail::sync_copy_gemm("pipe_fenced_operand", true),
                  {},
                  "the same with the fence: correct"});

@@ -25,8 +25,9 @@ double run_checked(const Kernel& k) {
   std::vector<Tensor> args;
   std::vector<std::vector<double>> in;
   for (const auto& p : k.info().params) {
-    Tensor t = Tensor::from_doubles(test::random_values(static_cast<std::size_t>(p.elems), p.dtype, -1.0, 1.0), p.shape, p.dtype,
-                                    k.device());
+    Tensor t = Tensor::from_doubles(
+        test::random_values(static_cast<std::size_t>(p.elems), p.dtype, -1.0, 1.0), p.shape,
+        p.dtype, k.device());
     in.push_back(t.to_doubles());
     args.push_back(t);
   }
@@ -43,7 +44,8 @@ double run_checked(const Kernel& k) {
     for (std::int64_t j = 0; j < N; ++j) {
       double want = 0;
       for (std::int64_t p = 0; p < K; ++p)
-        want += in[0][static_cast<std::size_t>(i * K + p)] * in[1][static_cast<std::size_t>(p * N + j)];
+        want +=
+            in[0][static_cast<std::size_t>(i * K + p)] * in[1][static_cast<std::size_t>(p * N + j)];
       const double got = C[static_cast<std::size_t>(i * N + j)];
       worst = std::isnan(got) ? INFINITY : std::max(worst, std::abs(got - want));
     }
@@ -75,7 +77,7 @@ TEST_CASE("the checked mode reports every broken pipeline of the catalogue as st
     REQUIRE_MESSAGE(!report.empty(), bp.name << " ran without a report");
     for (const std::string& part : bp.expect)
       CHECK_MESSAGE(report.find(part) != std::string::npos, "missing '" << part << "' in:\n"
-                                                                          << report);
+                                                                        << report);
     // Every report names the user's line.
     CHECK_MESSAGE(report.find("broken_pipelines.hpp:") != std::string::npos, report);
   }
@@ -97,9 +99,10 @@ TEST_CASE("checked pipelines: a race names the TMA copy's barrier, phase and sta
   // The stage (of the As ring), the barrier and phase the copy completes on,
   // the issuing thread, both instructions' lines.
   CHECK_MESSAGE(report.find("As[0, ...] (stage 0") != std::string::npos, report);
-  CHECK_MESSAGE(report.find("the TMA unit of pipe_full[0] (the copy of phase 0), issued by thread 0") !=
-                    std::string::npos,
-                report);
+  CHECK_MESSAGE(
+      report.find("the TMA unit of pipe_full[0] (the copy of phase 0), issued by thread 0") !=
+          std::string::npos,
+      report);
   CHECK_MESSAGE(report.find("phase 0, parity 0") != std::string::npos, report);
   CHECK_MESSAGE(report.find("T.ptx.tma_load at test/broken_pipelines.hpp:") != std::string::npos,
                 report);

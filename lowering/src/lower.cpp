@@ -169,9 +169,8 @@ namespace {
 // A TMA copy or a warpgroup MMA (the checked mode's model of sm_90).
 bool has_async_instruction(const Stmt& body) {
   bool found = false;
-  for_each_stmt(body, [&](const Stmt& s) {
-    found = found || s.as<TmaCopyNode>() || s.as<WgmmaNode>();
-  });
+  for_each_stmt(body,
+                [&](const Stmt& s) { found = found || s.as<TmaCopyNode>() || s.as<WgmmaNode>(); });
   return found;
 }
 }  // namespace

@@ -199,8 +199,8 @@ class Emitter {
     B.SetInsertPoint(entry_);
     if (checked_) {
       // The scheduler's checker (its vector clocks order this thread's accesses).
-      auto callee = M.getOrInsertFunction("tx_fiber_checker",
-                                          llvm::FunctionType::get(ptr, {ptr}, false));
+      auto callee =
+          M.getOrInsertFunction("tx_fiber_checker", llvm::FunctionType::get(ptr, {ptr}, false));
       checker_ = B.CreateCall(callee, {fibers_arg_}, "checker");
     }
     bind_parameters(args, scratch, L);
@@ -1126,11 +1126,11 @@ class Emitter {
                {i32t, ptr, i32t, i64t, ptr, i32t, i64t, ptr, i32t, i32t, ptr, ptr, ptr, i32t, i32t},
                {fiber_thread_, base(n->smem, n->loc), B.getInt32(slot_of(n->smem)),
                 index64(n->smem_offset), barrier_address(n->barrier, n->loc),
-                B.getInt32(slot_of(bl->buffer)), index64(bl->indices[0]),
-                base(m.global, n->loc), B.getInt32(slot_of(m.global)),
-                B.getInt32(static_cast<std::int32_t>(m.box.size())), i64_values(dims, "tma.dims"),
-                i64_array(m.box, "tma.box"), i64_values(n->coords, "tma.coords"),
-                B.getInt32(m.global->dtype.bytes()), B.getInt32(m.swizzle_bytes)},
+                B.getInt32(slot_of(bl->buffer)), index64(bl->indices[0]), base(m.global, n->loc),
+                B.getInt32(slot_of(m.global)), B.getInt32(static_cast<std::int32_t>(m.box.size())),
+                i64_values(dims, "tma.dims"), i64_array(m.box, "tma.box"),
+                i64_values(n->coords, "tma.coords"), B.getInt32(m.global->dtype.bytes()),
+                B.getInt32(m.swizzle_bytes)},
                "T.ptx.tma_load", n->loc, to_string(n->barrier));
   }
   // wgmma.mma_async as the model runs it: a warpgroup collective,
@@ -1138,8 +1138,8 @@ class Emitter {
   //                B base, B slot, B offset, scale_d, site).
   void fiber_wgmma(const WgmmaNode* n) {
     auto type = [&](DType t) {
-      return static_cast<std::int64_t>(t == f16    ? FiberType::f16
-                                       : t == bf16 ? FiberType::bf16
+      return static_cast<std::int64_t>(t == f16      ? FiberType::f16
+                                       : t == bf16   ? FiberType::bf16
                                        : t == f8e4m3 ? FiberType::e4m3
                                                      : FiberType::e5m2);
     };

@@ -137,7 +137,7 @@ struct Checker::State {
   std::vector<std::int32_t> canon;  // per fiber site: the first site of the same op and line
   std::int32_t fiber_site(std::int32_t s) const {
     return s >= 0 && static_cast<std::size_t>(s) < canon.size() ? canon[static_cast<std::size_t>(s)]
-                                                                 : s;
+                                                                : s;
   }
   std::vector<Checker::Clock> clocks;              // per actor: threads, then agents
   std::vector<std::string> agents;                 // actor block + i
@@ -171,9 +171,9 @@ struct Checker::State {
     ++total;
     std::string shape = text.substr(0, 60);
     std::erase_if(shape, [](char ch) { return ch >= '0' && ch <= '9'; });
-    auto key = std::make_tuple(static_cast<int>(Kind::model), -1,
-                               static_cast<int>(std::hash<std::string>{}(shape) & 0x3fffffff),
-                               site, 0);
+    auto key =
+        std::make_tuple(static_cast<int>(Kind::model), -1,
+                        static_cast<int>(std::hash<std::string>{}(shape)&0x3fffffff), site, 0);
     auto it = findings.find(key);
     if (it != findings.end()) {
       ++it->second.times;
@@ -441,8 +441,8 @@ void Checker::use_clocks(std::vector<FiberSite> sites) {
   std::map<std::string, std::int32_t> first;
   for (std::size_t i = 0; i < sites.size(); ++i) {
     const FiberSite& f = sites[i];
-    auto [it, fresh] = first.emplace(f.op + '\n' + f.operand + '\n' + f.loc.str(),
-                                     static_cast<std::int32_t>(i));
+    auto [it, fresh] =
+        first.emplace(f.op + '\n' + f.operand + '\n' + f.loc.str(), static_cast<std::int32_t>(i));
     s.canon.push_back(it->second);
   }
   s.fsites = std::move(sites);
@@ -626,8 +626,7 @@ std::string actor_words(const std::vector<std::string>& agents, int block, const
   const auto i = static_cast<std::size_t>(a.thread - block);
   std::string w = i < agents.size() ? agents[i] : "an asynchronous unit";
   const std::uint32_t issuer = a.wg_epoch & 0xffff;
-  if (w.rfind("the TMA", 0) == 0)
-    w += " (the copy of phase " + std::to_string(a.warp_epoch) + ")";
+  if (w.rfind("the TMA", 0) == 0) w += " (the copy of phase " + std::to_string(a.warp_epoch) + ")";
   if (issuer > 0) w += ", issued by thread " + std::to_string(issuer - 1);
   return w;
 }
@@ -657,17 +656,18 @@ std::string race_text(const Checker::State& s, const Finding& f, const std::stri
                      "), and nothing orders the two (no barrier, mbarrier phase or wgmma wait "
                      "between them)";
   if (mma1)
-    text += "; the wgmma still reads its operands until a wgmma_wait retires it: release or "
-            "overwrite the stage only after that wait (gemm pending=, T::cuda::wgmma_wait)";
+    text +=
+        "; the wgmma still reads its operands until a wgmma_wait retires it: release or "
+        "overwrite the stage only after that wait (gemm pending=, T::cuda::wgmma_wait)";
   else if (tma1 && f.first_writes)
     text += "; the data is valid only once the mbarrier phase the copy completes on (phase " +
             std::to_string(f.first.warp_epoch) + ", parity " +
-            std::to_string(f.first.warp_epoch % 2) +
-            ") has completed and the reader waited for it";
+            std::to_string(f.first.warp_epoch % 2) + ") has completed and the reader waited for it";
   else if (tma2 && !f.first_writes)
-    text += "; the TMA copy overwrote data that was still being read: the producer must wait "
-            "for the consumers' release of the stage (its empty barrier) before the copy, and the "
-            "consumers release it only after their last read";
+    text +=
+        "; the TMA copy overwrote data that was still being read: the producer must wait "
+        "for the consumers' release of the stage (its empty barrier) before the copy, and the "
+        "consumers release it only after their last read";
   return text;
 }
 }  // namespace
@@ -718,12 +718,13 @@ void Checker::report(const std::string& kernel, SourceLoc loc) const {
                  "); the CTAs of a launch run in any order and never wait for each other";
         break;
       }
- case Kind::unfenced: {
+      case Kind::unfenced: {
         const std::string e = element(*b, f.index);
         text = "missing proxy fence on " + std::string(mem_scope_name(b->scope)) + " memory " + e +
                " in CTA " + std::to_string(f.second.cta()) + ": thread " +
- std::to_string(f.first.thread) + " writes it (" + site(f.first.site) + ") and " +
-               actor_text(s, f.second) + " " + verb(f.second_writes) + " it (" + site(f.second.site) +
+               std::to_string(f.first.thread) + " writes it (" + site(f.first.site) + ") and " +
+               actor_text(s, f.second) + " " + verb(f.second_writes) + " it (" +
+               site(f.second.site) +
                ") through the asynchronous proxy; the barrier orders them, but no "
                "fence.proxy.async of thread " +
                std::to_string(f.first.thread) +
@@ -798,15 +799,15 @@ extern "C" bool tx_host_check_access(void* checker, std::int32_t slot, std::int6
     for (const auto& p : s.wgmma[static_cast<std::size_t>(thread)].acc)
       if (p.slot == slot && index < p.hi && index + count > p.lo) {
         const auto& sites = s.plan.sites;
-        const std::string where =
-            site >= 0 && static_cast<std::size_t>(site) < sites.size()
-                ? sites[static_cast<std::size_t>(site)].op + " at " +
-                      sites[static_cast<std::size_t>(site)].loc.str()
-                : std::string("?");
+        const std::string where = site >= 0 && static_cast<std::size_t>(site) < sites.size()
+                                      ? sites[static_cast<std::size_t>(site)].op + " at " +
+                                            sites[static_cast<std::size_t>(site)].loc.str()
+                                      : std::string("?");
         s.model(s.plan.buffers[static_cast<std::size_t>(slot)].name,
                 "thread " + std::to_string(thread) + std::string(write ? " writes" : " reads") +
-                    " the wgmma accumulator " + s.plan.buffers[static_cast<std::size_t>(slot)].name +
-                    "[" + std::to_string(index) + "] (" + where +
+                    " the wgmma accumulator " +
+                    s.plan.buffers[static_cast<std::size_t>(slot)].name + "[" +
+                    std::to_string(index) + "] (" + where +
                     ") before a wgmma_wait retires the wgmma that writes it: until then the "
                     "registers belong to the MMA in flight (wait with T::cuda::wgmma_wait(0, acc) "
                     "first)",

@@ -104,8 +104,8 @@ class Checker {
   void fence_proxy(int thread);
   // wgmma: D's registers [lo, hi) of `thread` are written by the instruction
   // (unit `agent`, its clock) until a wait retires the group it joins.
-  void wgmma_issue(int thread, int agent, std::uint32_t clock, std::int32_t d_slot,
-                   std::int64_t lo, std::int64_t hi, std::int32_t fiber_site);
+  void wgmma_issue(int thread, int agent, std::uint32_t clock, std::int32_t d_slot, std::int64_t lo,
+                   std::int64_t hi, std::int32_t fiber_site);
   void wgmma_commit(int thread);
   void wgmma_wait(int thread, int pending);
   // A misuse the model found; reported with the races after the launch.

@@ -96,7 +96,7 @@ constexpr int kNamedBarriers = 16;
 struct Group {
   int arrived = 0;
   std::uint64_t generation = 0;
-  int finished = 0;           // threads of the group that returned
+  int finished = 0;          // threads of the group that returned
   Checker::Clock acc, done;  // checked: as NamedBarrier's
 };
 
@@ -360,7 +360,8 @@ class Scheduler {
     if (c.arrived > 0 && c.site != where)
       error(where, "wgmma: threads of warpgroup " + std::to_string(w) +
                        " issue different wgmma instructions at once (" + site(c.site).op + " at " +
-                       site(c.site).loc.str() + " and this one): wgmma is .sync.aligned, the "
+                       site(c.site).loc.str() +
+                       " and this one): wgmma is .sync.aligned, the "
                        "whole warpgroup executes the same instruction together");
     c.site = where;
     c.parts[static_cast<std::size_t>(thread % 128)] = {d, a, scale_d};
@@ -521,21 +522,21 @@ class Scheduler {
     }
     // The operands as floats: A (64 x K), B (K x N).
     std::vector<float> A(static_cast<std::size_t>(64 * K)), Bm(static_cast<std::size_t>(K * N));
-    auto read = [&](void* base, int slot, const WgmmaDesc& desc, std::int64_t type,
-                    std::int64_t u, std::int64_t v) {
+    auto read = [&](void* base, int slot, const WgmmaDesc& desc, std::int64_t type, std::int64_t u,
+                    std::int64_t v) {
       const std::int64_t byte = wgmma_operand_byte(desc, u, v);
       if (chk_ && !chk_->access(unit, slot, byte / desc.elem_bytes, false, where, true))
         return 0.0f;
       return element_as_float(static_cast<char*>(base) + byte, type);
     };
-    WgmmaDesc db{b_offset, info[9], info[10], static_cast<int>(info[11]), info[12] != 0,
-                 element_bytes(tb)};
+    WgmmaDesc db{b_offset,      info[9],          info[10], static_cast<int>(info[11]),
+                 info[12] != 0, element_bytes(tb)};
     for (std::int64_t k = 0; k < K; ++k)
       for (std::int64_t n = 0; n < N; ++n)
         Bm[static_cast<std::size_t>(k * N + n)] = read(b, b_slot, db, tb, n, k);
     if (!a_regs) {
-      WgmmaDesc da{a_offset, info[5], info[6], static_cast<int>(info[7]), info[8] != 0,
-                   element_bytes(ta)};
+      WgmmaDesc da{a_offset,     info[5],          info[6], static_cast<int>(info[7]),
+                   info[8] != 0, element_bytes(ta)};
       for (std::int64_t m = 0; m < 64; ++m)
         for (std::int64_t k = 0; k < K; ++k)
           A[static_cast<std::size_t>(m * K + k)] = read(a, a_slot, da, ta, m, k);
@@ -559,7 +560,8 @@ class Scheduler {
     }
     // Each thread's accumulator registers (frag::wgmma_c).
     std::int64_t lo = R > 0 ? d_regs[0] : 0, hi = lo;
-    for (std::int64_t i = 0; i < R; ++i) lo = std::min(lo, d_regs[i]), hi = std::max(hi, d_regs[i] + 1);
+    for (std::int64_t i = 0; i < R; ++i)
+      lo = std::min(lo, d_regs[i]), hi = std::max(hi, d_regs[i] + 1);
     for (int t = 0; t < 128; ++t) {
       const Collective::Part& p = c.parts[static_cast<std::size_t>(t)];
       if (!p.d || fibers_[static_cast<std::size_t>(w * 128 + t)].done) continue;
@@ -570,7 +572,8 @@ class Scheduler {
         const std::int64_t col = 8 * (i / 4) + 2 * q + i % 2;
         float sum = 0.0f;
         for (std::int64_t k = 0; k < K; ++k)
-          sum += A[static_cast<std::size_t>(row * K + k)] * Bm[static_cast<std::size_t>(k * N + col)];
+          sum +=
+              A[static_cast<std::size_t>(row * K + k)] * Bm[static_cast<std::size_t>(k * N + col)];
         float& out = D[d_regs[i]];
         out = p.value ? out + sum : sum;
       }
@@ -618,26 +621,30 @@ class Scheduler {
       const auto [w, where] = key;
       const int members = std::min(plan_.block, (w + 1) * 128) - w * 128;
       if (use.threads % members != 0)
-        chk_->problem("", "setmaxnreg " + std::to_string(use.count) + " was executed by " +
-                              std::to_string(use.threads % members) + " of warpgroup " +
-                              std::to_string(w) + "'s " + std::to_string(members) +
-                              " threads: it is .sync.aligned, every thread of the warpgroup "
-                              "executes it together (PTX: undefined otherwise)",
+        chk_->problem("",
+                      "setmaxnreg " + std::to_string(use.count) + " was executed by " +
+                          std::to_string(use.threads % members) + " of warpgroup " +
+                          std::to_string(w) + "'s " + std::to_string(members) +
+                          " threads: it is .sync.aligned, every thread of the warpgroup "
+                          "executes it together (PTX: undefined otherwise)",
                       where);
       if (use.count < 24 || use.count > 256 || use.count % 8 != 0)
-        chk_->problem("", "setmaxnreg " + std::to_string(use.count) +
-                              ": the count is a multiple of 8 in [24, 256]", where);
+        chk_->problem("",
+                      "setmaxnreg " + std::to_string(use.count) +
+                          ": the count is a multiple of 8 in [24, 256]",
+                      where);
     }
     std::string parts;
     const std::int64_t total = registers(&parts);
     if (total > 65536)
       for (const auto& [key, use] : maxnreg_uses_)
         if (use.increase) {
-          chk_->problem("", "setmaxnreg.inc to " + std::to_string(use.count) + " by warpgroup " +
-                                std::to_string(key.first) + ": the warpgroups hold " +
-                                std::to_string(total) + " registers (" + parts +
-                                " per thread), more than the SM's 65536 (PTX: undefined; the "
-                                "increase may wait forever for registers no one frees)",
+          chk_->problem("",
+                        "setmaxnreg.inc to " + std::to_string(use.count) + " by warpgroup " +
+                            std::to_string(key.first) + ": the warpgroups hold " +
+                            std::to_string(total) + " registers (" + parts +
+                            " per thread), more than the SM's 65536 (PTX: undefined; the "
+                            "increase may wait forever for registers no one frees)",
                         key.second);
           break;
         }
@@ -650,8 +657,8 @@ class Scheduler {
       chk_->problem(b.name,
                     "mbarrier " + b.name + " ends CTA " + std::to_string(cta_) +
                         " in the middle of phase " + std::to_string(b.completed) + ": " +
-                        std::to_string(expected - pending) + " of its " +
-                        std::to_string(expected) + " arrivals came" +
+                        std::to_string(expected - pending) + " of its " + std::to_string(expected) +
+                        " arrivals came" +
                         (m.tx != 0 ? ", " + std::to_string(m.tx) + " transaction bytes pending"
                                    : std::string()) +
                         " -- its arrivals do not pair with its count (more arrivals than "
@@ -718,9 +725,8 @@ class Scheduler {
         os << " on mbarrier "
            << (b && !b->name.empty()
                    ? b->name
-                   : "at shared byte " +
-                         std::to_string(static_cast<const char*>(object) -
-                                        static_cast<const char*>(scratch_)))
+                   : "at shared byte " + std::to_string(static_cast<const char*>(object) -
+                                                        static_cast<const char*>(scratch_)))
            << " for the phase of parity " << parity << " (its current phase: "
            << (b ? "phase " + std::to_string(b->completed) + ", " : std::string()) << "parity "
            << ((m.counts & kPhaseBit) ? 1 : 0) << ", " << pending_of(m.counts) << " of "
@@ -756,7 +762,7 @@ class Scheduler {
   const FiberPlan& plan_;
   std::unordered_map<void*, BarrierInfo> bars_;
   std::vector<Collective> wgmma_;
-  std::vector<int> regs_;    // setmaxnreg's count per warpgroup (0: the launch's)
+  std::vector<int> regs_;  // setmaxnreg's count per warpgroup (0: the launch's)
   struct MaxnregUse {
     int threads = 0, count = 0;
     bool increase = false;
@@ -811,14 +817,14 @@ extern "C" void tx_fiber_mbarrier_init(void* fibers, void* bar, std::int32_t cou
                                        std::int32_t slot, std::int64_t index, std::int32_t site) {
   self(fibers)->mbarrier_init(bar, count, slot, index, site);
 }
-extern "C" void tx_fiber_async(void* fibers, std::int32_t thread, std::int32_t kind,
-                               std::int32_t a, std::int32_t b, std::int32_t site) {
+extern "C" void tx_fiber_async(void* fibers, std::int32_t thread, std::int32_t kind, std::int32_t a,
+                               std::int32_t b, std::int32_t site) {
   self(fibers)->async(thread, static_cast<tx::runtime::host::FiberAsyncKind>(kind), a, b, site);
 }
 extern "C" void tx_fiber_tma_load(void* fibers, std::int32_t thread, void* smem,
                                   std::int32_t smem_slot, std::int64_t smem_offset, void* bar,
-                                  std::int32_t bar_slot, std::int64_t bar_index,
-                                  const void* global, std::int32_t global_slot, std::int32_t rank,
+                                  std::int32_t bar_slot, std::int64_t bar_index, const void* global,
+                                  std::int32_t global_slot, std::int32_t rank,
                                   const std::int64_t* dims, const std::int64_t* box,
                                   const std::int64_t* coords, std::int32_t elem_bytes,
                                   std::int32_t swizzle, std::int32_t site) {
@@ -826,8 +832,8 @@ extern "C" void tx_fiber_tma_load(void* fibers, std::int32_t thread, void* smem,
                          bar_index, static_cast<const char*>(global), global_slot, rank, dims, box,
                          coords, elem_bytes, swizzle, site);
 }
-extern "C" void tx_fiber_wgmma(void* fibers, std::int32_t thread, const std::int64_t* info,
-                               void* d, std::int32_t d_slot, void* a, std::int32_t a_slot,
+extern "C" void tx_fiber_wgmma(void* fibers, std::int32_t thread, const std::int64_t* info, void* d,
+                               std::int32_t d_slot, void* a, std::int32_t a_slot,
                                std::int64_t a_offset, void* b, std::int32_t b_slot,
                                std::int64_t b_offset, std::int32_t scale_d, std::int32_t site) {
   self(fibers)->wgmma(thread, info, d, d_slot, a, a_slot, a_offset, b, b_slot, b_offset, scale_d,
