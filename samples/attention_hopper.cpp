@@ -24,6 +24,8 @@
 //
 // On the CPU (--device=host) the same kernel runs through the host JIT with
 // every thread as a fiber, the copies synchronous and the MMAs as FMA loops.
+// The T::profile regions (producer wait / load, consumer wait, softmax,
+// epilogue) vanish unless profiling is on (TX_PROFILE=1, docs/profiling.md).
 #include <cmath>
 #include <numbers>
 
@@ -103,14 +105,18 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                  for (Var j : T::serial(n_end, "j")) {
                    auto it = T::let(kv(0) + j), s = T::let(kpipe.stage(it));
                    auto kv_block = region(span(b, 1), span(j * BN, BN), span(hk, 1), {0, D});
-                   kpipe.producer_acquire(it);
-                   Tx::warpgroup::copy_async(Ks[region(span(s, 1), {0, BN}, {0, D})], K[kv_block],
-                                             {.barrier = kpipe.full(it), .partial = true});
-                   T::if_(tid == 0, [&] { kpipe.producer_commit(it); });
-                   vpipe.producer_acquire(it);
-                   Tx::warpgroup::copy_async(Vs[region(span(s, 1), {0, BN}, {0, D})], V[kv_block],
-                                             {.barrier = vpipe.full(it), .partial = true});
-                   T::if_(tid == 0, [&] { vpipe.producer_commit(it); });
+                   T::profile("producer wait", [&] { kpipe.producer_acquire(it); });
+                   T::profile("producer load", [&] {
+                     Tx::warpgroup::copy_async(Ks[region(span(s, 1), {0, BN}, {0, D})], K[kv_block],
+                                               {.barrier = kpipe.full(it), .partial = true});
+                     T::if_(tid == 0, [&] { kpipe.producer_commit(it); });
+                   });
+                   T::profile("producer wait", [&] { vpipe.producer_acquire(it); });
+                   T::profile("producer load", [&] {
+                     Tx::warpgroup::copy_async(Vs[region(span(s, 1), {0, BN}, {0, D})], V[kv_block],
+                                               {.barrier = vpipe.full(it), .partial = true});
+                     T::if_(tid == 0, [&] { vpipe.producer_commit(it); });
+                   });
                  }
                  kv(0) = kv(0) + n_end;
                });
@@ -192,8 +198,10 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 Tx::warpgroup::cast(P, S);
                 for (Var j : T::serial(1, n_end - 1, "j")) {
                   auto it = T::let(kv(0) + j);
-                  kpipe.consumer_wait(it);
-                  vpipe.consumer_wait(it - 1);
+                  T::profile("consumer wait", [&] {
+                    kpipe.consumer_wait(it);
+                    vpipe.consumer_wait(it - 1);
+                  });
                   my_turn();
                   Tx::warpgroup::gemm(S, Qw, K_at(it), {.pending = 1, .transpose_b = true});
                   Tx::warpgroup::mul(Oacc, Oacc, alpha);  // to the last max, while S runs
@@ -201,7 +209,7 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                   their_turn();
                   T::cuda::wgmma_wait(1, S);  // S is done; P V_{j-1} may still run
                   release(kpipe, it);
-                  softmax(j);
+                  T::profile("softmax", [&] { softmax(j); });
                   // P V_{j-1} done -- after the softmax (l is its last result).
                   T::cuda::wgmma_wait(0, Oacc, {.after = l});
                   release(vpipe, it - 1);
@@ -229,11 +237,13 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
               Tx::warpgroup::reciprocal(l, l);
               Tx::warpgroup::mul(Oacc, Oacc, l);
               auto Oout = T::alloc_buffer({64, D}, t, scope::local, frag::wgmma_c(64, D));
-              Tx::warpgroup::cast(Oout, Oacc);
-              Tx::warpgroup::copy(O[region(span(b, 1), span(m0 + row0, 64), span(h, 1), {0, D})],
-                                  Oout, {.partial = true});
-              Tx::warpgroup::copy(LSE[region(span(b, 1), span(h, 1), span(m0 + row0, 64))], lse,
-                                  {.partial = true});
+              T::profile("epilogue", [&] {
+                Tx::warpgroup::cast(Oout, Oacc);
+                Tx::warpgroup::copy(O[region(span(b, 1), span(m0 + row0, 64), span(h, 1), {0, D})],
+                                    Oout, {.partial = true});
+                Tx::warpgroup::copy(LSE[region(span(b, 1), span(h, 1), span(m0 + row0, 64))], lse,
+                                    {.partial = true});
+              });
             });
           }
         });

@@ -16,6 +16,11 @@
 //
 // On the CPU (--device=host) the same kernel runs through the host JIT with
 // every thread as a fiber, the copies synchronous and the MMA as FMA loops.
+//
+// The T::profile regions (producer wait / load, consumer wait, mma,
+// epilogue) cost nothing unless profiling is on (TX_PROFILE=1): then each
+// warp records when it enters and leaves them, and the launch's timeline is
+// Kernel::last_profile() (docs/profiling.md).
 #include "sample_main.hpp"
 
 using namespace tx;
@@ -61,14 +66,16 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
                T::if_(valid, [&] {
                  for (Var kt : T::serial(KT, "kt")) {
                    auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
-                   pipe.producer_acquire(it);
-                   Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
-                                             A[region(span(bm * BM, BM), span(kt * BK, BK))],
-                                             {.barrier = pipe.full(it), .partial = true});
-                   Tx::warpgroup::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
-                                             B[region(span(kt * BK, BK), span(bn * BN, BN))],
-                                             {.barrier = pipe.full(it), .partial = true});
-                   T::if_(tid == 0, [&] { pipe.producer_commit(it); });
+                   T::profile("producer wait", [&] { pipe.producer_acquire(it); });
+                   T::profile("producer load", [&] {
+                     Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
+                                               A[region(span(bm * BM, BM), span(kt * BK, BK))],
+                                               {.barrier = pipe.full(it), .partial = true});
+                     Tx::warpgroup::copy_async(Bs[region(span(s, 1), {0, BK}, {0, BN})],
+                                               B[region(span(kt * BK, BK), span(bn * BN, BN))],
+                                               {.barrier = pipe.full(it), .partial = true});
+                     T::if_(tid == 0, [&] { pipe.producer_commit(it); });
+                   });
                  }
                });
              }
@@ -85,19 +92,23 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
               Tx::warpgroup::fill(acc, 0.0f);
               for (Var kt : T::serial(KT, "kt")) {
                 auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
-                pipe.consumer_wait(it);
-                Tx::warpgroup::gemm(acc, As[region(span(s, 1), span(row0, 64), {0, BK})],
-                                    Bs[region(span(s, 1), {0, BK}, {0, BN})],
-                                    {.accum = true, .pending = 1});
+                T::profile("consumer wait", [&] { pipe.consumer_wait(it); });
+                T::profile("mma", [&] {
+                  Tx::warpgroup::gemm(acc, As[region(span(s, 1), span(row0, 64), {0, BK})],
+                                      Bs[region(span(s, 1), {0, BK}, {0, BN})],
+                                      {.accum = true, .pending = 1});
+                });
                 // This stage's MMA is in flight, the previous one's is done.
                 T::if_(tid == 0, [&] { T::if_(kt > 0, [&] { pipe.consumer_release(it - 1); }); });
               }
               T::cuda::wgmma_wait(0, acc);
               T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
               // Epilogue: round to t and store this warpgroup's 64 x BN rows.
-              Tx::warpgroup::cast(out, acc);
-              Tx::warpgroup::copy(C[region(span(bm * BM + row0, 64), span(bn * BN, BN))], out,
-                                  {.partial = true});
+              T::profile("epilogue", [&] {
+                Tx::warpgroup::cast(out, acc);
+                Tx::warpgroup::copy(C[region(span(bm * BM + row0, 64), span(bn * BN, BN))], out,
+                                    {.partial = true});
+              });
             });
           }
         });

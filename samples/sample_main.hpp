@@ -108,6 +108,9 @@ inline int run(int argc, char** argv, const tx::PrimFunc& func,
     }
     std::cout << "== running on " << k.device().str() << "\n";
     double err = body(k);
+    // TX_PROFILE=1: what the T::profile regions recorded (TX_PROFILE_DIR=d
+    // also writes d/<kernel>-1.trace.json and .svg).
+    if (auto p = k.last_profile()) std::cout << p->summary();
     bool ok = err <= 1.0;
     std::printf("max error (relative to tolerance): %.3g -> %s\n", err, ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;

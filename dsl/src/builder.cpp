@@ -745,6 +745,21 @@ IfBuilder if_(Value cond_arg, const std::function<void()>& then_body, Loc loc) {
   return IfBuilder(loc);
 }
 
+void profile(const std::string& name, const std::function<void()>& body, Loc loc) {
+  state("T.profile", loc);
+  detail::set_current_loc(loc);
+  if (!body) fail("T.profile", name, loc, "the body is an empty std::function");
+  detail::push_frame();
+  try {
+    body();
+  } catch (...) {
+    detail::discard_frame();
+    throw;
+  }
+  Stmt inner = detail::pop_frame();
+  detail::emit(make_profile(name, inner ? inner : make_seq({}, loc), loc));
+}
+
 Var let(Value value_arg, Name name, Loc loc) {
   state("T.let", loc);
   detail::set_current_loc(loc);

@@ -547,6 +547,16 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
       t = void_t;
       break;
     }
+    case Intrinsic::profile_mark: {
+      auto region = as_const_int(args[0]);
+      auto end = as_const_int(args[1]);
+      if (!region || *region < 0 || *region > 0xffff)
+        fail(name, operand_text(args[0]), loc, "takes a constant region index in [0, 65535]");
+      if (!end || (*end != 0 && *end != 1))
+        fail(name, operand_text(args[1]), loc, "takes 0 (enter) or 1 (leave)");
+      t = void_t;
+      break;
+    }
     case Intrinsic::keep_before: {
       const auto* ld = args[0].as<LoadNode>();
       if (!ld || ld->buffer->scope != MemScope::shared || ld->dtype != f32)
@@ -1123,6 +1133,18 @@ Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, B
   return Stmt(std::make_shared<const WgmmaNode>(std::move(shape), std::move(d), std::move(d_regs),
                                                 WgmmaOperand{}, std::move(b), std::move(scale_d),
                                                 std::move(a_regs), std::move(a_words), loc));
+}
+
+Stmt make_profile(std::string name, Stmt body, SourceLoc loc) {
+  if (name.empty() || name.size() > 64)
+    fail("T.profile", name, loc, "a region's name has 1 to 64 characters");
+  for (char c : name)
+    if (c < 32 || c > 126 || c == '"' || c == '\\')
+      fail("T.profile", name, loc,
+           "a region's name is printable characters without quotes or backslashes (it names a "
+           "slice of the trace)");
+  if (!body) fail("T.profile", name, loc, "the region's body is empty");
+  return Stmt(std::make_shared<const ProfileNode>(std::move(name), std::move(body), loc));
 }
 
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {

@@ -147,6 +147,7 @@ void IRVisitor::visit_node(const WgmmaNode* n) {
   visit(n->scale_d);
 }
 void IRVisitor::visit_node(const OriginNode* n) { visit(n->body); }
+void IRVisitor::visit_node(const ProfileNode* n) { visit(n->body); }
 
 // ------------------------------------------------------------------ mutator
 
@@ -369,6 +370,10 @@ Stmt IRMutator::mutate_node(const Stmt& self, const WgmmaNode* n) {
 Stmt IRMutator::mutate_node(const Stmt& self, const OriginNode* n) {
   Stmt body = mutate(n->body);
   return body.same_as(n->body) ? self : make_origin(n->text, body, n->loc);
+}
+Stmt IRMutator::mutate_node(const Stmt& self, const ProfileNode* n) {
+  Stmt body = mutate(n->body);
+  return body.same_as(n->body) ? self : make_profile(n->name, body, n->loc);
 }
 
 // ---------------------------------------------------------------- helpers

@@ -530,6 +530,10 @@ class Printer : public IRVisitor {
     line("T.ptx.wgmma." + n->shape + "(" + buffer_name(n->d) + "[" + regs_text(n->d_regs) + "], " +
          a + ", " + operand(n->b) + ", scale_d=" + expr(n->scale_d) + ")");
   }
+  void visit_node(const ProfileNode* n) override {
+    line("with T.profile(\"" + n->name + "\"):");
+    block(n->body);
+  }
   void visit_node(const OriginNode* n) override {
     std::string s = "# " + n->text;
     if (n->loc.known() && !opt_.canonical) s += "  @ " + n->loc.str();

@@ -109,6 +109,8 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   verify_writes(f);
   check_bounds(f, k.launch);
   Stmt s = f->body;
+  s = lower_profile(s, opt.profile, &k.profile_regions);
+  step("lower_profile", s);
   s = lower_tile_ops(s, k.launch, &k.dispatched, k.target);
   step("lower_tile_ops", s);
   s = lower_scope_ids(s);

@@ -19,6 +19,7 @@
 #include <mutex>
 
 #include "executable.hpp"
+#include "profile_sink.hpp"
 #include "tx/runtime/cubin_cache.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/runtime/disk_cache.hpp"
@@ -261,9 +262,12 @@ void CudaExecutable::run(const BoundLaunch& b, const Stream* stream) const {
   std::vector<MapBlob> blobs(maps);
   DevicePtr* dptrs = dsmall.data();
   void** kargs = ksmall.data();
-  if (b.slots + maps > kInline) {
-    dbig.resize(b.slots + maps);
-    kbig.resize(b.slots + maps);
+  // Profiled: the per-warp record buffer, the kernel's last parameter.
+  const bool profiled = src_.profile && !info.profile_regions.empty();
+  const std::size_t extra = profiled ? 1 : 0;
+  if (b.slots + maps + extra > kInline) {
+    dbig.resize(b.slots + maps + extra);
+    kbig.resize(b.slots + maps + extra);
     dptrs = dbig.data();
     kargs = kbig.data();
   }
@@ -277,6 +281,15 @@ void CudaExecutable::run(const BoundLaunch& b, const Stream* stream) const {
     }
   }
   for (std::size_t k = 0; k < maps; ++k) kargs[b.slots + k] = blobs[k].bytes;
+  const std::int64_t ctas = b.grid[0] * b.grid[1] * b.grid[2];
+  Tensor records;
+  DevicePtr records_ptr = 0;
+  if (profiled) {
+    records = Tensor::empty({profile_buffer_words(info, ctas)}, u64, b.device);
+    records.fill_bits(0);
+    records_ptr = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(records.data_ptr()));
+    kargs[b.slots + maps] = &records_ptr;
+  }
   const StreamHandle handle = stream ? stream->handle() : current_stream(b.device).handle();
   launch(function,
          {static_cast<unsigned>(b.grid[0]), static_cast<unsigned>(b.grid[1]),
@@ -284,6 +297,17 @@ void CudaExecutable::run(const BoundLaunch& b, const Stream* stream) const {
          {static_cast<unsigned>(info.launch.block), 1, 1},
          static_cast<std::size_t>(info.shared_bytes), kargs, src_.kernel_name, b.device.index,
          handle);
+  if (profiled) {
+    // The records come back now: a profiled launch completes before it returns.
+    if (stream_capturing(b.device.index, handle))
+      fail("launch " + src_.kernel_name, "", b.loc,
+           "a profiled kernel (CompileOptions::profile, TX_PROFILE=1) cannot be captured in a CUDA "
+           "graph: each launch reads its records back");
+    synchronize_device(b.device.index, src_.kernel_name);
+    src_.profile->publish(
+        profile_from_gpu(info, src_.kernel_name, ctas, records.to_vector<std::uint64_t>()));
+    return;
+  }
   if (sync_after_launch() && !stream_capturing(b.device.index, handle))
     synchronize_device(b.device.index, src_.kernel_name);
 }

@@ -25,6 +25,8 @@
 
 namespace tx::runtime {
 
+struct ProfileSink;
+
 class Executable {
  public:
   virtual ~Executable();
@@ -51,6 +53,8 @@ struct ExecutableSource {
     const std::string* cuda;
   };
   std::function<Full()> full;
+  // Profiled kernels: where each launch's profile goes.
+  std::shared_ptr<ProfileSink> profile{};
 };
 
 std::unique_ptr<Executable> make_cuda_executable(ExecutableSource src);

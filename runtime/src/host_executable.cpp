@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "executable.hpp"
+#include "profile_sink.hpp"
 
 namespace tx::runtime {
 
@@ -23,7 +24,25 @@ class HostExecutable final : public Executable {
       prepare(b.device, b.loc);
       k = ready_.load(std::memory_order_acquire);
     }
-    k->run({b.ptrs, b.grid, b.elems, b.loc});
+    const lowering::LoweredKernel& info = *src_.info;
+    if (!src_.profile || info.profile_regions.empty()) {
+      k->run({b.ptrs, b.grid, b.elems, b.loc});
+      return;
+    }
+    // Profiled: the CTAs run on this thread, which holds the recorder.
+    HostProfileRecorder recorder;
+    HostProfileRecorder*& current = current_host_profile();
+    HostProfileRecorder* outer = current;
+    current = &recorder;
+    try {
+      k->run({b.ptrs, b.grid, b.elems, b.loc, /*profiled=*/true});
+    } catch (...) {
+      current = outer;
+      throw;
+    }
+    current = outer;
+    src_.profile->publish(
+        recorder.profile(info, src_.kernel_name, b.grid[0] * b.grid[1] * b.grid[2]));
   }
 
   std::string prepare(Device, SourceLoc loc) const override {

@@ -17,6 +17,7 @@
 
 #include "bind.hpp"
 #include "executable.hpp"
+#include "profile_sink.hpp"
 #include "tx/lowering/codegen_cuda.hpp"
 #include "tx/printer.hpp"
 #include "tx/runtime/cuda_driver.hpp"
@@ -34,6 +35,7 @@ struct Kernel::State {
   Device device;
   std::string arch;
   bool checked = false;
+  std::shared_ptr<runtime::ProfileSink> profile;  // profiled kernels
   std::unique_ptr<runtime::Binder> binder;
   std::unique_ptr<runtime::Executable> exec;
   // A prebuilt kernel (Kernel::prebuilt): `info` holds its launch
@@ -51,13 +53,20 @@ namespace {
 void make_launcher(Kernel::State& st, std::vector<char> prebuilt_cubin,
                    std::function<runtime::ExecutableSource::Full()> full) {
   st.binder = std::make_unique<runtime::Binder>(st.info, st.kernel_name);
-  runtime::ExecutableSource src{st.kernel_name, st.device, st.arch,
-                                st.checked,     &st.info,  std::move(prebuilt_cubin),
-                                std::move(full)};
+  runtime::ExecutableSource src{st.kernel_name,  st.device, st.arch,
+                                st.checked,      &st.info,  std::move(prebuilt_cubin),
+                                std::move(full), st.profile};
   st.exec = st.device.is_cuda() ? runtime::make_cuda_executable(std::move(src))
                                 : runtime::make_host_executable(std::move(src));
 }
 
+}  // namespace
+
+namespace {
+bool env_flag_set(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
 }  // namespace
 
 Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
@@ -78,6 +87,8 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   lowering::LowerOptions lo;
   lo.debug = opt.debug_ir;
   lo.check_indices = st->checked;
+  lo.profile = opt.profile ? *opt.profile : env_flag_set("TX_PROFILE");
+  if (lo.profile) st->profile = std::make_shared<runtime::ProfileSink>();
   // Limits are checked when compiling: the named arch's, the GPU's the
   // kernel is for, else the largest of any GPU (a host kernel must also be
   // one a GPU can run).
@@ -163,6 +174,13 @@ std::string Kernel::tirx() const { return to_string(full_state("tirx").info.sour
 std::string Kernel::lowered_ir() const { return to_string(full_state("lowered_ir").info.lowered); }
 std::string Kernel::cuda_source() const { return full_state("cuda_source").cuda; }
 bool Kernel::checked() const { return state_of(state_, "checked").checked; }
+bool Kernel::profiled() const { return state_of(state_, "profiled").profile != nullptr; }
+std::optional<KernelProfile> Kernel::last_profile() const {
+  const State& st = state_of(state_, "last_profile");
+  if (!st.profile) return std::nullopt;
+  std::lock_guard<std::mutex> lock(st.profile->mu);
+  return st.profile->last;
+}
 bool Kernel::is_prebuilt() const { return state_of(state_, "is_prebuilt").prebuilt; }
 
 std::string Kernel::ptx(const std::string& arch) const {

@@ -383,6 +383,12 @@ LoopRange serial(Value min, Value extent, Name name, Loc loc = Loc::current());
 LoopRange unroll(Value extent, Name name = {}, Loc loc = Loc::current());
 
 IfBuilder if_(Value cond, const std::function<void()>& then_body, Loc loc = Loc::current());
+// A profiled region: with profiling on (CompileOptions::profile,
+// TX_PROFILE=1) each warp that runs `body` records when it enters and
+// leaves it, and the launch's trace (Kernel::last_profile) has a slice per
+// warp and pass; off, the kernel is the same code as without the region.
+//   T::profile("producer load", [&] { Tx::warpgroup::copy_async(...); });
+void profile(const std::string& name, const std::function<void()>& body, Loc loc = Loc::current());
 
 // Binds a value to a new variable (a LetStmt over the rest of the block).
 Var let(Value value, Name name = {}, Loc loc = Loc::current());

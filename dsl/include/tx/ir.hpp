@@ -52,7 +52,8 @@ namespace tx {
   X(CpAsync)             \
   X(TmaCopy)             \
   X(Wgmma)               \
-  X(Origin)
+  X(Origin)              \
+  X(Profile)
 
 enum class ExprKind : std::uint8_t {
 #define TX_ENUM(N) N,
@@ -382,28 +383,29 @@ class SelectNode : public ExprNode {
         f(std::move(y)) {}
 };
 
-#define TX_INTRINSICS(X)                                                                          \
-  X(sqrt, 1)                                                                                      \
-  X(rsqrt, 1)                                                                                     \
-  X(exp, 1)                                                                                       \
-  X(exp2, 1)                                                                                      \
-  X(log, 1)                                                                                       \
-  X(log2, 1)                                                                                      \
-  X(log1p, 1)                                                                                     \
-  X(expm1, 1)                                                                                     \
-  X(sin, 1)                                                                                       \
-  X(cos, 1)                                                                                       \
-  X(tan, 1) X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1)       \
-      X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2)         \
-          X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1)                \
-              X(reinterpret, 1) X(check_access, 5) X(check_barrier, 2) X(check_divisor, 2)        \
-                  X(check_index, 4) X(cp_async_commit, 0) X(cp_async_wait, 1) X(mbarrier_init, 2) \
-                      X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2)          \
-                          X(fence_barrier_init, 0) X(fence_proxy_async, 0) X(wgmma_fence, 0)      \
-                              X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)                \
-                                  X(register_fence, 1) X(named_barrier_sync, 2)                   \
+#define TX_INTRINSICS(X)                                                                      \
+  X(sqrt, 1)                                                                                  \
+  X(rsqrt, 1)                                                                                 \
+  X(exp, 1)                                                                                   \
+  X(exp2, 1)                                                                                  \
+  X(log, 1)                                                                                   \
+  X(log2, 1)                                                                                  \
+  X(log1p, 1)                                                                                 \
+  X(expm1, 1)                                                                                 \
+  X(sin, 1)                                                                                   \
+  X(cos, 1)                                                                                   \
+  X(tan, 1)                                                                                   \
+  X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) \
+      X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2)  \
+          X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1)         \
+              X(check_access, 5) X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4)    \
+                  X(cp_async_commit, 0) X(cp_async_wait, 1) X(mbarrier_init, 2)               \
+                      X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2)      \
+                          X(fence_barrier_init, 0) X(fence_proxy_async, 0) X(wgmma_fence, 0)  \
+                              X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)            \
+                                  X(register_fence, 1) X(named_barrier_sync, 2)               \
                                       X(named_barrier_arrive, 2) X(tile_coord, 1)             \
-                                          X(keep_before, 2)
+                                          X(keep_before, 2) X(profile_mark, 2)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -437,6 +439,9 @@ class SelectNode : public ExprNode {
 // overlap an MMA would run after the wait; a store of v into `anchor` (a
 // shared f32 element) under a condition that holds only for NaN is a memory
 // operation it keeps in place. Void; nothing on the host.
+// profile_mark(region, end): the calling warp enters (end = 0) or leaves
+// (1) profiled region `region` (an index into LoweredKernel::profile_regions);
+// placed by lower_profile when profiling is on. Void.
 // tile_coord(d): inside a where= predicate of a tile op only, the element's
 // coordinate along dimension d of the destination region (i32); the variant
 // that expands the op substitutes it.
@@ -923,6 +928,18 @@ class OriginNode : public StmtNode {
       : StmtNode(kKind, l), text(std::move(t)), body(std::move(b)) {}
 };
 
+// A profiled region (T::profile): when profiling is on for a compile, the
+// warps that run `body` record when they enter and leave it (lowering's
+// lower_profile turns it into profile_mark intrinsics); off, it is `body`.
+class ProfileNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::Profile;
+  const std::string name;  // "producer load": the trace's slice name
+  const Stmt body;
+  ProfileNode(std::string n, Stmt b, SourceLoc l)
+      : StmtNode(kKind, l), name(std::move(n)), body(std::move(b)) {}
+};
+
 Stmt make_store(Buffer b, Expr value, std::vector<Expr> indices, SourceLoc loc = {});
 Stmt make_evaluate(Expr v, SourceLoc loc = {});
 Stmt make_for(Var v, Expr min, Expr extent, ForKind k, Stmt body, SourceLoc loc = {});
@@ -957,6 +974,8 @@ Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, B
                 std::vector<std::int64_t> a_words, WgmmaOperand b, Expr scale_d,
                 SourceLoc loc = {});
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc = {});
+// `name`: 1 to 64 printable characters without quotes or backslashes.
+Stmt make_profile(std::string name, Stmt body, SourceLoc loc = {});
 
 // ----------------------------------------------------------------- function
 

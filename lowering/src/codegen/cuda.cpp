@@ -1,5 +1,3 @@
-#include "tx/lowering/codegen_cuda.hpp"
-
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +9,7 @@
 #include <unordered_set>
 
 #include "tx/expr.hpp"
+#include "tx/lowering/codegen_cuda.hpp"
 #include "tx/printer.hpp"
 
 namespace tx::lowering {
@@ -329,6 +328,29 @@ static __device__ __forceinline__ float tx_rcp_approx(float x) {
   return x >= 0.0f ? 1.0f - r : r;
 }
 )"},
+      {{"tx_profile_mark"},
+       R"(// A profiled region's mark (T::profile, profiling on): the warp's first
+// active lane appends (%globaltimer, region | end << 16 | smid << 17) to its
+// warp's records in `buf` (a count, then `cap` pairs; runtime/src/profile.cpp).
+static __device__ __forceinline__ void tx_profile_mark(unsigned long long* buf, unsigned cap,
+                                                       unsigned warps, unsigned region,
+                                                       unsigned end) {
+  const unsigned mask = __activemask();
+  if ((threadIdx.x & 31) != (unsigned)(__ffs(mask) - 1)) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  unsigned sm;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  const unsigned long long cta =
+      blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
+  unsigned long long* w = buf + (cta * warps + threadIdx.x / 32) * (1ull + 2ull * cap);
+  const unsigned n = atomicAdd(reinterpret_cast<unsigned*>(w), 1u);
+  if (n < cap) {
+    w[1 + 2 * n] = t;
+    w[2 + 2 * n] = region | (end << 16) | ((unsigned long long)sm << 17);
+  }
+}
+)"},
       {{"tx_floordiv"},
        R"(template <class T> static __device__ __forceinline__ T tx_floordiv(T a, T b) {
   T q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -543,6 +565,10 @@ class CudaEmitter : public IRVisitor {
     for (std::size_t i = 0; i < k_.tensor_maps.size(); ++i)
       sig << (f->params.empty() && f->dims.empty() && i == 0 ? "" : ", ")
           << "const __grid_constant__ tx_tensor_map tx_tmap" << i;
+    // Profiled (T::profile regions, profiling on): the per-warp records, last.
+    if (!k_.profile_regions.empty())
+      sig << (f->params.empty() && f->dims.empty() && k_.tensor_maps.empty() ? "" : ", ")
+          << "unsigned long long* __restrict__ tx_profile";
     sig << ") {\n";
     indent_ = 1;
     if (k_.shared_bytes > 0) line("extern __shared__ __align__(1024) unsigned char tx_smem[];");
@@ -793,6 +819,11 @@ class CudaEmitter : public IRVisitor {
                "%1; }\" :: \"r\"("
             << barrier_address(n->args[0]) << "), \"f\"(" << e(n->args[1]) << ") : \"memory\")";
         return;
+      case Intrinsic::profile_mark:
+        eo_ << "tx_profile_mark(tx_profile, " << kProfileCapacity << "u, "
+            << (k_.launch.block + 31) / 32 << "u, " << as_const_int(n->args[0]).value_or(0) << "u, "
+            << as_const_int(n->args[1]).value_or(0) << "u)";
+        return;
       case Intrinsic::tile_coord:
         fail("tx.codegen_cuda", "", n->loc,
              "internal: T.tile_coord outside a where= predicate reached the code generator");
@@ -1034,6 +1065,9 @@ class CudaEmitter : public IRVisitor {
     line("asm volatile(\"{ .reg .pred p; setp.ne.b32 p, %" + std::to_string(ia + 2) + ", 0; " +
          instr + " }\" : " + outs + " : " + desc(n->a) + ", " + desc(n->b) + ", \"r\"((int)(" +
          e(n->scale_d) + ")));");
+  }
+  void visit_node(const ProfileNode* n) override {
+    fail("tx.codegen_cuda", n->name, n->loc, "internal: T.profile left after lower_profile");
   }
   void visit_node(const OriginNode* n) override {
     std::string c = "// " + n->text;

@@ -250,6 +250,8 @@ class Emitter {
     Value* gx = B.CreateAlignedLoad(i64, grid_arg, llvm::Align(8), "gridDim.x");
     Value* gy = B.CreateAlignedLoad(i64, B.CreateConstInBoundsGEP1_64(i64, grid_arg, 1),
                                     llvm::Align(8), "gridDim.y");
+    grid_x_ = gx;
+    grid_y_ = gy;
     Value* yz = B.CreateUDiv(lin, gx);
     block_idx_[0] = B.CreateTrunc(B.CreateURem(lin, gx), B.getInt32Ty(), "blockIdx.x");
     block_idx_[1] = B.CreateTrunc(B.CreateURem(yz, gy), B.getInt32Ty(), "blockIdx.y");
@@ -851,6 +853,19 @@ class Emitter {
              cast(emit(n->args[1]), n->args[1].dtype(), tx::i32), B.getInt32(wait ? 1 : 0)},
             wait ? "T.named_barriers.sync" : "T.named_barriers.arrive", n->loc);
       }
+      case Intrinsic::profile_mark: {
+        // tx_host_profile_mark(region, end, thread, blockIdx x, y, z, gridDim x, y)
+        llvm::Type* i32t = B.getInt32Ty();
+        llvm::Type* i64t = B.getInt64Ty();
+        auto callee = M.getOrInsertFunction(
+            "tx_host_profile_mark",
+            llvm::FunctionType::get(B.getVoidTy(), {i32t, i32t, i32t, i32t, i32t, i32t, i64t, i64t},
+                                    false));
+        B.CreateCall(callee, {cast(emit(n->args[0]), n->args[0].dtype(), tx::i32),
+                              cast(emit(n->args[1]), n->args[1].dtype(), tx::i32), current_thread(),
+                              block_idx_[0], block_idx_[1], block_idx_[2], grid_x_, grid_y_});
+        return B.getInt32(0);
+      }
       case Intrinsic::tile_coord:
         internal("T.tile_coord outside a where= predicate", n->loc);
       case Intrinsic::fence_proxy_async:
@@ -1332,6 +1347,8 @@ class Emitter {
       case StmtKind::TileCall:
       case StmtKind::ScopeIdBind:
         internal("GPU-only statement left in the host form", s->loc);
+      case StmtKind::Profile:
+        internal("T.profile left after lower_profile", s->loc);
     }
   }
 
@@ -1524,6 +1541,8 @@ class Emitter {
   std::unordered_map<const VarNode*, Value*> vars_;
   std::unordered_map<const VarNode*, Value*> bases_;
   Value* block_idx_[3] = {nullptr, nullptr, nullptr};
+  Value* grid_x_ = nullptr;  // this launch's grid (x, y), i64
+  Value* grid_y_ = nullptr;
 };
 
 }  // namespace

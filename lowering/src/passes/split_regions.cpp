@@ -138,6 +138,7 @@ class RegionSplitter : public IRMutator {
       case StmtKind::Seq:
       case StmtKind::Barrier:
       case StmtKind::Origin:
+      case StmtKind::Profile:
       case StmtKind::Allocate:
       case StmtKind::LetStmt:
       case StmtKind::IfThenElse:

@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "checked_mode.hpp"
+#include "../profile_sink.hpp"
 #include "fibers.hpp"
 #include "llvm.hpp"  // lowering/src/codegen: the host code generator
 #include "tx/lowering/host_form.hpp"
@@ -187,6 +188,7 @@ Jit& jit() {
     helper("tx_fiber_async", &tx_fiber_async);
     helper("tx_fiber_tma_load", &tx_fiber_tma_load);
     helper("tx_fiber_wgmma", &tx_fiber_wgmma);
+    helper("tx_host_profile_mark", &tx_host_profile_mark);
     if (llvm::Error e = (*j)->getMainJITDylib().define(llvm::orc::absoluteSymbols(helpers))) {
       s->error = "LLVM ORC tx helpers: " + llvm_message(std::move(e));
       return s;
@@ -281,6 +283,12 @@ class JitKernel : public HostKernel {
       checker.report(lowering::sanitize_identifier(name_), l.loc);
       return;
     }
+    if (fiber_ && l.profiled) {
+      // Profiled: on this thread, whose recorder the kernel's marks reach.
+      Scratch s(scratch_bytes_);
+      host::run_fiber_ctas(fiber_, fibers_, l.args, 0, blocks, s.p, grid, l.loc);
+      return;
+    }
     if (fiber_) {
       run_fibers(l, blocks);
       return;
@@ -294,7 +302,7 @@ class JitKernel : public HostKernel {
       checker.report(lowering::sanitize_identifier(name_), l.loc);
       return;
     }
-    int workers = choose_workers(blocks);
+    int workers = l.profiled ? 1 : choose_workers(blocks);
     if (workers <= 1) {
       Scratch s(scratch_bytes_);
       fn_(args, 0, blocks, s.p, nullptr, grid);

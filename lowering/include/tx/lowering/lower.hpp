@@ -101,6 +101,10 @@ struct LoweredKernel {
   std::vector<SharedAllocation> shared;
   std::int64_t shared_bytes = 0;
   std::vector<TileCallRecord> dispatched;
+  // T::profile regions recorded by this kernel (profiling on), by index;
+  // the GPU kernel then takes the record buffer as its last parameter:
+  // kProfileCapacity records per warp.
+  std::vector<std::string> profile_regions;
   // The T::dim variables: passed after the parameters, as ints, bound at launch.
   std::vector<DimParam> dims;
   // Values the launch computes (fast_divide's magic numbers), passed after
@@ -111,6 +115,9 @@ struct LoweredKernel {
   // Some extent or the grid is known only at launch.
   bool shape_generic() const;
 };
+
+// Records per warp in a profiled GPU kernel's buffer (runtime/src/profile.cpp).
+inline constexpr std::int64_t kProfileCapacity = 1024;
 
 struct LowerOptions {
   bool debug = false;           // print the IR after every pass (also TX_DEBUG_IR=1)
@@ -126,6 +133,8 @@ struct LowerOptions {
   // checked against its extent at run time (guard_indices), and on the host
   // every access, barrier and division (instrument_checks).
   bool check_indices = false;
+  // T::profile regions record timestamps (lower_profile); off, they vanish.
+  bool profile = false;
   // The target these options name: the host (checked: with the model of
   // sm_90's asynchronous instructions), or CUDA of `arch`.
   Target target() const {
@@ -150,6 +159,7 @@ LaunchConfig verify_kernel(const PrimFunc& f);
 void verify_scopes(const PrimFunc& f);
 void verify_writes(const PrimFunc& f);
 void check_bounds(const PrimFunc& f, const LaunchConfig& launch);
+Stmt lower_profile(const Stmt& s, bool enabled, std::vector<std::string>* regions);
 Stmt lower_tile_ops(const Stmt& s, const LaunchConfig& launch, std::vector<TileCallRecord>* log,
                     const Target& target = Target{});
 Stmt lower_scope_ids(const Stmt& s);

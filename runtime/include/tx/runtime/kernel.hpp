@@ -25,6 +25,7 @@
 
 #include "tx/ir.hpp"
 #include "tx/lowering/lower.hpp"
+#include "tx/runtime/profile.hpp"
 #include "tx/runtime/stream.hpp"
 #include "tx/runtime/tensor.hpp"
 
@@ -53,6 +54,10 @@ struct CompileOptions {
   // (docs/reliability.md); a launch that finds something raises a tx error.
   // Default: TX_CHECK=1 in the environment, for kernels that run on the host.
   std::optional<bool> checked{};
+  // T::profile regions record per warp (docs/profiling.md); each launch's
+  // records become Kernel::last_profile(). Off, the regions vanish and the
+  // kernel is the code it would be without them. Default: TX_PROFILE=1.
+  std::optional<bool> profile{};
 };
 
 class Kernel {
@@ -71,6 +76,10 @@ class Kernel {
   // PTX from NVRTC for `arch` (needs no GPU).
   std::string ptx(const std::string& arch = "sm_90a") const;
   bool checked() const;  // runs in the checked host mode
+  bool profiled() const;  // compiled with profiling on (CompileOptions::profile)
+  // What the last launch of a profiled kernel recorded (the launch has
+  // completed: profiled GPU launches synchronize); empty before one.
+  std::optional<KernelProfile> last_profile() const;
   // Made by Kernel::prebuilt (its IR is built when asked for).
   bool is_prebuilt() const;
 
@@ -180,6 +189,7 @@ struct HostLaunch {
   std::array<std::int64_t, 3> grid{1, 1, 1};
   const std::int64_t* elems = nullptr;
   SourceLoc loc;
+  bool profiled = false;  // one CTA after another on the calling thread (its recorder)
 };
 
 class HostKernel {
