@@ -343,13 +343,44 @@ TEST_CASE("the host runs mbarrier pipelines as fibers: phases in order, CTAs in 
   }
 }
 
+namespace {
+struct HostGemmCase {
+  std::int64_t m, n, k;
+  HopperGemmConfig cfg;
+};
+// Runs the Hopper GEMM sample on the host against float64. Unchecked: the
+// host's variants (gemm/fallback); checked: the GPU's TMA and wgmma through
+// the checked mode's model, which must find nothing.
+void host_gemm_case(const HostGemmCase& c, DType t, bool checked) {
+  CAPTURE(t.name());
+  CAPTURE(c.m);
+  CAPTURE(c.n);
+  CAPTURE(c.k);
+  Kernel k =
+      compile(gemm_hopper(c.m, c.n, c.k, t, c.cfg), {.device = Device::host(), .checked = checked});
+  std::set<std::string> variants;
+  for (const auto& r : k.info().dispatched) variants.insert(r.variant);
+  if (checked) {
+    CHECK(variants.count("gemm/wgmma"));
+    CHECK(variants.count("copy_async/tma"));
+  } else {
+    CHECK(variants.count("gemm/fallback"));
+  }
+  auto a = tx::test::random_values(static_cast<std::size_t>(c.m * c.k), t, -1, 1);
+  auto b = tx::test::random_values(static_cast<std::size_t>(c.k * c.n), t, -1, 1);
+  Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, Device::host());
+  Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, Device::host());
+  Tensor C = Tensor::empty({c.m, c.n}, t, Device::host());
+  C.fill_bits(tx::test::poison_bits(t));
+  CHECK_NOTHROW(k(A, B, C));
+  CHECK(tx::test::gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k, t == bf16 ? 0x1p-8 : 0x1p-11) <=
+        1.0);
+}
+}  // namespace
+
 TEST_CASE("samples/gemm_hopper on the host: fibers, synchronous copies, MMA in registers") {
   if (!host_jit("the Hopper GEMM on the host")) return;
-  struct Case {
-    std::int64_t m, n, k;
-    HopperGemmConfig cfg;
-  };
-  const Case cases[] = {
+  const HostGemmCase cases[] = {
       {128, 256, 64, {.ctas = 1}},  // one tile, one K step
       {256, 512, 256, {.bm = 64, .bn = 256, .bk = 64, .stages = 4, .ctas = 5}},
       {384, 256, 448, {.bm = 128, .bn = 128, .bk = 64, .stages = 6, .ctas = 4}},  // 2 rounds
@@ -358,63 +389,20 @@ TEST_CASE("samples/gemm_hopper on the host: fibers, synchronous copies, MMA in r
       {72, 520, 200, {.ctas = 2}},
   };
   for (DType t : {bf16, f16})
-    for (const Case& c : cases) {
-      CAPTURE(t.name());
-      CAPTURE(c.m);
-      CAPTURE(c.n);
-      CAPTURE(c.k);
-      Kernel k = compile(gemm_hopper(c.m, c.n, c.k, t, c.cfg), {.device = Device::host()});
-      bool in_registers = false;
-      for (const auto& r : k.info().dispatched)
-        in_registers = in_registers || r.variant == "gemm/fallback";
-      CHECK(in_registers);
-      auto a = tx::test::random_values(static_cast<std::size_t>(c.m * c.k), t, -1, 1);
-      auto b = tx::test::random_values(static_cast<std::size_t>(c.k * c.n), t, -1, 1);
-      Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, Device::host());
-      Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, Device::host());
-      Tensor C = Tensor::empty({c.m, c.n}, t, Device::host());
-      C.fill_bits(tx::test::poison_bits(t));
-      k(A, B, C);
-      CHECK(tx::test::gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k,
-                                 t == bf16 ? 0x1p-8 : 0x1p-11) <= 1.0);
-    }
+    for (const HostGemmCase& c : cases) host_gemm_case(c, t, /*checked=*/false);
 }
 
 TEST_CASE("samples/gemm_hopper in the checked mode: the GPU's TMA and wgmma, modelled, silent") {
   if (!host_jit("the Hopper GEMM checked")) return;
-  // The same tilings as above, persistent CTAs over several rounds (the
-  // pipeline's phases run on across tiles) and partial tiles (the TMA's
-  // zero fill past the ends), lowered as for sm_90a and run through the
-  // checked mode's model: no finding, and the float64 bound holds.
-  struct Case {
-    std::int64_t m, n, k;
-    HopperGemmConfig cfg;
-  };
-  const Case cases[] = {
+  // Persistent CTAs over several rounds (the pipeline's phases run on across
+  // tiles) and partial tiles (the TMA's zero fill past the ends).
+  const HostGemmCase cases[] = {
       {256, 512, 256, {.bm = 64, .bn = 256, .bk = 64, .stages = 4, .ctas = 5}},
       {384, 256, 448, {.bm = 128, .bn = 128, .bk = 64, .stages = 6, .ctas = 4}},
       {200, 264, 136, {.bm = 128, .bn = 128, .bk = 64, .stages = 4, .ctas = 3}},
   };
   for (DType t : {bf16, f16})
-    for (const Case& c : cases) {
-      CAPTURE(t.name());
-      CAPTURE(c.m);
-      Kernel k = compile(gemm_hopper(c.m, c.n, c.k, t, c.cfg), {.checked = true});
-      REQUIRE(k.checked());
-      std::set<std::string> variants;
-      for (const auto& r : k.info().dispatched) variants.insert(r.variant);
-      CHECK(variants.count("gemm/wgmma"));
-      CHECK(variants.count("copy_async/tma"));
-      auto a = tx::test::random_values(static_cast<std::size_t>(c.m * c.k), t, -1, 1);
-      auto b = tx::test::random_values(static_cast<std::size_t>(c.k * c.n), t, -1, 1);
-      Tensor A = Tensor::from_doubles(a, {c.m, c.k}, t, Device::host());
-      Tensor B = Tensor::from_doubles(b, {c.k, c.n}, t, Device::host());
-      Tensor C = Tensor::empty({c.m, c.n}, t, Device::host());
-      C.fill_bits(tx::test::poison_bits(t));
-      CHECK_NOTHROW(k(A, B, C));
-      CHECK(tx::test::gemm_error(a, b, C.to_doubles(), c.m, c.n, c.k,
-                                 t == bf16 ? 0x1p-8 : 0x1p-11) <= 1.0);
-    }
+    for (const HostGemmCase& c : cases) host_gemm_case(c, t, /*checked=*/true);
 }
 
 TEST_CASE("fibers: warp shuffles and warp barriers inside a pipeline's consumer") {

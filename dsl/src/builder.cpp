@@ -724,6 +724,20 @@ LoopRange unroll(Value extent, Name name, Loc loc) {
   return LoopRange(make_int(0), extent.value, ForKind::unrolled, std::move(name), loc);
 }
 
+namespace {
+// The statements `body` builds, as a block (its frame dropped if it throws).
+Stmt build_block(const std::function<void()>& body) {
+  detail::push_frame();
+  try {
+    body();
+  } catch (...) {
+    detail::discard_frame();
+    throw;
+  }
+  return detail::pop_frame();
+}
+}  // namespace
+
 IfBuilder if_(Value cond_arg, const std::function<void()>& then_body, Loc loc) {
   state("T.if_", loc);
   detail::set_current_loc(loc);
@@ -733,15 +747,7 @@ IfBuilder if_(Value cond_arg, const std::function<void()>& then_body, Loc loc) {
   if (!cond.dtype().is_bool())
     fail("T.if_", "", loc, "condition of dtype " + cond.dtype().name() + " is not bool");
   if (!then_body) fail("T.if_", "", loc, "the body is an empty std::function");
-  detail::push_frame();
-  try {
-    then_body();
-  } catch (...) {
-    detail::discard_frame();
-    throw;
-  }
-  Stmt then_case = detail::pop_frame();
-  detail::emit(make_if(cond, then_case, Stmt(), loc));
+  detail::emit(make_if(cond, build_block(then_body), Stmt(), loc));
   return IfBuilder(loc);
 }
 
@@ -749,14 +755,7 @@ void profile(const std::string& name, const std::function<void()>& body, Loc loc
   state("T.profile", loc);
   detail::set_current_loc(loc);
   if (!body) fail("T.profile", name, loc, "the body is an empty std::function");
-  detail::push_frame();
-  try {
-    body();
-  } catch (...) {
-    detail::discard_frame();
-    throw;
-  }
-  Stmt inner = detail::pop_frame();
+  Stmt inner = build_block(body);
   detail::emit(make_profile(name, inner ? inner : make_seq({}, loc), loc));
 }
 
