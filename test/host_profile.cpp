@@ -135,8 +135,18 @@ TEST_CASE("a profiled host launch: slices per warp and pass, a trace, a summary,
       "assert len(x)==8 and {e['name'] for e in x}=={'stage','reduce'}, x\" " +
       path;
   CHECK(std::system(cmd.c_str()) == 0);
+  // The PNG: 1000 x (4 warps x 8 px), RGB, whose pixels hold the regions' colours.
+  const std::string png_cmd =
+      "python3 -c \"import struct,sys,zlib; d=open(sys.argv[1],'rb').read(); "
+      "assert d[:8]==b'\\x89PNG\\r\\n\\x1a\\n'; w,h=struct.unpack('>II',d[16:24]); "
+      "assert (w,h)==(1000,32),(w,h); i=d.index(b'IDAT'); n=struct.unpack('>I',d[i-4:i])[0]; "
+      "raw=zlib.decompress(d[i+4:i+4+n]); assert len(raw)==h*(1+3*w); "
+      "assert raw.count(bytes([0x4e,0x79,0xa7]))>0 and raw.count(bytes([0xf2,0x8e,0x2b]))>0\" " +
+      prefix + ".png";
+  CHECK(std::system(png_cmd.c_str()) == 0);
   std::remove(path.c_str());
   std::remove((prefix + ".svg").c_str());
+  std::remove((prefix + ".png").c_str());
 }
 
 TEST_CASE("the Hopper GEMM sample's regions on the host: producer, consumers, epilogue") {

@@ -173,6 +173,22 @@ TEST_CASE("a kernel: launch, dispatch decisions with their lines, IR and CUDA") 
   CHECK_THROWS_AS(display(Kernel{}), Error);
 }
 
+TEST_CASE("a profile: its timeline as SVG and its summary as text; none without regions") {
+  KernelProfile p;
+  p.kernel = "k";
+  p.unit = "us";
+  p.regions = {"load", "mma"};
+  p.warps_per_cta = 2;
+  p.ctas = 1;
+  p.slices = {{0, 0, 0, 3, 0.0, 2.0, 0}, {1, 0, 1, 3, 1.0, 4.5, 0}};
+  api::MimeBundle b = api::profile_bundle(p);
+  const std::string& svg = b.data.at("image/svg+xml");
+  CHECK(svg.find("<svg") == 0);
+  CHECK(svg.find("<title>mma: 3.500 us</title>") != std::string::npos);
+  CHECK(b.data.at("text/plain").find("| load | 0 | 1 | 2.000 | 2.000 |") != std::string::npos);
+  CHECK_THROWS_AS(display(KernelProfile{}), Error);
+}
+
 TEST_CASE("the sink: bundles go where it says, without one text/plain to stdout") {
   std::vector<api::MimeBundle> seen;
   api::set_sink([&](const api::MimeBundle& b) { seen.push_back(b); });

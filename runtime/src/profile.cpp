@@ -1,6 +1,7 @@
 // KernelProfile (tx/runtime/profile.hpp) and how launches fill it
 // (profile_sink.hpp).
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -150,6 +151,111 @@ std::string KernelProfile::svg(int max_ctas) const {
   return os.str();
 }
 
+namespace {
+
+std::uint32_t crc32(const std::string& s, std::size_t from) {
+  static const auto table = [] {
+    std::array<std::uint32_t, 256> t{};
+    for (std::uint32_t n = 0; n < 256; ++n) {
+      std::uint32_t c = n;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xedb88320u ^ (c >> 1) : c >> 1;
+      t[n] = c;
+    }
+    return t;
+  }();
+  std::uint32_t c = 0xffffffffu;
+  for (std::size_t i = from; i < s.size(); ++i)
+    c = table[(c ^ static_cast<unsigned char>(s[i])) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+void put32(std::string& s, std::uint32_t v) {
+  for (int k = 3; k >= 0; --k) s += static_cast<char>((v >> (8 * k)) & 0xff);
+}
+
+// A PNG chunk: length, type, data, CRC of type and data.
+void chunk(std::string& png, const char* type, const std::string& data) {
+  put32(png, static_cast<std::uint32_t>(data.size()));
+  const std::size_t at = png.size();
+  png += type;
+  png += data;
+  put32(png, crc32(png, at));
+}
+
+// zlib around stored deflate blocks: no compression, no dependency.
+std::string zlib_stored(const std::string& raw) {
+  std::string z = "\x78\x01";
+  std::size_t at = 0;
+  do {
+    const std::size_t n = std::min<std::size_t>(65535, raw.size() - at);
+    const bool last = at + n == raw.size();
+    z += static_cast<char>(last ? 1 : 0);
+    z += static_cast<char>(n & 0xff);
+    z += static_cast<char>(n >> 8);
+    z += static_cast<char>(~n & 0xff);
+    z += static_cast<char>((~n >> 8) & 0xff);
+    z.append(raw, at, n);
+    at += n;
+  } while (at < raw.size());
+  std::uint32_t a = 1, b = 0;
+  for (unsigned char c : raw) {
+    a = (a + c) % 65521;
+    b = (b + a) % 65521;
+  }
+  put32(z, (b << 16) | a);
+  return z;
+}
+
+}  // namespace
+
+std::string KernelProfile::png(int max_ctas, int width, int row_px) const {
+  static const std::uint32_t colors[] = {0x4e79a7, 0xf28e2b, 0x59a14f, 0xe15759, 0x76b7b2,
+                                         0xedc948, 0xb07aa1, 0xff9da7, 0x9c755f, 0xbab0ac};
+  if (width < 16 || width > 16384 || row_px < 2 || row_px > 64)
+    fail("tx.KernelProfile.png", "", {}, "width in [16, 16384], row_px in [2, 64]");
+  double t0 = 0, t1 = 1;
+  bool any = false;
+  for (const ProfileSlice& s : slices)
+    if (s.cta < max_ctas) {
+      t0 = any ? std::min(t0, s.begin) : s.begin;
+      t1 = any ? std::max(t1, s.end) : s.end;
+      any = true;
+    }
+  if (t1 <= t0) t1 = t0 + 1;
+  const std::int64_t rows =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(ctas, max_ctas) * warps_per_cta);
+  const std::int64_t h = rows * row_px;
+  // RGB rows, each after its filter byte (0: none); white, a grey line between CTAs.
+  std::string raw(static_cast<std::size_t>(h * (1 + 3 * width)), static_cast<char>(255));
+  auto px = [&](std::int64_t y, std::int64_t x, std::uint32_t rgb) {
+    const std::size_t at = static_cast<std::size_t>(y * (1 + 3 * width) + 1 + 3 * x);
+    raw[at] = static_cast<char>(rgb >> 16);
+    raw[at + 1] = static_cast<char>((rgb >> 8) & 0xff);
+    raw[at + 2] = static_cast<char>(rgb & 0xff);
+  };
+  for (std::int64_t y = 0; y < h; ++y) raw[static_cast<std::size_t>(y * (1 + 3 * width))] = 0;
+  for (std::int64_t r = warps_per_cta; r < rows; r += warps_per_cta)
+    for (std::int64_t x = 0; x < width; ++x) px(r * row_px, x, 0xb0b0b0);
+  for (const ProfileSlice& s : slices) {
+    if (s.cta >= max_ctas) continue;
+    const std::int64_t r = s.cta * warps_per_cta + s.warp;
+    auto x0 = static_cast<std::int64_t>((s.begin - t0) / (t1 - t0) * (width - 1));
+    auto x1 = static_cast<std::int64_t>((s.end - t0) / (t1 - t0) * (width - 1));
+    for (std::int64_t y = r * row_px + 1 + s.depth; y < (r + 1) * row_px - s.depth; ++y)
+      for (std::int64_t x = x0; x <= std::max(x0, x1); ++x)
+        px(y, x, colors[static_cast<std::size_t>(s.region) % 10]);
+  }
+  std::string out = "\x89PNG\r\n\x1a\n";
+  std::string ihdr;
+  put32(ihdr, static_cast<std::uint32_t>(width));
+  put32(ihdr, static_cast<std::uint32_t>(h));
+  ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB, no interlace
+  chunk(out, "IHDR", ihdr);
+  chunk(out, "IDAT", zlib_stored(raw));
+  chunk(out, "IEND", "");
+  return out;
+}
+
 std::string KernelProfile::write(const std::string& prefix) const {
   auto put = [&](const std::string& path, const std::string& text) {
     std::ofstream f(path);
@@ -158,6 +264,9 @@ std::string KernelProfile::write(const std::string& prefix) const {
   };
   put(prefix + ".trace.json", chrome_trace());
   put(prefix + ".svg", svg());
+  std::ofstream f(prefix + ".png", std::ios::binary);
+  f << png();
+  if (!f) fail("tx.KernelProfile.write", prefix + ".png", {}, "cannot write the file");
   return prefix + ".trace.json";
 }
 

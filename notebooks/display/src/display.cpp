@@ -496,7 +496,22 @@ MimeBundle chart_bundle(const BarChart& chart, SourceLoc loc) {
   return b;
 }
 
+MimeBundle profile_bundle(const KernelProfile& profile, int max_ctas) {
+  MimeBundle b;
+  b.data["image/svg+xml"] = profile.svg(max_ctas);
+  b.data["text/plain"] = profile.summary();
+  return b;
+}
+
 }  // namespace display_api
+
+void display(const KernelProfile& profile, int max_ctas, SourceLoc loc) {
+  if (profile.regions.empty())
+    fail("tx::display", "profile", loc,
+         "the profile has no regions (was the kernel compiled with .profile = true, and does it "
+         "have T::profile regions?)");
+  display_api::show(display_api::profile_bundle(profile, max_ctas));
+}
 
 void display(const Kernel& kernel, SourceLoc) {
   // An empty Kernel: its accessors raise the tx error.

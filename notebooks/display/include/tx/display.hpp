@@ -9,6 +9,8 @@
 //   tx::display(tx::Table{.header = {"op", "GB/s"}, .rows = {{"gelu", "3712"}}});
 //   tx::display(tx::BarChart{.title = "GB/s", .labels = {"gelu"}, .series = {"tx"},
 //                            .values = {{3712}}});
+//   tx::display(*k.last_profile());                   // a profiled launch's timeline
+//                                                     // (SVG) and its summary
 //
 // In the tx Jupyter kernel (notebooks/xeus) the bundle goes to the front end.
 // Anywhere else (a C++ program, tx-repl) the default sink prints the
@@ -58,6 +60,10 @@ void display(const Image& image, SourceLoc loc = std::source_location::current()
 void display(const Table& table, SourceLoc loc = std::source_location::current());
 void display(const BarChart& chart, SourceLoc loc = std::source_location::current());
 void display(const Html& html, SourceLoc loc = std::source_location::current());
+// A profiled launch (T::profile, docs/profiling.md): the timeline of its
+// first `max_ctas` CTAs as SVG, the summary as text.
+void display(const KernelProfile& profile, int max_ctas = 4,
+             SourceLoc loc = std::source_location::current());
 
 namespace display_api {
 
@@ -81,6 +87,7 @@ MimeBundle func_bundle(const PrimFunc& func);
 MimeBundle image_bundle(const Image& image, SourceLoc loc = std::source_location::current());
 MimeBundle table_bundle(const Table& table, SourceLoc loc = std::source_location::current());
 MimeBundle chart_bundle(const BarChart& chart, SourceLoc loc = std::source_location::current());
+MimeBundle profile_bundle(const KernelProfile& profile, int max_ctas = 4);
 
 enum class Language { cpp, tirx };
 // Source as HTML <span>s with inline colours: keywords, types, comments,

@@ -46,7 +46,10 @@ struct KernelProfile {
   // A timeline picture of the first `max_ctas` CTAs: a row per warp, a
   // colored bar per slice, a legend.
   std::string svg(int max_ctas = 4) const;
-  // Writes PREFIX.trace.json and PREFIX.svg; returns the trace's path.
+  // The same timeline as a PNG (the file's bytes): a row of `row_px` pixels
+  // per warp, `width` pixels of time, the regions in the SVG's colours.
+  std::string png(int max_ctas = 4, int width = 1000, int row_px = 8) const;
+  // Writes PREFIX.trace.json, PREFIX.svg and PREFIX.png; returns the trace's path.
   std::string write(const std::string& prefix) const;
 };
 
