@@ -173,7 +173,7 @@ TEST_CASE("a kernel: launch, dispatch decisions with their lines, IR and CUDA") 
   CHECK_THROWS_AS(display(Kernel{}), Error);
 }
 
-TEST_CASE("a profile: its timeline as SVG and its summary as text; none without regions") {
+TEST_CASE("a profile: its timeline as SVG and its summary as text, none without regions") {
   KernelProfile p;
   p.kernel = "k";
   p.unit = "us";
