@@ -6,6 +6,7 @@
 // too, so `ncu` on the two kernels gives the kernel-only overhead).
 //
 //   bench_profile_timeline OUT_DIR
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -20,6 +21,10 @@ using namespace tx;
 
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : ".";
+  // --ncu: launch each kernel once with profiling off, then once on, and
+  // stop (for `ncu`, whose kernel durations leave out the records' reset and
+  // read-back).
+  const bool ncu = argc > 2 && std::string(argv[2]) == "--ncu";
   if (!runtime::cuda_available()) {
     std::printf("SKIPPED: no GPU\n");
     return 77;
@@ -27,6 +32,12 @@ int main(int argc, char** argv) {
   auto run = [&](const std::string& name, const PrimFunc& f, std::vector<Tensor> args) {
     Kernel off = compile(f, {.profile = false});
     Kernel on = compile(f, {.profile = true});
+    if (ncu) {
+      off.launch(args);
+      on.launch(args);
+      synchronize();
+      return;
+    }
     off.launch(args);
     on.launch(args);  // warm: compiled, first records
     synchronize();
@@ -34,11 +45,18 @@ int main(int argc, char** argv) {
     const double ms_on = bench::time_ms([&] { on.launch(args); }, 2, 10);
     on.launch(args);
     KernelProfile p = *on.last_profile();
-    const std::string path = p.write(dir + "/" + name);
+    double first = 1e300, last = -1e300;
+    for (const ProfileSlice& s : p.slices) {
+      first = std::min(first, s.begin);
+      last = std::max(last, s.end);
+    }
+    // The whole launch's summary; the first four CTAs' trace and pictures.
+    const std::string path = p.first_ctas(4).write(dir + "/" + name);
     std::printf("== %s: %.3f ms profiling off, %.3f ms on (with the records' reset and "
-                "read-back); %zu slices, %lld dropped; trace %s\n%s\n",
-                name.c_str(), ms_off, ms_on, p.slices.size(), static_cast<long long>(p.dropped),
-                path.c_str(), p.summary().c_str());
+                "read-back); records span %.1f us; %zu slices, %lld dropped; trace of the first "
+                "4 CTAs %s\n%s\n",
+                name.c_str(), ms_off, ms_on, last - first, p.slices.size(),
+                static_cast<long long>(p.dropped), path.c_str(), p.summary().c_str());
     std::fflush(stdout);
   };
   {

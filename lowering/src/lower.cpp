@@ -150,6 +150,16 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
     k.shared.push_back({b, off, bytes});
     off += bytes;
   }
+  // A profiled GPU kernel counts each warp's marks in shared memory (a shared
+  // atomic instead of a global one: the mark does not wait on a round trip
+  // to memory); the counts follow the kernel's own buffers. (Reserved on the
+  // host target too, whose CUDA text is the GPU's; the host records marks
+  // without them.)
+  if (!k.profile_regions.empty()) {
+    off = (off + 3) / 4 * 4;
+    k.profile_counts_offset = off;
+    off += 4 * ((k.launch.block + 31) / 32);
+  }
   k.shared_bytes = off;
   for (const TensorMapDesc& m : facts.maps) {
     TensorMapParam tp{m, -1};

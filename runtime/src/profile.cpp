@@ -270,13 +270,23 @@ std::string KernelProfile::write(const std::string& prefix) const {
   return prefix + ".trace.json";
 }
 
+KernelProfile KernelProfile::first_ctas(std::int64_t n) const {
+  if (n < 0) fail("tx.KernelProfile.first_ctas", "n", {}, "a negative CTA count");
+  KernelProfile p = *this;
+  p.ctas = std::min(ctas, n);
+  p.slices.clear();
+  for (const ProfileSlice& s : slices)
+    if (s.cta < n) p.slices.push_back(s);
+  return p;
+}
+
 }  // namespace tx
 
 namespace tx::runtime {
 
 std::int64_t profile_buffer_words(const lowering::LoweredKernel& k, std::int64_t ctas) {
   const std::int64_t warps = (k.launch.block + 31) / 32;
-  return ctas * warps * (1 + 2 * kProfileCapacity);
+  return ctas * warps * kProfileWarpWords;
 }
 
 void ProfileSink::publish(KernelProfile p) {
@@ -330,25 +340,32 @@ KernelProfile empty_profile(const lowering::LoweredKernel& k, const std::string&
 KernelProfile profile_from_gpu(const lowering::LoweredKernel& k, const std::string& kernel,
                                std::int64_t ctas, const std::vector<std::uint64_t>& buffer) {
   KernelProfile p = empty_profile(k, kernel, ctas, "us");
-  const std::int64_t warps = p.warps_per_cta, per = 1 + 2 * kProfileCapacity;
+  const std::int64_t warps = p.warps_per_cta, per = kProfileWarpWords;
+  // A warp's marks: the header's count when they overflowed its area, else
+  // the records written (each has a non-zero timestamp; the area starts zeroed).
+  auto marks = [&](const std::uint64_t* rec) {
+    if (rec[0] != 0) return static_cast<std::int64_t>(rec[0]);
+    std::int64_t n = 0;
+    while (n < kProfileCapacity && rec[2 + 2 * n] != 0) ++n;
+    return n;
+  };
   std::uint64_t t0 = ~std::uint64_t{0};
   for (std::int64_t w = 0; w < ctas * warps; ++w) {
     const std::uint64_t* rec = buffer.data() + w * per;
-    const std::int64_t n =
-        std::min<std::int64_t>(static_cast<std::int64_t>(rec[0] & 0xffffffffu), kProfileCapacity);
-    for (std::int64_t i = 0; i < n; ++i) t0 = std::min(t0, rec[1 + 2 * i]);
+    const std::int64_t n = std::min(marks(rec), kProfileCapacity);
+    for (std::int64_t i = 0; i < n; ++i) t0 = std::min(t0, rec[2 + 2 * i]);
   }
   Pairing pairs;
   for (std::int64_t w = 0; w < ctas * warps; ++w) {
     const std::uint64_t* rec = buffer.data() + w * per;
-    const auto count = static_cast<std::int64_t>(rec[0] & 0xffffffffu);
+    const std::int64_t count = marks(rec);
     p.dropped += std::max<std::int64_t>(0, count - kProfileCapacity);
     const std::int64_t n = std::min(count, kProfileCapacity);
     for (std::int64_t i = 0; i < n; ++i) {
-      const std::uint64_t meta = rec[2 + 2 * i];
+      const std::uint64_t meta = rec[3 + 2 * i];
       pairs.mark(p, w / warps, static_cast<std::int32_t>(w % warps),
                  static_cast<std::int32_t>(meta >> 17), static_cast<std::int32_t>(meta & 0xffff),
-                 (meta >> 16) & 1, static_cast<double>(rec[1 + 2 * i] - t0) / 1000.0);
+                 (meta >> 16) & 1, static_cast<double>(rec[2 + 2 * i] - t0) / 1000.0);
     }
   }
   return p;

@@ -14,9 +14,11 @@
 
 namespace tx::runtime {
 
-// Records per warp in the GPU's buffer; each warp's part is a count, then
-// (timestamp, region | end << 16 | sm << 17) pairs: (1 + 2 * capacity) u64s.
+// Records per warp in the GPU's buffer; each warp's part is a 2-word header
+// (its mark count, written only on overflow), then (timestamp, region |
+// end << 16 | sm << 17) pairs: kProfileWarpWords u64s (lowering/lower.hpp).
 using lowering::kProfileCapacity;
+using lowering::kProfileWarpWords;
 std::int64_t profile_buffer_words(const lowering::LoweredKernel& k, std::int64_t ctas);
 
 // Where a Kernel's launches leave their profile (shared by the Kernel and

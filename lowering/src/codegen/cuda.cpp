@@ -330,24 +330,29 @@ static __device__ __forceinline__ float tx_rcp_approx(float x) {
 )"},
       {{"tx_profile_mark"},
        R"(// A profiled region's mark (T::profile, profiling on): the warp's first
-// active lane appends (%globaltimer, region | end << 16 | smid << 17) to its
-// warp's records in `buf` (a count, then `cap` pairs; runtime/src/profile.cpp).
-static __device__ __forceinline__ void tx_profile_mark(unsigned long long* buf, unsigned cap,
-                                                       unsigned warps, unsigned region,
-                                                       unsigned end) {
+// active lane takes the warp's next record index from its count in shared
+// memory and stores (%globaltimer, region | end << 16 | smid << 17) into the
+// warp's area of `buf` with one 16-byte store; marks past `cap` only raise
+// the area's header to the number of marks (runtime/src/profile.cpp).
+static __device__ __forceinline__ void tx_profile_mark(unsigned long long* buf, unsigned* counts,
+                                                       unsigned cap, unsigned warps,
+                                                       unsigned region, unsigned end) {
   const unsigned mask = __activemask();
   if ((threadIdx.x & 31) != (unsigned)(__ffs(mask) - 1)) return;
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   unsigned sm;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+  const unsigned warp = threadIdx.x / 32;
+  const unsigned n = atomicAdd(&counts[warp], 1u);
   const unsigned long long cta =
       blockIdx.x + (unsigned long long)gridDim.x * (blockIdx.y + (unsigned long long)gridDim.y * blockIdx.z);
-  unsigned long long* w = buf + (cta * warps + threadIdx.x / 32) * (1ull + 2ull * cap);
-  const unsigned n = atomicAdd(reinterpret_cast<unsigned*>(w), 1u);
+  unsigned long long* w = buf + (cta * warps + warp) * (2ull + 2ull * cap);
   if (n < cap) {
-    w[1 + 2 * n] = t;
-    w[2 + 2 * n] = region | (end << 16) | ((unsigned long long)sm << 17);
+    const unsigned long long meta = region | (end << 16) | ((unsigned long long)sm << 17);
+    asm volatile("st.global.v2.u64 [%0], {%1, %2};" :: "l"(w + 2 + 2 * n), "l"(t), "l"(meta) : "memory");
+  } else {
+    atomicMax(w, (unsigned long long)n + 1);
   }
 }
 )"},
@@ -572,6 +577,14 @@ class CudaEmitter : public IRVisitor {
     sig << ") {\n";
     indent_ = 1;
     if (k_.shared_bytes > 0) line("extern __shared__ __align__(1024) unsigned char tx_smem[];");
+    if (k_.profile_counts_offset >= 0) {
+      // Each warp's mark count (tx_profile_mark), zeroed by its lane 0 before
+      // any of its marks.
+      line("unsigned* const tx_profile_n = reinterpret_cast<unsigned*>(tx_smem + " +
+           std::to_string(k_.profile_counts_offset) + ");");
+      line("if ((threadIdx.x & 31u) == 0u) tx_profile_n[threadIdx.x / 32] = 0u;");
+      line("__syncwarp();");
+    }
     visit(f->body);
     out_ << "}\n";
     std::string kernel = sig.str() + out_.str();
@@ -820,7 +833,7 @@ class CudaEmitter : public IRVisitor {
             << barrier_address(n->args[0]) << "), \"f\"(" << e(n->args[1]) << ") : \"memory\")";
         return;
       case Intrinsic::profile_mark:
-        eo_ << "tx_profile_mark(tx_profile, " << kProfileCapacity << "u, "
+        eo_ << "tx_profile_mark(tx_profile, tx_profile_n, " << kProfileCapacity << "u, "
             << (k_.launch.block + 31) / 32 << "u, " << as_const_int(n->args[0]).value_or(0) << "u, "
             << as_const_int(n->args[1]).value_or(0) << "u)";
         return;

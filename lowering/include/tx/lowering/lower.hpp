@@ -105,6 +105,9 @@ struct LoweredKernel {
   // the GPU kernel then takes the record buffer as its last parameter:
   // kProfileCapacity records per warp.
   std::vector<std::string> profile_regions;
+  // Profiled GPU kernels: the byte offset in shared memory of the per-warp
+  // record counts (one u32 per warp, after the kernel's own buffers); -1: none.
+  std::int64_t profile_counts_offset = -1;
   // The T::dim variables: passed after the parameters, as ints, bound at launch.
   std::vector<DimParam> dims;
   // Values the launch computes (fast_divide's magic numbers), passed after
@@ -116,8 +119,11 @@ struct LoweredKernel {
   bool shape_generic() const;
 };
 
-// Records per warp in a profiled GPU kernel's buffer (runtime/src/profile.cpp).
+// Records per warp in a profiled GPU kernel's buffer (runtime/src/profile.cpp):
+// a warp's area is a 2-word header (word 0: its mark count, written only when
+// the marks overflow the area) and kProfileCapacity (timestamp, meta) pairs.
 inline constexpr std::int64_t kProfileCapacity = 1024;
+inline constexpr std::int64_t kProfileWarpWords = 2 + 2 * kProfileCapacity;
 
 struct LowerOptions {
   bool debug = false;           // print the IR after every pass (also TX_DEBUG_IR=1)

@@ -49,6 +49,9 @@ struct KernelProfile {
   // The same timeline as a PNG (the file's bytes): a row of `row_px` pixels
   // per warp, `width` pixels of time, the regions in the SVG's colours.
   std::string png(int max_ctas = 4, int width = 1000, int row_px = 8) const;
+  // The same profile limited to its first `n` CTAs (a smaller trace to keep
+  // or show; the summary of a few CTAs).
+  KernelProfile first_ctas(std::int64_t n) const;
   // Writes PREFIX.trace.json, PREFIX.svg and PREFIX.png; returns the trace's path.
   std::string write(const std::string& prefix) const;
 };
