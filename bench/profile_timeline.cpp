@@ -24,7 +24,12 @@ int main(int argc, char** argv) {
   // --ncu: launch each kernel once with profiling off, then once on, and
   // stop (for `ncu`, whose kernel durations leave out the records' reset and
   // read-back).
-  const bool ncu = argc > 2 && std::string(argv[2]) == "--ncu";
+  const std::string mode = argc > 2 ? argv[2] : "";
+  const bool ncu = mode == "--ncu";
+  auto progress = [](const std::string& name, const char* what) {
+    std::fprintf(stderr, "[%s] %s\n", name.c_str(), what);
+    std::fflush(stderr);
+  };
   if (!runtime::cuda_available()) {
     std::printf("SKIPPED: no GPU\n");
     return 77;
@@ -38,11 +43,16 @@ int main(int argc, char** argv) {
       synchronize();
       return;
     }
+    progress(name, "first launches, off and on");
     off.launch(args);
+    synchronize();
     on.launch(args);  // warm: compiled, first records
     synchronize();
+    progress(name, "timing off");
     const double ms_off = bench::time_ms([&] { off.launch(args); });
+    progress(name, "timing on");
     const double ms_on = bench::time_ms([&] { on.launch(args); }, 2, 10);
+    progress(name, "the profile");
     on.launch(args);
     KernelProfile p = *on.last_profile();
     double first = 1e300, last = -1e300;
@@ -59,7 +69,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(p.dropped), path.c_str(), p.summary().c_str());
     std::fflush(stdout);
   };
-  {
+  if (mode != "--attention") {
     const std::int64_t M = 4096, N = 4096, K = 2048;
     run("gemm_hopper_4096x4096x2048", gemm_hopper(M, N, K),
         {bench::random_tensor({M, K}, bf16), bench::random_tensor({K, N}, bf16),

@@ -23,9 +23,9 @@ step "gpu_profile"
 echo "exit $?"
 tail -5 "$FINAL/gpu_profile.txt"
 step "timelines"
-timeout 240 $B/bench/bench_profile_timeline "$FINAL" > "$FINAL/timelines.txt" 2>&1
+timeout 240 $B/bench/bench_profile_timeline "$FINAL" > "$FINAL/timelines.txt" 2> "$FINAL/progress.txt"
 echo "exit $?"
-head -70 "$FINAL/timelines.txt"
+head -70 "$FINAL/timelines.txt"; cat "$FINAL/progress.txt"
 step "ncu: kernel durations, profiling off then on"
 timeout 200 ncu --metrics gpu__time_duration.sum --kernel-name regex:'gemm_hopper|attention' \
   $B/bench/bench_profile_timeline /tmp --ncu > "$FINAL/ncu.txt" 2>&1

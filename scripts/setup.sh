@@ -25,6 +25,8 @@ have_header doctest/doctest.h || [ -e /usr/include/doctest.h ] || missing+=(doct
 optional=()
 # DLPack (Tensor::from_dlpack); without it tx builds without that feature.
 have_header dlpack/dlpack.h || optional+=(libdlpack-dev)
+# zlib deflates the profiler's PNG timelines; without it they are stored.
+have_header zlib.h || optional+=(zlib1g-dev)
 if [ "${TX_HOST_JIT:-AUTO}" != "OFF" ]; then
   if ! ls /usr/lib/llvm-*/lib/cmake/llvm/LLVMConfig.cmake >/dev/null 2>&1; then
     optional+=(llvm-19-dev)

@@ -11,6 +11,10 @@
 #include "profile_sink.hpp"
 #include "tx/error.hpp"
 
+#ifdef TX_HAVE_ZLIB
+#include <zlib.h>
+#endif
+
 namespace tx {
 
 namespace {
@@ -182,8 +186,9 @@ void chunk(std::string& png, const char* type, const std::string& data) {
   put32(png, crc32(png, at));
 }
 
-// zlib around stored deflate blocks: no compression, no dependency.
-std::string zlib_stored(const std::string& raw) {
+// zlib around stored deflate blocks: no compression, no dependency (the
+// build without zlib).
+[[maybe_unused]] std::string zlib_stored(const std::string& raw) {
   std::string z = "\x78\x01";
   std::size_t at = 0;
   do {
@@ -204,6 +209,20 @@ std::string zlib_stored(const std::string& raw) {
   }
   put32(z, (b << 16) | a);
   return z;
+}
+
+// The PNG's image data as a zlib stream: deflated where tx was built with zlib.
+std::string zlib_stream(const std::string& raw) {
+#ifdef TX_HAVE_ZLIB
+  uLongf n = compressBound(static_cast<uLong>(raw.size()));
+  std::string z(n, '\0');
+  if (compress2(reinterpret_cast<Bytef*>(z.data()), &n, reinterpret_cast<const Bytef*>(raw.data()),
+                static_cast<uLong>(raw.size()), 6) == Z_OK) {
+    z.resize(n);
+    return z;
+  }
+#endif
+  return zlib_stored(raw);
 }
 
 }  // namespace
@@ -251,7 +270,7 @@ std::string KernelProfile::png(int max_ctas, int width, int row_px) const {
   put32(ihdr, static_cast<std::uint32_t>(h));
   ihdr += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit RGB, no interlace
   chunk(out, "IHDR", ihdr);
-  chunk(out, "IDAT", zlib_stored(raw));
+  chunk(out, "IDAT", zlib_stream(raw));
   chunk(out, "IEND", "");
   return out;
 }

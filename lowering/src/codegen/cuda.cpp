@@ -350,7 +350,7 @@ static __device__ __forceinline__ void tx_profile_mark(unsigned long long* buf, 
   unsigned long long* w = buf + (cta * warps + warp) * (2ull + 2ull * cap);
   if (n < cap) {
     const unsigned long long meta = region | (end << 16) | ((unsigned long long)sm << 17);
-    asm volatile("st.global.v2.u64 [%0], {%1, %2};" :: "l"(w + 2 + 2 * n), "l"(t), "l"(meta) : "memory");
+    asm volatile("st.global.v2.u64 [%0], {%1, %2};" :: "l"(w + 2 + 2 * n), "l"(t), "l"(meta));
   } else {
     atomicMax(w, (unsigned long long)n + 1);
   }
