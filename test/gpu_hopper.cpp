@@ -5,6 +5,7 @@
 // poisoned outputs. On another GPU each case says why it does not run.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -70,6 +71,31 @@ TEST_CASE("copy_async/tma moves tiles through every swizzle mode exactly") {
     O.fill_bits(tx::test::poison_bits(c.t));
     k(G, O);
     CHECK(O.to_doubles() == G.to_doubles());
+  }
+}
+
+TEST_CASE("copy_async/tma_store stores tiles through every swizzle mode, clipped at the end") {
+  if (!hopper_gpu("TMA stores")) return;
+  struct Case {
+    std::int64_t rows, cols;
+    DType t;
+    bool swizzle;
+  };
+  const Case cases[] = {{128, 64, bf16, true}, {64, 256, bf16, true}, {32, 32, bf16, true},
+                        {16, 8, f32, true},    {64, 128, f8e4m3, true}, {16, 64, bf16, false},
+                        {8, 256, f16, false}};
+  for (const Case& c : cases) {
+    CAPTURE(c.rows);
+    CAPTURE(c.cols);
+    CAPTURE(c.t.name());
+    CAPTURE(c.swizzle);
+    const TileLayout layout = c.swizzle ? layouts::swizzled_tiles({c.rows, c.cols}, c.t)
+                                        : TileLayout::row_major({c.rows, c.cols});
+    std::vector<std::string> variants;
+    // Three tiles, the outputs 3 rows short of the last one's end.
+    CHECK(tx::test::run_tma_store_tiles(c.rows, c.cols, c.t, layout, 3, 3 * c.rows - 3,
+                                        Device::cuda(), &variants));
+    CHECK(std::count(variants.begin(), variants.end(), "copy_async/tma_store") == 2);
   }
 }
 

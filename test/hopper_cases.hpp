@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "test_support.hpp"
@@ -113,6 +114,56 @@ inline double run_wgmma_register_a(std::int64_t N, std::int64_t K, DType t, Devi
   D.fill_bits(poison_bits(f32));
   k(A, B, D);
   return gemm_error(half_a, b, D.to_doubles(), 64, N, K, 0x1p-24, mag_rel);
+}
+
+// TMA stores (copy_async/tma_store): each of `blocks` CTAs copies its R x C
+// tile of G1 into a shared tile of `layout` (a plain copy), stores it to O1
+// with copy_async, waits until the TMA has read it (tma_store_wait, then the
+// barrier), overwrites the tile with its tile of G2 and stores that to O2.
+// O1 and O2 have `rows` rows (<= blocks * R): the last tile reaches past
+// them (partial=), and the TMA clips it. A missing wait lets G2's values
+// into O1.
+inline PrimFunc tma_store_tiles(std::int64_t R, std::int64_t C, DType t, const TileLayout& layout,
+                                std::int64_t blocks, std::int64_t rows) {
+  return T::prim_func("tma_store_tiles",
+                      [&](Handle g1_ptr, Handle g2_ptr, Handle o1_ptr, Handle o2_ptr) {
+                        auto G1 = T::match_buffer(g1_ptr, {blocks * R, C}, t);
+                        auto G2 = T::match_buffer(g2_ptr, {blocks * R, C}, t);
+                        auto O1 = T::match_buffer(o1_ptr, {rows, C}, t);
+                        auto O2 = T::match_buffer(o2_ptr, {rows, C}, t);
+                        T::device_entry();
+                        auto blk = T::cta_id({blocks});
+                        T::thread_id({128});
+                        auto S = T::alloc_buffer({R, C}, t, scope::shared, layout);
+                        auto tile = [&] { return region(span(blk * R, R), {0, C}); };
+                        Tx::cta::copy(S.all(), G1[tile()]);
+                        Tx::cta::copy_async(O1[tile()], S.all(), {.partial = true});
+                        T::cuda::tma_store_wait(0);
+                        T::cuda::cta_sync();
+                        Tx::cta::copy(S.all(), G2[tile()]);
+                        Tx::cta::copy_async(O2[tile()], S.all(), {.partial = true});
+                      });
+}
+
+// Runs tma_store_tiles on `d` with random inputs and poisoned outputs;
+// whether both outputs hold exactly their inputs' first `rows` rows.
+inline bool run_tma_store_tiles(std::int64_t R, std::int64_t C, DType t, const TileLayout& layout,
+                                std::int64_t blocks, std::int64_t rows, Device d,
+                                std::vector<std::string>* variants = nullptr) {
+  Kernel k = compile(tma_store_tiles(R, C, t, layout, blocks, rows), {.device = d});
+  if (variants)
+    for (const auto& r : k.info().dispatched) variants->push_back(r.variant);
+  auto g1 = random_values(static_cast<std::size_t>(blocks * R * C), t, -8, 8);
+  auto g2 = random_values(static_cast<std::size_t>(blocks * R * C), t, -8, 8);
+  Tensor G1 = Tensor::from_doubles(g1, {blocks * R, C}, t, d);
+  Tensor G2 = Tensor::from_doubles(g2, {blocks * R, C}, t, d);
+  Tensor O1 = Tensor::empty({rows, C}, t, d), O2 = Tensor::empty({rows, C}, t, d);
+  O1.fill_bits(poison_bits(t));
+  O2.fill_bits(poison_bits(t));
+  k(G1, G2, O1, O2);
+  g1.resize(static_cast<std::size_t>(rows * C));
+  g2.resize(static_cast<std::size_t>(rows * C));
+  return O1.to_doubles() == g1 && O2.to_doubles() == g2;
 }
 
 }  // namespace tx::test

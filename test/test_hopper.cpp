@@ -128,6 +128,71 @@ TEST_CASE("copy_async/tma reasons: padded rows, no barrier, older GPUs, the host
   CHECK_THROWS_WITH_AS(lower90(f), doctest::Contains("barrier= belongs to copy_async"), Error);
 }
 
+TEST_CASE("copy_async/tma_store: shared -> global boxes, the fence, one commit, the waits") {
+  // 64 x 256 bf16 in 128-byte swizzled panels: four 64 x 64 boxes, one group.
+  auto k = lower90(
+      test::tma_store_tiles(64, 256, bf16, layouts::swizzled_tiles({64, 256}, bf16), 3, 150));
+  CHECK(variant_of(k, "copy_async") == "copy_async/tma_store");
+  REQUIRE(k.tensor_maps.size() == 2);  // O1 and O2, each its own map
+  CHECK(k.tensor_maps[0].map.box == std::vector<std::int64_t>{64, 64});
+  CHECK(k.tensor_maps[0].map.swizzle_bytes == 128);
+  CHECK(k.tensor_maps[0].param == 2);
+  const std::string ir = to_string(k.lowered);
+  CHECK(ir.find("T.ptx.tma_store(T.tensor_map(O1, box=[64, 64], swizzle=128)") !=
+        std::string::npos);
+  CHECK(ir.find("T.ptx.cp_async.bulk.commit_group()") != std::string::npos);
+  CHECK(ir.find("T.ptx.cp_async.bulk.wait_group_read(0)") != std::string::npos);
+  const std::string cuda = lowering::codegen_cuda(k);
+  std::size_t stores = 0;
+  for (std::size_t p = cuda.find("tx_tma_store(&"); p != std::string::npos;
+       p = cuda.find("tx_tma_store(&", p + 1))
+    ++stores;
+  CHECK(stores == 8);  // four boxes per tile, two tiles
+  // The kernel's end waits for the TMA's reads of shared memory.
+  CHECK(cuda.rfind("tx_tma_store_wait<0>();\n}") != std::string::npos);
+  const std::string ptx = runtime::nvrtc_compile(cuda, "tma_store_tiles.cu", "sm_90a", runtime::NvrtcTarget::ptx).ptx;
+  CHECK(ptx.find("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") != std::string::npos);
+  CHECK(ptx.find("cp.async.bulk.commit_group") != std::string::npos);
+  CHECK(ptx.find("cp.async.bulk.wait_group.read 0") != std::string::npos);
+  CHECK(ptx.find("fence.proxy.async") != std::string::npos);
+  // Unswizzled rows, f32: boxes of at most 256 elements.
+  auto plain = lower90(test::tma_store_tiles(16, 64, f32, TileLayout::row_major({16, 64}), 2, 32));
+  CHECK(variant_of(plain, "copy_async") == "copy_async/tma_store");
+  CHECK(plain.tensor_maps[0].map.box == std::vector<std::int64_t>{16, 64});
+}
+
+TEST_CASE("copy_async/tma_store reasons: a barrier, older GPUs; the host stores synchronously") {
+  auto with_barrier = T::prim_func("store_bar", [&](Handle g_ptr, Handle o_ptr) {
+    auto G = T::match_buffer(g_ptr, {64, 64}, bf16);
+    auto O = T::match_buffer(o_ptr, {64, 64}, bf16);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto S = T::alloc_buffer({64, 64}, bf16, scope::shared,
+                             layouts::swizzled_tiles({64, 64}, bf16));
+    auto bar = T::alloc_buffer({1}, u64, scope::shared);
+    Tx::cta::copy(S.all(), G.all());
+    Tx::cta::copy_async(O.all(), S.all(), {.variant = "tma_store", .barrier = bar(0)});
+  });
+  try {
+    lower90(with_barrier);
+    FAIL("a TMA store with barrier= lowered");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("completes in a bulk group, not on an mbarrier") !=
+          std::string::npos);
+  }
+  auto k80 = lowering::lower(
+      test::tma_store_tiles(64, 64, bf16, layouts::swizzled_tiles({64, 64}, bf16), 2, 100),
+      {.arch = "sm_80"});
+  CHECK(variant_of(k80, "copy_async") == "copy_async/sync");
+  // The host: the same kernel, copies complete when issued, the waits no-ops.
+  if (!runtime::host_jit_available()) return;
+  std::vector<std::string> variants;
+  CHECK(test::run_tma_store_tiles(64, 256, bf16, layouts::swizzled_tiles({64, 256}, bf16), 3, 150,
+                                  Device::host(), &variants));
+  CHECK(std::find(variants.begin(), variants.end(), "copy_async/sync") != variants.end());
+}
+
 TEST_CASE("mbarrier operands are shared u64 elements, counts and waits are checked") {
   auto bad = [](DType t, MemScope s) {
     return T::prim_func("k", [&](Handle) {

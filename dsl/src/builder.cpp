@@ -789,6 +789,14 @@ void commit_group(Loc loc) {
   state("T.cuda.commit_group", loc);
   detail::emit(make_evaluate(make_call(Intrinsic::cp_async_commit, {}, loc), loc));
 }
+void tma_store_wait(int pending, Loc loc) {
+  state("T.cuda.tma_store_wait", loc);
+  if (pending < 0 || pending > 7)
+    fail("T.cuda.tma_store_wait", "", loc,
+         "pending groups " + std::to_string(pending) +
+             " outside [0, 7] (cp.async.bulk.wait_group takes an immediate)");
+  detail::emit(make_evaluate(make_call(Intrinsic::tma_store_wait, {Expr(pending)}, loc), loc));
+}
 void wait_group(int pending, Loc loc) {
   state("T.cuda.wait_group", loc);
   if (pending < 0 || pending > 7)

@@ -505,8 +505,18 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
       t = boolean;
       break;
     case Intrinsic::cp_async_commit:
+    case Intrinsic::tma_store_commit:
       t = void_t;
       break;
+    case Intrinsic::tma_store_wait: {
+      auto n = as_const_int(args[0]);
+      if (!n || *n < 0 || *n > 7)
+        fail(name, operand_text(args[0]), loc,
+             "takes a constant number of pending groups in [0, 7] (cp.async.bulk.wait_group's "
+             "immediate)");
+      t = void_t;
+      break;
+    }
     case Intrinsic::cp_async_wait: {
       auto n = as_const_int(args[0]);
       if (!n || *n < 0 || *n > 7)
@@ -1047,14 +1057,15 @@ Stmt make_cp_async(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes
                                                   std::move(src_bytes), loc));
 }
 
-Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
-                   Expr barrier, SourceLoc loc) {
-  const char* op = "T.ptx.cp_async_bulk_tensor";
-  if (!map.global || !smem || !smem_offset || !barrier)
-    fail(op, "", loc, "an operand is undefined");
+namespace {
+// What a TMA box must be, loads and stores alike.
+void check_tma_box(const char* op, const TensorMapDesc& map, const Buffer& smem,
+                   const Expr& smem_offset, const std::vector<Expr>& coords, SourceLoc loc) {
+  if (!map.global || !smem || !smem_offset) fail(op, "", loc, "an operand is undefined");
   if (map.global->scope != MemScope::global)
     fail(op, map.global->name, loc, "the tensor map describes a global buffer");
-  if (smem->scope != MemScope::shared) fail(op, smem->name, loc, "copies into shared memory");
+  if (smem->scope != MemScope::shared)
+    fail(op, smem->name, loc, "the box's other side is shared memory");
   if (smem->dtype.bytes() != map.global->dtype.bytes())
     fail(op, smem->name, loc, "element sizes differ between source and destination");
   if (map.box.empty() || map.box.size() > 5 || coords.size() != map.box.size())
@@ -1068,10 +1079,26 @@ Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector
     fail(op, map.global->name, loc, "swizzle of 0, 32, 64 or 128 bytes");
   for (const Expr& c : coords)
     if (!c || !c.dtype().is_integer()) fail(op, map.global->name, loc, "integer coordinates");
+}
+}  // namespace
+
+Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
+                   Expr barrier, SourceLoc loc) {
+  const char* op = "T.ptx.cp_async_bulk_tensor";
+  check_tma_box(op, map, smem, smem_offset, coords, loc);
+  if (!barrier) fail(op, "", loc, "a TMA load completes on an mbarrier: the barrier is undefined");
   check_mbarrier_operand(op, barrier, loc);
   return Stmt(std::make_shared<const TmaCopyNode>(std::move(map), std::move(smem),
                                                   std::move(smem_offset), std::move(coords),
-                                                  std::move(barrier), loc));
+                                                  std::move(barrier), /*store=*/false, loc));
+}
+
+Stmt make_tma_store(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
+                    SourceLoc loc) {
+  check_tma_box("T.ptx.tma_store", map, smem, smem_offset, coords, loc);
+  return Stmt(std::make_shared<const TmaCopyNode>(std::move(map), std::move(smem),
+                                                  std::move(smem_offset), std::move(coords), Expr(),
+                                                  /*store=*/true, loc));
 }
 
 namespace {

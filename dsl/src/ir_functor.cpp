@@ -132,7 +132,7 @@ void IRVisitor::visit_node(const TmaCopyNode* n) {
   visit_buffer(n->smem);
   visit(n->smem_offset);
   for (const Expr& c : n->coords) visit(c);
-  visit(n->barrier);
+  if (n->barrier) visit(n->barrier);
 }
 void IRVisitor::visit_node(const WgmmaNode* n) {
   visit_buffer(n->d);
@@ -336,7 +336,7 @@ Stmt IRMutator::mutate_node(const Stmt& self, const TmaCopyNode* n) {
   TensorMapDesc map = n->map;
   map.global = mutate_buffer(n->map.global);
   Buffer sm = mutate_buffer(n->smem);
-  Expr off = mutate(n->smem_offset), bar = mutate(n->barrier);
+  Expr off = mutate(n->smem_offset), bar = n->barrier ? mutate(n->barrier) : Expr();
   bool changed = !map.global.same_as(n->map.global) || !sm.same_as(n->smem) ||
                  !off.same_as(n->smem_offset) || !bar.same_as(n->barrier);
   std::vector<Expr> coords;
@@ -345,6 +345,7 @@ Stmt IRMutator::mutate_node(const Stmt& self, const TmaCopyNode* n) {
     changed |= !coords.back().same_as(c);
   }
   if (!changed) return self;
+  if (n->store) return make_tma_store(map, sm, off, coords, n->loc);
   return make_tma_copy(map, sm, off, coords, bar, n->loc);
 }
 Stmt IRMutator::mutate_node(const Stmt& self, const WgmmaNode* n) {

@@ -373,6 +373,12 @@ class Printer : public IRVisitor {
       case Intrinsic::cp_async_wait:
         expr_os_ << "T.ptx.cp_async.wait_group(";
         break;
+      case Intrinsic::tma_store_commit:
+        expr_os_ << "T.ptx.cp_async.bulk.commit_group(";
+        break;
+      case Intrinsic::tma_store_wait:
+        expr_os_ << "T.ptx.cp_async.bulk.wait_group_read(";
+        break;
       case Intrinsic::mbarrier_init:
       case Intrinsic::mbarrier_arrive:
       case Intrinsic::mbarrier_expect_tx:
@@ -513,10 +519,15 @@ class Printer : public IRVisitor {
       box += (i ? ", " : "") + std::to_string(n->map.box[i]);
       coords += (i ? ", " : "") + expr(n->coords[i]);
     }
-    line("T.ptx.tma_load(T.ptr(" + buffer_name(n->smem) + ", " + expr(n->smem_offset) +
-         "), T.tensor_map(" + buffer_name(n->map.global) + ", box=[" + box +
-         "], swizzle=" + std::to_string(n->map.swizzle_bytes) + "), [" + coords +
-         "], barrier=" + expr(n->barrier) + ")");
+    const std::string map = "T.tensor_map(" + buffer_name(n->map.global) + ", box=[" + box +
+                            "], swizzle=" + std::to_string(n->map.swizzle_bytes) + ")";
+    const std::string smem =
+        "T.ptr(" + buffer_name(n->smem) + ", " + expr(n->smem_offset) + ")";
+    if (n->store)
+      line("T.ptx.tma_store(" + map + ", [" + coords + "], " + smem + ")");
+    else
+      line("T.ptx.tma_load(" + smem + ", " + map + ", [" + coords +
+           "], barrier=" + expr(n->barrier) + ")");
   }
   void visit_node(const WgmmaNode* n) override {
     auto operand = [&](const WgmmaOperand& o) {

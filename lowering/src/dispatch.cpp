@@ -24,6 +24,7 @@ Registry& Registry::global() {
     register_copy_ldstmatrix(*reg);
     register_copy_async_ldgsts(*reg);
     register_copy_async_tma(*reg);
+    register_copy_async_tma_store(*reg);
     register_copy_async_sync(*reg);
     register_gemm_mma_sync(*reg);
     register_gemm_wgmma(*reg);

@@ -405,6 +405,13 @@ void warp_sync(Loc loc = Loc::current());
 // when issued.
 void commit_group(Loc loc = Loc::current());
 void wait_group(int pending, Loc loc = Loc::current());
+// TMA stores (Tx::<scope>::copy_async(global, shared), sm_90: the scope's
+// thread 0 issues each copy as one bulk group): tma_store_wait(n) returns
+// when at most n of this thread's store groups still read shared memory --
+// call it (then the scope's barrier) before writing a stored tile again.
+// The kernel's end waits for all of them. No-op on the host and in threads
+// that issued no store.
+void tma_store_wait(int pending = 0, Loc loc = Loc::current());
 
 // mbarriers (sm_90): `bar` is an element of a shared u64 buffer,
 // T::alloc_buffer({n}, u64, scope::shared). A barrier's phase completes when

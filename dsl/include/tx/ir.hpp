@@ -405,7 +405,8 @@ class SelectNode : public ExprNode {
                               X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)            \
                                   X(register_fence, 1) X(named_barrier_sync, 2)               \
                                       X(named_barrier_arrive, 2) X(tile_coord, 1)             \
-                                          X(keep_before, 2) X(profile_mark, 2)
+                                          X(keep_before, 2) X(profile_mark, 2)          \
+                                              X(tma_store_commit, 0) X(tma_store_wait, 1)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -439,6 +440,11 @@ class SelectNode : public ExprNode {
 // overlap an MMA would run after the wait; a store of v into `anchor` (a
 // shared f32 element) under a condition that holds only for NaN is a memory
 // operation it keeps in place. Void; nothing on the host.
+// tma_store_commit() / tma_store_wait(n): cp.async.bulk.commit_group and
+// cp.async.bulk.wait_group.read n -- the calling thread's TMA stores
+// (copy_async/tma_store) issued since its last commit become a group; the
+// wait returns when at most n of its groups still read shared memory. Void;
+// no-ops on the host, whose stores complete when issued.
 // profile_mark(region, end): the calling warp enters (end = 0) or leaves
 // (1) profiled region `region` (an index into LoweredKernel::profile_regions);
 // placed by lower_profile when profiling is on. Void.
@@ -855,9 +861,11 @@ struct TensorMapDesc {
 // cp.async.bulk.tensor: one TMA box between global memory (through `map`,
 // at element coordinates `coords`, outermost first) and shared memory (the
 // box laid out densely from element `smem_offset`, swizzled by the map's
-// mode), completing on the mbarrier `barrier` (a load of a shared u64
-// element) with complete_tx of box_bytes. Issued by the one thread that
-// executes it.
+// mode). A load (global -> shared) completes on the mbarrier `barrier` (a
+// load of a shared u64 element) with complete_tx of box_bytes; a store
+// (`store`: shared -> global, no barrier) joins the issuing thread's bulk
+// group (tma_store_commit / tma_store_wait), and the TMA clips the box at
+// the tensor's bounds. Issued by the one thread that executes it.
 class TmaCopyNode : public StmtNode {
  public:
   static constexpr StmtKind kKind = StmtKind::TmaCopy;
@@ -865,14 +873,17 @@ class TmaCopyNode : public StmtNode {
   const Buffer smem;
   const Expr smem_offset;
   const std::vector<Expr> coords;
-  const Expr barrier;
-  TmaCopyNode(TensorMapDesc m, Buffer s, Expr off, std::vector<Expr> c, Expr bar, SourceLoc l)
+  const Expr barrier;  // loads only
+  const bool store;
+  TmaCopyNode(TensorMapDesc m, Buffer s, Expr off, std::vector<Expr> c, Expr bar, bool st,
+              SourceLoc l)
       : StmtNode(kKind, l),
         map(std::move(m)),
         smem(std::move(s)),
         smem_offset(std::move(off)),
         coords(std::move(c)),
-        barrier(std::move(bar)) {}
+        barrier(std::move(bar)),
+        store(st) {}
 };
 
 // A shared-memory operand of wgmma: the matrix descriptor's fields. `offset`
@@ -967,6 +978,9 @@ Stmt make_cp_async(Buffer dst, Expr dst_off, Buffer src, Expr src_off, int bytes
                    Expr src_bytes = {}, SourceLoc loc = {});
 Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
                    Expr barrier, SourceLoc loc = {});
+// The TMA store of one box, shared -> global (TmaCopyNode with store).
+Stmt make_tma_store(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
+                    SourceLoc loc = {});
 Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, WgmmaOperand a,
                 WgmmaOperand b, Expr scale_d, SourceLoc loc = {});
 // A from registers: four words of a_regs (local, 16-bit or fp8 elements).

@@ -115,6 +115,40 @@ static __device__ __forceinline__ void tx_tma_load(unsigned dst, const tx_tensor
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
 }
 )"},
+      {{"tx_tma_store"},
+       R"(// One TMA box shared -> global in the calling thread's bulk group (coordinates
+// innermost first); the TMA clips it at the tensor's bounds.
+static __device__ __forceinline__ void tx_tma_store(const tx_tensor_map* map, unsigned src, int c0) {
+  asm volatile("cp.async.bulk.tensor.1d.global.shared::cta.bulk_group [%0, {%2}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_store(const tx_tensor_map* map, unsigned src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_store(const tx_tensor_map* map, unsigned src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_store(const tx_tensor_map* map, unsigned src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_store(const tx_tensor_map* map, unsigned src, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
+)"},
+      {{"tx_tma_store_commit"},
+       R"(static __device__ __forceinline__ void tx_tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+)"},
+      {{"tx_tma_store_wait"},
+       R"(template <int N> static __device__ __forceinline__ void tx_tma_store_wait() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+}
+)"},
       {{"tx_wgmma_desc"},
        R"(// A wgmma shared-memory matrix descriptor: the start address (bits 0-13,
 // in 16-byte units) over the constant fields (LBO, SBO, swizzle mode).
@@ -586,6 +620,13 @@ class CudaEmitter : public IRVisitor {
       line("__syncwarp();");
     }
     visit(f->body);
+    // A CTA's shared memory must outlive the TMA's reads of it: the threads
+    // that issued TMA stores wait for them before the kernel ends.
+    bool tma_stores = false;
+    for_each_stmt(f->body, [&](const Stmt& s) {
+      if (auto* t = s.as<TmaCopyNode>()) tma_stores = tma_stores || t->store;
+    });
+    if (tma_stores) line("tx_tma_store_wait<0>();");
     out_ << "}\n";
     std::string kernel = sig.str() + out_.str();
     std::string prelude = prelude_for(kernel);
@@ -776,6 +817,12 @@ class CudaEmitter : public IRVisitor {
         return;
       case Intrinsic::cp_async_commit:
         eo_ << "tx_cp_async_commit()";
+        return;
+      case Intrinsic::tma_store_commit:
+        eo_ << "tx_tma_store_commit()";
+        return;
+      case Intrinsic::tma_store_wait:
+        eo_ << "tx_tma_store_wait<" << as_const_int(n->args[0]).value_or(0) << ">()";
         return;
       case Intrinsic::cp_async_wait:
         eo_ << "tx_cp_async_wait<" << as_const_int(n->args[0]).value_or(0) << ">()";
@@ -1028,10 +1075,15 @@ class CudaEmitter : public IRVisitor {
     while (k < k_.tensor_maps.size() && !k_.tensor_maps[k].map.same_as(n->map)) ++k;
     if (k == k_.tensor_maps.size())
       fail("tx.codegen_cuda", n->map.global->name, n->loc, "internal: tensor map not collected");
-    std::string args = shared_address(n->smem, n->smem_offset) + ", &tx_tmap" + std::to_string(k) +
-                       ", " + barrier_address(n->barrier);
-    for (std::size_t d = n->coords.size(); d-- > 0;) args += ", (int)(" + e(n->coords[d]) + ")";
-    line("tx_tma_load(" + args + ");");
+    std::string coords;
+    for (std::size_t d = n->coords.size(); d-- > 0;) coords += ", (int)(" + e(n->coords[d]) + ")";
+    if (n->store) {
+      line("tx_tma_store(&tx_tmap" + std::to_string(k) + ", " +
+           shared_address(n->smem, n->smem_offset) + coords + ");");
+      return;
+    }
+    line("tx_tma_load(" + shared_address(n->smem, n->smem_offset) + ", &tx_tmap" +
+         std::to_string(k) + ", " + barrier_address(n->barrier) + coords + ");");
   }
   void visit_node(const WgmmaNode* n) override {
     const std::size_t regs = n->d_regs.size();

@@ -831,6 +831,8 @@ class Emitter {
       }
       case Intrinsic::cp_async_commit:
       case Intrinsic::cp_async_wait:
+      case Intrinsic::tma_store_commit:
+      case Intrinsic::tma_store_wait:
         // Asynchronous copies are synchronous on the host: nothing is pending.
         return B.getInt32(0);
       case Intrinsic::mbarrier_init:

@@ -6,7 +6,10 @@
 // its waits are no-ops, exact because a synchronous copy has completed
 // before any later wait), GPUs before sm_80, memory pairs other than global
 // -> shared, runs narrower than 4 bytes. A finished copy satisfies every
-// later wait_group, so the program's synchronization stays correct. On a GPU
+// later wait_group, so the program's synchronization stays correct. A store
+// of a shared tile to global memory first synchronizes the scope, as
+// copy_async/tma_store does: the tile stored is the one its threads wrote.
+// On a GPU
 // that has cp.async it warns once per call site: the copy no longer
 // overlaps with computation.
 #include <mutex>
@@ -59,6 +62,15 @@ Plan plan(const DispatchContext& ctx) {
           make_evaluate(make_call(Intrinsic::fence_proxy_async, {}, ctx.call->loc), ctx.call->loc));
     seq.push_back(make_barrier(ctx.scope, ctx.call->loc));
     body = make_seq(seq);
+  }
+  const BufferRegion& dst = *region_arg(ctx.call, 0);
+  const BufferRegion& src = *region_arg(ctx.call, 1);
+  if (src.buffer->scope == MemScope::shared && dst.buffer->scope == MemScope::global &&
+      ctx.scope != ExecScope::thread) {
+    // A store of a shared tile stores the tile the scope's threads wrote
+    // (copy_async/tma_store synchronizes them the same way before its TMA
+    // reads the tile): each thread's part may have been written by another.
+    body = make_seq({make_barrier(ctx.scope, ctx.call->loc), body});
   }
   return make_origin(origin_text(ctx, "copy_async/sync -> " + r.variant->qualified()), body,
                      ctx.call->loc);

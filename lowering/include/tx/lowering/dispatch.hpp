@@ -125,6 +125,7 @@ void register_reduction_cross_warp(Registry& r);
 void register_copy_ldstmatrix(Registry& r);
 void register_copy_async_ldgsts(Registry& r);
 void register_copy_async_tma(Registry& r);
+void register_copy_async_tma_store(Registry& r);
 void register_gemm_wgmma(Registry& r);
 void register_copy_async_sync(Registry& r);
 void register_gemm_mma_sync(Registry& r);
