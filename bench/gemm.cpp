@@ -63,6 +63,9 @@ const std::vector<std::pair<std::string, HopperGemmConfig>>& hopper_configs() {
       {"wgmma 128x256x64 s3", {.bm = 128, .bn = 256, .bk = 64, .stages = 3}},
       {"wgmma 128x128x64 s6", {.bm = 128, .bn = 128, .bk = 64, .stages = 6}},
       {"wgmma 64x256x64 s4", {.bm = 64, .bn = 256, .bk = 64, .stages = 4}},
+      // The epilogue through shared memory and a TMA store (copy_async/tma_store).
+      {"wgmma 128x256x64 s3 tma", {.bm = 128, .bn = 256, .bk = 64, .stages = 3, .tma_store = true}},
+      {"wgmma 128x128x64 s5 tma", {.bm = 128, .bn = 128, .bk = 64, .stages = 5, .tma_store = true}},
   };
   return c;
 }

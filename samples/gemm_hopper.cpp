@@ -28,6 +28,9 @@ using namespace tx;
 struct HopperGemmConfig {
   std::int64_t bm = 128, bn = 256, bk = 64, stages = 4, group = 8;
   std::int64_t ctas = 132;  // persistent CTAs: the GPU's SM count
+  // The epilogue through shared memory and a TMA store that drains while the
+  // next tile's main loop runs (else: registers straight to global memory).
+  bool tma_store = false;
 };
 
 // t: bf16 or f16. Any M; N and K multiples of 8 (the TMA's 16-byte row
@@ -56,6 +59,10 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
                               layouts::swizzled_tiles({STAGES, BM, BK}, t));
     auto Bs = T::alloc_buffer({STAGES, BK, BN}, t, scope::shared,
                               layouts::swizzled_tiles({STAGES, BK, BN}, t));
+    // The C tile on its way out (TMA-store epilogue only).
+    TileBuffer Cs;
+    if (c.tma_store)
+      Cs = T::alloc_buffer({BM, BN}, t, scope::shared, layouts::swizzled_tiles({BM, BN}, t));
     auto pipe = T::pipeline(
         {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(consumers)});
     T::if_(wg == 0,
@@ -106,8 +113,18 @@ PrimFunc gemm_hopper(std::int64_t M, std::int64_t N, std::int64_t K, DType t = b
               // Epilogue: round to t and store this warpgroup's 64 x BN rows.
               T::profile("epilogue", [&] {
                 Tx::warpgroup::cast(out, acc);
-                Tx::warpgroup::copy(C[region(span(bm * BM + row0, 64), span(bn * BN, BN))], out,
-                                    {.partial = true});
+                auto c_tile = C[region(span(bm * BM + row0, 64), span(bn * BN, BN))];
+                if (!c.tma_store) {
+                  Tx::warpgroup::copy(c_tile, out, {.partial = true});
+                  return;
+                }
+                // The last tile's store has read our rows of Cs: write them
+                // again, and let the TMA store them while the next tile runs.
+                auto mine = Cs[region(span(row0, 64), {0, BN})];
+                T::cuda::tma_store_wait(0);
+                T::cuda::warpgroup_sync();
+                Tx::warpgroup::copy(mine, out);
+                Tx::warpgroup::copy_async(c_tile, mine, {.partial = true});
               });
             });
           }

@@ -457,6 +457,26 @@ TEST_CASE("samples/gemm_hopper on the host: fibers, synchronous copies, MMA in r
     for (const HostGemmCase& c : cases) host_gemm_case(c, t, /*checked=*/false);
 }
 
+TEST_CASE("samples/gemm_hopper with the TMA-store epilogue: lowered for sm_90, right on the host") {
+  const HopperGemmConfig cfg{.stages = 3, .ctas = 4, .tma_store = true};
+  auto k = lower90(gemm_hopper(200, 520, 192, bf16, cfg));
+  CHECK(variant_of(k, "copy_async/tma_store") == "copy_async/tma_store");
+  const std::string cuda = lowering::codegen_cuda(k);
+  CHECK(cuda.find("tx_tma_store(&") != std::string::npos);
+  CHECK(cuda.find("tx_tma_store_wait<0>();") != std::string::npos);
+  if (!runtime::host_jit_available()) return;
+  const std::int64_t M = 200, N = 520, K = 192;
+  Kernel h = compile(gemm_hopper(M, N, K, bf16, cfg), {.device = Device::host()});
+  auto a = tx::test::random_values(static_cast<std::size_t>(M * K), bf16, -1, 1);
+  auto b = tx::test::random_values(static_cast<std::size_t>(K * N), bf16, -1, 1);
+  Tensor A = Tensor::from_doubles(a, {M, K}, bf16, Device::host());
+  Tensor B = Tensor::from_doubles(b, {K, N}, bf16, Device::host());
+  Tensor C = Tensor::empty({M, N}, bf16, Device::host());
+  C.fill_bits(tx::test::poison_bits(bf16));
+  h(A, B, C);
+  CHECK(tx::test::gemm_error(a, b, C.to_doubles(), M, N, K, 0x1p-8) <= 1.0);
+}
+
 TEST_CASE("samples/gemm_hopper in the checked mode: the GPU's TMA and wgmma, modelled, silent") {
   if (!host_jit("the Hopper GEMM checked")) return;
   // Persistent CTAs over several rounds (the pipeline's phases run on across
