@@ -161,7 +161,7 @@ TEST_CASE("copy_async/tma_store: shared -> global boxes, the fence, one commit, 
   CHECK(plain.tensor_maps[0].map.box == std::vector<std::int64_t>{16, 64});
 }
 
-TEST_CASE("copy_async/tma_store reasons: a barrier, older GPUs; the host stores synchronously") {
+TEST_CASE("copy_async/tma_store reasons: a barrier, older GPUs, and the host stores synchronously") {
   auto with_barrier = T::prim_func("store_bar", [&](Handle g_ptr, Handle o_ptr) {
     auto G = T::match_buffer(g_ptr, {64, 64}, bf16);
     auto O = T::match_buffer(o_ptr, {64, 64}, bf16);
