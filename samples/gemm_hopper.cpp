@@ -8,7 +8,9 @@
 // the stage's `full` mbarrier. Each consumer warpgroup takes 64 rows of the
 // CTA's BM x BN tile: it waits for a full stage, issues the warpgroup MMA
 // straight from shared memory (wgmma, accumulator in registers), and
-// releases the previous stage once this one's MMA is in flight. The grid is
+// releases the previous stage once this one's MMA is in flight. Its
+// epilogue rounds the accumulators into shared memory and hands them to a
+// TMA store, which drains while the next tile's MMAs run. The grid is
 // one CTA per SM (persistent): CTA c takes tiles c, c + ctas, ... in groups
 // of tile rows that share A and B panels in L2; the pipeline's (stage,
 // phase) cursor is the running count of K steps, so the producer runs ahead
@@ -26,11 +28,13 @@
 using namespace tx;
 
 struct HopperGemmConfig {
-  std::int64_t bm = 128, bn = 256, bk = 64, stages = 4, group = 8;
+  std::int64_t bm = 128, bn = 256, bk = 64, stages = 3, group = 8;
   std::int64_t ctas = 132;  // persistent CTAs: the GPU's SM count
   // The epilogue through shared memory and a TMA store that drains while the
-  // next tile's main loop runs (else: registers straight to global memory).
-  bool tma_store = false;
+  // next tile's main loop runs (false: registers straight to global memory,
+  // every CTA storing at once with the tensor cores idle -- 13% slower at
+  // 4096^3 on an H100, docs/profiling.md).
+  bool tma_store = true;
 };
 
 // t: bf16 or f16. Any M; N and K multiples of 8 (the TMA's 16-byte row

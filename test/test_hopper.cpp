@@ -267,8 +267,11 @@ TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator ch
   CHECK(ir.find("T.ptx.wgmma.m64n256k16.f32.bf16.bf16(") != std::string::npos);
   CHECK(ir.find("T.ptx.wgmma.wait_group(1)") != std::string::npos);
   CHECK(ir.find("T.ptx.setmaxnreg(232, 1)") != std::string::npos);
-  REQUIRE(k.tensor_maps.size() == 2);
+  // A, B, and C (the TMA-store epilogue: 64 x 64 boxes of C).
+  REQUIRE(k.tensor_maps.size() == 3);
   CHECK(k.tensor_maps[1].param == 1);
+  CHECK(k.tensor_maps[2].param == 2);
+  CHECK(k.tensor_maps[2].map.box == std::vector<std::int64_t>{64, 64});
   // Swizzled tiles are aligned to their pattern's period (1 KiB).
   for (const auto& s : k.shared)
     if (s.buffer->dtype == bf16) CHECK(s.offset % 1024 == 0);
@@ -348,7 +351,9 @@ TEST_CASE("T::tile_scheduler: persistent CTAs cover every tile once, in groups o
 TEST_CASE("partial tiles on sm_90: TMA boxes past the end, masked stores, reasons elsewhere") {
   // 72 x 520 x 200: the one tile row is 128 rows of a 72-row A and C, the
   // last K step reaches past K = 200, the last tile column past N = 520.
-  lowering::LoweredKernel k = lower90(gemm_hopper(72, 520, 200, bf16, {.ctas = 2}));
+  // (The epilogue straight from the registers: masked stores.)
+  lowering::LoweredKernel k =
+      lower90(gemm_hopper(72, 520, 200, bf16, {.ctas = 2, .tma_store = false}));
   CHECK(variant_of(k, "copy_async") == "copy_async/tma");
   CHECK(variant_of(k, "copy/") == "copy/reg");
   const std::string cuda = lowering::codegen_cuda(k, {"g", false});
