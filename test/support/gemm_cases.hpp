@@ -328,7 +328,7 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
     const bool hopper = runtime::current_device().cc_major == 9;
     cases.push_back(
         {256, 256, 128,
-         hopper ? "tensor cores wgmma 128x256x64 s4" : "tensor cores 128x256x64 w64x64 s3"});
+         hopper ? "tensor cores wgmma 128x256x64 s3 tma" : "tensor cores 128x256x64 w64x64 s3"});
     if (hopper) {
       cases.push_back({320, 512, 192, "tensor cores wgmma 64x256x64 s4"});
       cases.push_back({1024, 640, 320, "tensor cores wgmma 128x128x64 s6"});
@@ -340,10 +340,10 @@ TEST_CASE("tx::ops::matmul: every tiling and the SIMT kernel against float64, an
     // No tiling divides: on sm_90 the Hopper kernel with partial tiles (TMA
     // zero fill, masked stores), 64-row tiles up to 64 rows; SIMT elsewhere.
     cases.push_back(
-        {100, 64, 64, hopper ? "tensor cores wgmma 128x256x64 s4, partial tiles" : "SIMT ("});
+        {100, 64, 64, hopper ? "tensor cores wgmma 128x256x64 s3 tma, partial tiles" : "SIMT ("});
     if (hopper) {
       cases.push_back({37, 1024, 520, "tensor cores wgmma 64x256x64 s4, partial tiles"});
-      cases.push_back({1000, 1000, 1000, "tensor cores wgmma 128x256x64 s4, partial tiles"});
+      cases.push_back({1000, 1000, 1000, "tensor cores wgmma 128x256x64 s3 tma, partial tiles"});
     }
     // Skinny M: the first tiling with at least 0.45 x SMs CTAs (132 SMs on an H100).
     // On sm_90 the Hopper kernel's threshold is 20% of the SMs: 64x256 gives 32.
@@ -469,14 +469,14 @@ TEST_CASE("tx::ops::matmul with B as the transpose of an (N, K) tensor (torch's 
       {17, 9, 24, bf16, "SIMT ("},
       {24, 16, 64, f8e4m3, hopper ? "tensor cores wgmma 64x128x128 s8, partial tiles" : "SIMT ("}};
   if (hopper) {
-    cases.push_back({256, 256, 128, bf16, "tensor cores wgmma 128x256x64 s4"});
+    cases.push_back({256, 256, 128, bf16, "tensor cores wgmma 128x256x64 s3 tma"});
     cases.push_back({384, 512, 256, f8e4m3, "tensor cores wgmma 128x128x128 s6"});
     cases.push_back({256, 256, 512, f8e5m2, "tensor cores wgmma 128x128x128 s6"});
     // K = 4096: 32 K steps, where an accumulator of 14 bits would drift
     // past the bound (promotion keeps it at one step's error).
     cases.push_back({128, 256, 4096, f8e4m3, "tensor cores wgmma 64x128x128 s8"});
     cases.push_back({200, 264, 144, f8e4m3, "tensor cores wgmma 128x128x128 s6, partial tiles"});
-    cases.push_back({72, 520, 208, bf16, "tensor cores wgmma 128x256x64 s4, partial tiles"});
+    cases.push_back({72, 520, 208, bf16, "tensor cores wgmma 128x256x64 s3 tma, partial tiles"});
     cases.push_back({1024, 640, 384, f16, "tensor cores wgmma 128x128x64 s6"});
   }
   if (on_gpu()) cases.push_back({512, 384, 96, f16, "tensor cores 256x128x32"});

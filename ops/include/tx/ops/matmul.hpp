@@ -81,7 +81,10 @@ struct MatmulTiling {
   std::int64_t bm, bn, bk, wm, wn, stages;
   bool swizzle;
   bool wgmma = false;
-  std::string str() const;  // "128x256x64 w64x64 s3" (+ " sw"), "wgmma 128x256x64 s4"
+  // wgmma tilings with a 16-bit C: the epilogue through shared memory and a
+  // TMA store (copy_async/tma_store) that drains under the next tile's MMAs.
+  bool tma_store = false;
+  std::string str() const;  // "128x256x64 w64x64 s3" (+ " sw"), "wgmma 128x256x64 s4" (+ " tma")
 };
 
 // The tilings in the order the default choice tries them.
