@@ -618,6 +618,46 @@ TileBuffer match_buffer(const Handle& h, Extents shape, DType dtype,
   return b;
 }
 
+TileBuffer match_symmetric(const Handle& h, Extents shape, DType dtype, Name name, Loc loc) {
+  TileBuffer b = match_buffer(h, std::move(shape), dtype, std::nullopt, std::move(name), loc);
+  BuildState& s = state("T.match_symmetric", loc);
+  for (Param& p : s.params)
+    if (p.handle.same_as(h)) p.symmetric = true;
+  return b;
+}
+
+TileBuffer peer(const TileBuffer& x, Value rank, Name name, Loc loc) {
+  BuildState& s = state("T.peer", loc);
+  if (!x.defined()) detail::fail_undefined_buffer("T.peer", loc);
+  const Param* of = nullptr;
+  for (const Param& p : s.params)
+    if (p.buffer && p.buffer.aliases(x)) of = &p;
+  if (!of || !of->symmetric)
+    fail("T.peer", x->name, loc,
+         "views a symmetric kernel parameter (T::match_symmetric); " + x->name +
+             (of ? " is a T::match_buffer parameter" : " is not a kernel parameter"));
+  if (!rank.value.defined() || !rank.value.dtype().is_integer())
+    fail("T.peer", x->name, loc, "the rank is an integer expression");
+  if (name.value.empty()) name.value = detail::infer_name(loc, x->name + "_peer");
+  ++s.buffer_counter;
+  Buffer view;
+  try {
+    view = of->buffer->symbolic() ? make_symbolic_buffer(name.value, x->dtype, of->buffer->dims,
+                                                         of->buffer->shape, loc)
+                                  : make_buffer(name.value, x->dtype, of->buffer->shape,
+                                                MemScope::global, of->buffer->layout, loc);
+  } catch (const Error& e) {
+    fail("T.peer", name.value, loc, e.reason());
+  }
+  detail::set_current_loc(loc);
+  Buffer sym = of->buffer;
+  Expr r = rank.value;
+  SourceLoc l = loc;
+  detail::emit_binder(
+      [view, sym, r, l](Stmt body) { return make_peer_view(view, sym, r, body, l); });
+  return TileBuffer(view);
+}
+
 Var match_scalar(const Handle& h, DType dtype, Name name, std::optional<DimFacts> facts, Loc loc) {
   BuildState& s = state("T.match_scalar", loc);
   Param* param = bind_param(s, h, "T.match_scalar", loc);
@@ -883,7 +923,26 @@ void increase_registers(int count, Loc loc) {
 void decrease_registers(int count, Loc loc) {
   emit_ptx("T.cuda.decrease_registers", Intrinsic::setmaxnreg, {Expr(count), Expr(0)}, loc);
 }
+namespace {
+// The flag intrinsics are emitted as the PTX ones are (T::dist).
+void emit_dist(const char* op, Intrinsic i, std::vector<Expr> args, SourceLoc loc) {
+  emit_ptx(op, i, std::move(args), loc);
+}
+}  // namespace
 }  // namespace cuda
+
+namespace dist {
+void signal(Value flag, Value value, Loc loc) {
+  cuda::emit_dist("T.dist.signal", Intrinsic::signal, {flag.value, value.value, make_int(0)}, loc);
+}
+void signal_add(Value flag, Value value, Loc loc) {
+  cuda::emit_dist("T.dist.signal_add", Intrinsic::signal, {flag.value, value.value, make_int(1)},
+                  loc);
+}
+void wait_until(Value flag, Value value, Loc loc) {
+  cuda::emit_dist("T.dist.wait_until", Intrinsic::wait_until, {flag.value, value.value}, loc);
+}
+}  // namespace dist
 
 Expr Pipeline::stage(Value it) const { return floormod(it.value, Expr(stages_)); }
 BufferElem Pipeline::full(Value it, Loc loc) const { return full_(Idx(stage(it), loc)); }

@@ -537,6 +537,24 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
                "takes an integer operand, got " + args[i].dtype().name());
       t = void_t;
       break;
+    case Intrinsic::signal:
+    case Intrinsic::wait_until: {
+      const auto* ld = args[0].as<LoadNode>();
+      if (!ld || ld->buffer->scope != MemScope::global || ld->dtype != u32)
+        fail(name, operand_text(args[0]), loc,
+             "the flag is one element of a global u32 buffer (a symmetric buffer or its peer "
+             "view: T::peer)");
+      if (!args[1].dtype().is_integer())
+        fail(name, operand_text(args[1]), loc,
+             "takes an integer value, got " + args[1].dtype().name());
+      if (op == Intrinsic::signal) {
+        auto add = as_const_int(args[2]);
+        if (!add || (*add != 0 && *add != 1))
+          fail(name, operand_text(args[2]), loc, "takes 0 (store) or 1 (add)");
+      }
+      t = void_t;
+      break;
+    }
     case Intrinsic::register_fence: {
       const auto* ld = args[0].as<LoadNode>();
       if (!ld || ld->buffer->scope != MemScope::local || ld->dtype != f32)
@@ -1172,6 +1190,20 @@ Stmt make_profile(std::string name, Stmt body, SourceLoc loc) {
            "slice of the trace)");
   if (!body) fail("T.profile", name, loc, "the region's body is empty");
   return Stmt(std::make_shared<const ProfileNode>(std::move(name), std::move(body), loc));
+}
+
+Stmt make_peer_view(Buffer view, Buffer of, Expr rank, Stmt body, SourceLoc loc) {
+  const std::string op = "T.peer";
+  if (!view || !of) fail(op, "", loc, "needs the symmetric buffer and its view");
+  if (of->scope != MemScope::global || view->scope != MemScope::global)
+    fail(op, of->name, loc, "views a global (symmetric) buffer");
+  if (view->dtype != of->dtype || view->shape != of->shape)
+    fail(op, of->name, loc, "the view has the symmetric buffer's dtype and shape");
+  if (!rank.defined() || !rank.dtype().is_integer())
+    fail(op, of->name, loc, "the rank is an integer expression");
+  if (!body) fail(op, of->name, loc, "the view's body is empty");
+  return Stmt(std::make_shared<const PeerViewNode>(std::move(view), std::move(of), std::move(rank),
+                                                   std::move(body), loc));
 }
 
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc) {

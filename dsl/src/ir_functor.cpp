@@ -148,6 +148,12 @@ void IRVisitor::visit_node(const WgmmaNode* n) {
 }
 void IRVisitor::visit_node(const OriginNode* n) { visit(n->body); }
 void IRVisitor::visit_node(const ProfileNode* n) { visit(n->body); }
+void IRVisitor::visit_node(const PeerViewNode* n) {
+  visit_buffer(n->view);
+  visit_buffer(n->of);
+  visit(n->rank);
+  visit(n->body);
+}
 
 // ------------------------------------------------------------------ mutator
 
@@ -375,6 +381,15 @@ Stmt IRMutator::mutate_node(const Stmt& self, const OriginNode* n) {
 Stmt IRMutator::mutate_node(const Stmt& self, const ProfileNode* n) {
   Stmt body = mutate(n->body);
   return body.same_as(n->body) ? self : make_profile(n->name, body, n->loc);
+}
+
+Stmt IRMutator::mutate_node(const Stmt& self, const PeerViewNode* n) {
+  Buffer view = mutate_buffer(n->view), of = mutate_buffer(n->of);
+  Expr rank = mutate(n->rank);
+  Stmt body = mutate(n->body);
+  if (view.same_as(n->view) && of.same_as(n->of) && rank.same_as(n->rank) && body.same_as(n->body))
+    return self;
+  return make_peer_view(view, of, rank, body, n->loc);
 }
 
 // ---------------------------------------------------------------- helpers

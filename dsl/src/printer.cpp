@@ -123,8 +123,9 @@ class Printer : public IRVisitor {
     }
     for (const Param& p : f->params) {
       if (!p.buffer) continue;
-      std::string s = buffer_name(p.buffer) + " = T.match_buffer(" + var_name(p.handle) + ", " +
-                      dims_str(p.buffer) + ", \"" + p.buffer->dtype.name() + "\"";
+      std::string s =
+          buffer_name(p.buffer) + (p.symmetric ? " = T.match_symmetric(" : " = T.match_buffer(") +
+          var_name(p.handle) + ", " + dims_str(p.buffer) + ", \"" + p.buffer->dtype.name() + "\"";
       if (!(p.buffer->layout == TileLayout::row_major(p.buffer->shape)) || opt_.canonical)
         s += ", layout=TileLayout(" + p.buffer->layout.str() + ")";
       line(s + ")");
@@ -346,6 +347,12 @@ class Printer : public IRVisitor {
       case Intrinsic::keep_before:
         expr_os_ << "T.ptx.keep_before(";
         break;
+      case Intrinsic::signal:
+        expr_os_ << "T.dist.signal(";
+        break;
+      case Intrinsic::wait_until:
+        expr_os_ << "T.dist.wait_until(";
+        break;
       case Intrinsic::named_barrier_arrive:
         expr_os_ << "T.ptx.bar.arrive(";
         break;
@@ -521,8 +528,7 @@ class Printer : public IRVisitor {
     }
     const std::string map = "T.tensor_map(" + buffer_name(n->map.global) + ", box=[" + box +
                             "], swizzle=" + std::to_string(n->map.swizzle_bytes) + ")";
-    const std::string smem =
-        "T.ptr(" + buffer_name(n->smem) + ", " + expr(n->smem_offset) + ")";
+    const std::string smem = "T.ptr(" + buffer_name(n->smem) + ", " + expr(n->smem_offset) + ")";
     if (n->store)
       line("T.ptx.tma_store(" + map + ", [" + coords + "], " + smem + ")");
     else
@@ -540,6 +546,10 @@ class Printer : public IRVisitor {
                               : operand(n->a);
     line("T.ptx.wgmma." + n->shape + "(" + buffer_name(n->d) + "[" + regs_text(n->d_regs) + "], " +
          a + ", " + operand(n->b) + ", scale_d=" + expr(n->scale_d) + ")");
+  }
+  void visit_node(const PeerViewNode* n) override {
+    line(buffer_name(n->view) + " = T.peer(" + buffer_name(n->of) + ", " + expr(n->rank) + ")");
+    print_stmt(n->body);
   }
   void visit_node(const ProfileNode* n) override {
     line("with T.profile(\"" + n->name + "\"):");

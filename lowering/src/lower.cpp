@@ -39,6 +39,12 @@ class Facts : public IRVisitor {
     written.insert(n->buffer->data.get());
     IRVisitor::visit_node(n);
   }
+  void visit_node(const CallNode* n) override {
+    // A flag a signal stores to is written.
+    if (n->op == Intrinsic::signal)
+      if (const auto* ld = n->args[0].as<LoadNode>()) written.insert(ld->buffer->data.get());
+    IRVisitor::visit_node(n);
+  }
   void visit_node(const CpAsyncNode* n) override {
     int& s = widest[n->src->data.get()];
     s = std::max(s, n->bytes);
@@ -78,7 +84,10 @@ KernelParamInfo param_info(const Param& p, const Facts& facts) {
   info.symbolic = p.buffer->symbolic();
   auto it = facts.widest.find(p.buffer->data.get());
   info.align_bytes = std::max(p.buffer->dtype.bytes(), it == facts.widest.end() ? 1 : it->second);
-  info.written = facts.written.count(p.buffer->data.get()) > 0;
+  // A symmetric buffer is written by the peers even where this kernel only
+  // reads it: never read-only, never cached as invariant.
+  info.symmetric = p.symmetric;
+  info.written = facts.written.count(p.buffer->data.get()) > 0 || p.symmetric;
   return info;
 }
 
@@ -185,6 +194,13 @@ bool has_async_instruction(const Stmt& body) {
                 [&](const Stmt& s) { found = found || s.as<TmaCopyNode>() || s.as<WgmmaNode>(); });
   return found;
 }
+// A T::peer view: such a kernel runs as fibers on the host (its ranks wait on
+// each other's flags; the region schedule has no place to wait).
+bool has_peer_view(const Stmt& body) {
+  bool found = false;
+  for_each_stmt(body, [&](const Stmt& s) { found = found || s.as<PeerViewNode>(); });
+  return found;
+}
 }  // namespace
 
 HostForm lower_host_form(const LoweredKernel& k, bool checked,
@@ -194,12 +210,17 @@ HostForm lower_host_form(const LoweredKernel& k, bool checked,
   };
   HostForm h;
   h.checked = checked;
-  if (first_mbarrier_call(k.lowered->body) || has_async_instruction(k.lowered->body)) {
+  if (first_mbarrier_call(k.lowered->body) || has_async_instruction(k.lowered->body) ||
+      has_peer_view(k.lowered->body)) {
     // Fibers: one per thread. Checked, the accesses carry their checks and
     // the scheduler orders them by vector clocks through every barrier,
     // mbarrier phase and wgmma group (runtime/src/host/checked_mode.hpp).
     h.fibers = true;
     h.body = k.lowered->body;
+    if (checked && has_peer_view(k.lowered->body))
+      fail("tx.check", k.lowered->name, k.lowered->loc,
+           "the checked host mode does not model several ranks yet (T::peer); run this kernel "
+           "on host ranks without TX_CHECK");
     if (checked) {
       auto plan = std::make_shared<CheckPlan>();
       h.body = instrument_checks(k, plan.get());

@@ -144,10 +144,11 @@ const CallNode* first_mbarrier_call(const Stmt& body) {
     const CallNode* found = nullptr;
     using IRVisitor::visit_node;
     void visit_node(const CallNode* n) override {
-      if (!found && (n->op == Intrinsic::mbarrier_init || n->op == Intrinsic::mbarrier_wait ||
-                     n->op == Intrinsic::mbarrier_arrive || n->op == Intrinsic::mbarrier_expect_tx ||
-                     n->op == Intrinsic::named_barrier_sync ||
-                     n->op == Intrinsic::named_barrier_arrive))
+      if (!found &&
+          (n->op == Intrinsic::mbarrier_init || n->op == Intrinsic::mbarrier_wait ||
+           n->op == Intrinsic::mbarrier_arrive || n->op == Intrinsic::mbarrier_expect_tx ||
+           n->op == Intrinsic::named_barrier_sync || n->op == Intrinsic::named_barrier_arrive ||
+           n->op == Intrinsic::wait_until))
         found = n;
       IRVisitor::visit_node(n);
     }

@@ -350,6 +350,32 @@ PrimFunc prim_func_n(std::string name, std::vector<std::string> param_names,
 TileBuffer match_buffer(const Handle& h, Extents shape, DType dtype,
                         std::optional<TileLayout> layout = std::nullopt, Name name = {},
                         Loc loc = Loc::current());
+// A symmetric buffer (several GPUs, tx/runtime/dist.hpp): a parameter every
+// rank of a group passes its own copy of (Group::empty_symmetric), each copy
+// addressable by the other ranks through T::peer. Element access and tile
+// ops on the returned buffer reach this rank's copy. Extents as match_buffer's.
+TileBuffer match_symmetric(const Handle& h, Extents shape, DType dtype, Name name = {},
+                           Loc loc = Loc::current());
+// Rank `rank`'s copy of symmetric parameter `x`, as a buffer of x's shape and
+// dtype, from this statement to the end of the enclosing scope. Loads, stores
+// and tile copies on it go to the peer's memory (over NVLink on GPUs; another
+// thread's memory for host ranks). The rank must be below the group's size:
+// the checked mode reports one that is not.
+TileBuffer peer(const TileBuffer& x, Value rank, Name name = {}, Loc loc = Loc::current());
+namespace dist {
+// Release/acquire flags between ranks (and between CTAs), at system scope.
+// `flag` is one u32 element of a global buffer (mostly a symmetric buffer's,
+// or a peer's through T::peer). signal stores `value` with release
+// semantics: every write this thread made, or observed before (after a
+// cta_sync, the whole CTA's), is visible to a thread that acquires it.
+// signal_add adds `value` (red.release.sys.add). wait_until waits until the
+// flag, read with acquire semantics, is >= `value` (unsigned): flags are
+// counters that only grow (an epoch per use), so no reset is needed between
+// uses. docs/dist.md states the memory model.
+void signal(Value flag, Value value, Loc loc = Loc::current());
+void signal_add(Value flag, Value value, Loc loc = Loc::current());
+void wait_until(Value flag, Value value, Loc loc = Loc::current());
+}  // namespace dist
 // A scalar parameter (an int or float passed at launch: alpha, a seed). An
 // integer one may state facts that the kernel is specialized for (a row
 // length that is a multiple of 8), checked at launch.

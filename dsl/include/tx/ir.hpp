@@ -53,7 +53,8 @@ namespace tx {
   X(TmaCopy)             \
   X(Wgmma)               \
   X(Origin)              \
-  X(Profile)
+  X(Profile)             \
+  X(PeerView)
 
 enum class ExprKind : std::uint8_t {
 #define TX_ENUM(N) N,
@@ -383,30 +384,31 @@ class SelectNode : public ExprNode {
         f(std::move(y)) {}
 };
 
-#define TX_INTRINSICS(X)                                                                      \
-  X(sqrt, 1)                                                                                  \
-  X(rsqrt, 1)                                                                                 \
-  X(exp, 1)                                                                                   \
-  X(exp2, 1)                                                                                  \
-  X(log, 1)                                                                                   \
-  X(log2, 1)                                                                                  \
-  X(log1p, 1)                                                                                 \
-  X(expm1, 1)                                                                                 \
-  X(sin, 1)                                                                                   \
-  X(cos, 1)                                                                                   \
-  X(tan, 1)                                                                                   \
-  X(tanh, 1) X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) \
-      X(trunc, 1) X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2)  \
-          X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1)         \
-              X(check_access, 5) X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4)    \
-                  X(cp_async_commit, 0) X(cp_async_wait, 1) X(mbarrier_init, 2)               \
-                      X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2)      \
-                          X(fence_barrier_init, 0) X(fence_proxy_async, 0) X(wgmma_fence, 0)  \
-                              X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)            \
-                                  X(register_fence, 1) X(named_barrier_sync, 2)               \
-                                      X(named_barrier_arrive, 2) X(tile_coord, 1)             \
-                                          X(keep_before, 2) X(profile_mark, 2)          \
-                                              X(tma_store_commit, 0) X(tma_store_wait, 1)
+#define TX_INTRINSICS(X)                                                                           \
+  X(sqrt, 1)                                                                                       \
+  X(rsqrt, 1)                                                                                      \
+  X(exp, 1)                                                                                        \
+  X(exp2, 1)                                                                                       \
+  X(log, 1)                                                                                        \
+  X(log2, 1)                                                                                       \
+  X(log1p, 1)                                                                                      \
+  X(expm1, 1)                                                                                      \
+  X(sin, 1)                                                                                        \
+  X(cos, 1)                                                                                        \
+  X(tan, 1)                                                                                        \
+  X(tanh, 1)                                                                                       \
+  X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1)     \
+      X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3)         \
+          X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)     \
+              X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0)      \
+                  X(cp_async_wait, 1) X(mbarrier_init, 2) X(mbarrier_arrive, 1)                    \
+                      X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2) X(fence_barrier_init, 0)        \
+                          X(fence_proxy_async, 0) X(wgmma_fence, 0) X(wgmma_commit, 0)             \
+                              X(wgmma_wait, 1) X(setmaxnreg, 2) X(register_fence, 1)               \
+                                  X(named_barrier_sync, 2) X(named_barrier_arrive, 2)              \
+                                      X(tile_coord, 1) X(keep_before, 2) X(profile_mark, 2)        \
+                                          X(tma_store_commit, 0) X(tma_store_wait, 1) X(signal, 3) \
+                                              X(wait_until, 2)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -448,6 +450,16 @@ class SelectNode : public ExprNode {
 // profile_mark(region, end): the calling warp enters (end = 0) or leaves
 // (1) profiled region `region` (an index into LoweredKernel::profile_regions);
 // placed by lower_profile when profiling is on. Void.
+// signal(flag, value, add): flag (a load of one u32 element of a global
+// buffer, usually a peer's: T::peer) is set to `value` (add = 0) or
+// incremented by it (add = 1) with release semantics at system scope
+// (st.release.sys / red.release.sys.add): every write the calling thread made
+// or observed before (a CTA barrier makes the CTA's writes observed) is
+// visible to whoever acquires the new value. wait_until(flag, value): the
+// calling thread waits until the u32 at flag is >= value (unsigned), reading
+// it with acquire semantics at system scope (ld.acquire.sys). Void. On the
+// host, atomics with the same orders; a waiting thread lets the CTA's other
+// threads run (the kernel runs as fibers).
 // tile_coord(d): inside a where= predicate of a tile op only, the element's
 // coordinate along dimension d of the destination region (i32); the variant
 // that expands the op substitutes it.
@@ -951,6 +963,28 @@ class ProfileNode : public StmtNode {
       : StmtNode(kKind, l), name(std::move(n)), body(std::move(b)) {}
 };
 
+// T::peer(X, rank): within `body`, `view` addresses rank `rank`'s copy of the
+// symmetric kernel parameter `of` (T::match_symmetric): the same shape, dtype
+// and layout at another address, which the launch passes in a per-parameter
+// table of every rank's copy (see tx/runtime/dist.hpp). A peer's copy is
+// global memory of another GPU (over NVLink) or, for host ranks, another
+// thread's memory; accesses to it are ordinary loads and stores, ordered
+// against the peer by T::dist::signal / wait_until.
+class PeerViewNode : public StmtNode {
+ public:
+  static constexpr StmtKind kKind = StmtKind::PeerView;
+  const Buffer view;
+  const Buffer of;
+  const Expr rank;
+  const Stmt body;
+  PeerViewNode(Buffer v, Buffer o, Expr r, Stmt b, SourceLoc l)
+      : StmtNode(kKind, l),
+        view(std::move(v)),
+        of(std::move(o)),
+        rank(std::move(r)),
+        body(std::move(b)) {}
+};
+
 Stmt make_store(Buffer b, Expr value, std::vector<Expr> indices, SourceLoc loc = {});
 Stmt make_evaluate(Expr v, SourceLoc loc = {});
 Stmt make_for(Var v, Expr min, Expr extent, ForKind k, Stmt body, SourceLoc loc = {});
@@ -990,6 +1024,9 @@ Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, B
 Stmt make_origin(std::string text, Stmt body, SourceLoc loc = {});
 // `name`: 1 to 64 printable characters without quotes or backslashes.
 Stmt make_profile(std::string name, Stmt body, SourceLoc loc = {});
+// Validates: `of` and `view` are global buffers of one dtype and shape, `rank`
+// an integer.
+Stmt make_peer_view(Buffer view, Buffer of, Expr rank, Stmt body, SourceLoc loc = {});
 
 // ----------------------------------------------------------------- function
 
@@ -997,6 +1034,10 @@ struct Param {
   Var handle;     // the T.handle parameter
   Buffer buffer;  // bound by T.match_buffer (empty if not a buffer)
   Var scalar;     // bound by T.match_scalar (empty if not a scalar)
+  // Bound by T::match_symmetric: a buffer every rank of a group holds, each
+  // copy addressable by the others (T::peer); the launch passes the table of
+  // the copies' addresses after the T::dim extents.
+  bool symmetric = false;
   // An integer scalar's facts, checked at launch (full range when not given).
   std::int64_t min = INT64_MIN, max = INT64_MAX, multiple_of = 1;
   bool has_facts = false;

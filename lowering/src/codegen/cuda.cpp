@@ -65,6 +65,27 @@ const std::vector<Helper>& helpers() {
       {{"tx_tensor_map"},
        R"(struct __align__(64) tx_tensor_map { unsigned long long opaque[16]; };
 )"},
+      // Flags between ranks (T::dist): release stores and adds, acquire
+      // loads, at system scope (the peer is another GPU; sm_70 and later).
+      {{"tx_signal"},
+       R"(static __device__ __forceinline__ void tx_signal(unsigned* flag, unsigned v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+}
+)"},
+      {{"tx_signal_add"},
+       R"(static __device__ __forceinline__ void tx_signal_add(unsigned* flag, unsigned v) {
+  asm volatile("red.release.sys.global.add.u32 [%0], %1;" :: "l"(flag), "r"(v) : "memory");
+}
+)"},
+      {{"tx_wait_until"},
+       R"(static __device__ __forceinline__ void tx_wait_until(const unsigned* flag, unsigned v) {
+  unsigned x;
+  for (;;) {
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(x) : "l"(flag) : "memory");
+    if (x >= v) break;
+  }
+}
+)"},
       // mbarriers (sm_90): 32-bit shared addresses of 8-byte barriers.
       {{"tx_mbarrier_init"},
        R"(static __device__ __forceinline__ void tx_mbarrier_init(unsigned bar, unsigned count) {
@@ -600,6 +621,12 @@ class CudaEmitter : public IRVisitor {
     for (std::size_t i = 0; i < f->dims.size(); ++i)
       sig << (f->params.empty() && i == 0 ? "" : ", ") << "int "
           << name_of(f->dims[i].var.get(), f->dims[i].var.name());
+    // T::match_symmetric: each symmetric buffer's table of every rank's copy.
+    for (std::size_t i = 0; i < f->params.size(); ++i) {
+      if (!f->params[i].symmetric) continue;
+      const Buffer& b = f->params[i].buffer;
+      sig << ", " << c_type(b->dtype) << "* const* __restrict__ " << peer_table(b);
+    }
     // TMA tensor maps last, by value in the parameter space.
     for (std::size_t i = 0; i < k_.tensor_maps.size(); ++i)
       sig << (f->params.empty() && f->dims.empty() && i == 0 ? "" : ", ")
@@ -634,6 +661,9 @@ class CudaEmitter : public IRVisitor {
   }
 
  private:
+  // The kernel parameter holding symmetric buffer b's table of peer copies.
+  std::string peer_table(const Buffer& b) { return "tx_peers_" + name_of(b->data.get(), b->name); }
+
   std::string name_of(const void* key, const std::string& base) {
     auto it = names_.find(key);
     if (it != names_.end()) return it->second;
@@ -866,6 +896,13 @@ class CudaEmitter : public IRVisitor {
       case Intrinsic::register_fence:
         eo_ << "asm volatile(\"\" : \"+f\"(" << e(n->args[0]) << ") :: \"memory\")";
         return;
+      case Intrinsic::signal:
+        eo_ << (as_const_int(n->args[2]).value_or(0) ? "tx_signal_add(&" : "tx_signal(&")
+            << e(n->args[0]) << ", (unsigned)(" << e(n->args[1]) << "))";
+        return;
+      case Intrinsic::wait_until:
+        eo_ << "tx_wait_until(&" << e(n->args[0]) << ", (unsigned)(" << e(n->args[1]) << "))";
+        return;
       case Intrinsic::named_barrier_sync:
       case Intrinsic::named_barrier_arrive:
         eo_ << "asm volatile(\"bar." << (n->op == Intrinsic::named_barrier_sync ? "sync" : "arrive")
@@ -961,6 +998,12 @@ class CudaEmitter : public IRVisitor {
   void visit_node(const LetStmtNode* n) override {
     line(std::string("const ") + c_type(n->var.dtype()) + " " +
          name_of(n->var.get(), n->var.name()) + " = " + e(n->value) + ";");
+    visit(n->body);
+  }
+  void visit_node(const PeerViewNode* n) override {
+    const std::string t = c_type(n->view->dtype);
+    line(t + "* const " + name_of(n->view->data.get(), n->view->name) + " = " + peer_table(n->of) +
+         "[" + e(n->rank) + "];");
     visit(n->body);
   }
   void visit_node(const AllocateNode* n) override {

@@ -238,6 +238,15 @@ class Emitter {
       vars_[dims[d].var.get()] =
           B.CreateAlignedLoad(B.getInt32Ty(), at, llvm::Align(4), dims[d].var.name());
     }
+    // After the extents: each symmetric buffer's table of every rank's copy
+    // (T::peer loads its entries).
+    std::size_t table = params.size() + dims.size();
+    for (const Param& p : params) {
+      if (!p.symmetric) continue;
+      Value* slot = B.CreateConstInBoundsGEP1_64(ptr, args, table++);
+      peer_tables_[p.buffer->data.get()] =
+          B.CreateAlignedLoad(ptr, slot, llvm::Align(8), p.buffer->name + ".peers");
+    }
     for (auto& [data, off] : L.offset)
       bases_[data] = B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), scratch,
                                                   static_cast<std::uint64_t>(off), data->name);
@@ -842,6 +851,32 @@ class Emitter {
         if (fibers_) return fiber_mbarrier(n);
         // host_compile runs kernels with mbarriers as fibers.
         internal(std::string(intrinsic_name(n->op)) + " left in the region form", n->loc);
+      case Intrinsic::signal: {
+        // Release at system scope: a sequentially consistent atomic is at
+        // least that on the host.
+        const auto* ld = n->args[0].as<LoadNode>();
+        Value* at = address(ld->buffer, ld->indices[0], n->loc);
+        Value* v = cast(emit(n->args[1]), n->args[1].dtype(), tx::u32);
+        if (as_const_int(n->args[2]).value_or(0)) {
+          B.CreateAtomicRMW(llvm::AtomicRMWInst::Add, at, v, llvm::MaybeAlign(4),
+                            llvm::AtomicOrdering::SequentiallyConsistent);
+        } else {
+          auto* st = B.CreateAlignedStore(v, at, llvm::Align(4));
+          st->setAtomic(llvm::AtomicOrdering::SequentiallyConsistent);
+        }
+        return B.getInt32(0);
+      }
+      case Intrinsic::wait_until: {
+        // host_compile runs kernels that wait on flags as fibers: a waiting
+        // thread lets the CTA's others run.
+        if (!fibers_) internal("T.dist.wait_until left in the region form", n->loc);
+        const auto* ld = n->args[0].as<LoadNode>();
+        Value* at = address(ld->buffer, ld->indices[0], n->loc);
+        return fiber_call("tx_fiber_wait_flag", B.getVoidTy(),
+                          {llvm::PointerType::getUnqual(C), B.getInt32Ty()},
+                          {at, cast(emit(n->args[1]), n->args[1].dtype(), tx::u32)},
+                          "T.dist.wait_until", n->loc, ld->buffer->name);
+      }
       case Intrinsic::named_barrier_sync:
       case Intrinsic::named_barrier_arrive: {
         // host_compile runs kernels with named barriers as fibers.
@@ -1302,6 +1337,18 @@ class Emitter {
         emit(n->body);
         return;
       }
+      case StmtKind::PeerView: {
+        // The view's storage: entry `rank` of the symmetric buffer's table.
+        auto* n = s.as<PeerViewNode>();
+        auto it = peer_tables_.find(n->of->data.get());
+        if (it == peer_tables_.end())
+          internal("T.peer of " + n->of->name + ", which is not a symmetric parameter", n->loc);
+        llvm::Type* ptr = llvm::PointerType::getUnqual(C);
+        Value* at = B.CreateInBoundsGEP(ptr, it->second, {index64(n->rank)});
+        bases_[n->view->data.get()] = B.CreateAlignedLoad(ptr, at, llvm::Align(8), n->view->name);
+        emit(n->body);
+        return;
+      }
       case StmtKind::CopyBytes: {
         auto* n = s.as<CopyBytesNode>();
         Value* d = address(n->dst, n->dst_offset, n->loc);
@@ -1542,6 +1589,8 @@ class Emitter {
   llvm::BasicBlock* entry_ = nullptr;
   std::unordered_map<const VarNode*, Value*> vars_;
   std::unordered_map<const VarNode*, Value*> bases_;
+  // Symmetric parameters' tables of peer copies, by the parameter's data var.
+  std::unordered_map<const VarNode*, Value*> peer_tables_;
   Value* block_idx_[3] = {nullptr, nullptr, nullptr};
   Value* grid_x_ = nullptr;  // this launch's grid (x, y), i64
   Value* grid_y_ = nullptr;

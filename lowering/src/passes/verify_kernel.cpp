@@ -236,7 +236,8 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
     VarFact read_only;
     read_only.invariant_memory = true;
     for (const Param& p : f->params)
-      if (p.buffer && p.buffer->scope == MemScope::global && !w.data.count(p.buffer->data.get()))
+      if (p.buffer && p.buffer->scope == MemScope::global && !p.symmetric &&
+          !w.data.count(p.buffer->data.get()))
         lc.param_facts.emplace_back(p.buffer->data, read_only);
   }
   BarrierCheck bc(lc);

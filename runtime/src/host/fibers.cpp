@@ -7,9 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 
 #include "async_model.hpp"
@@ -51,7 +55,21 @@ struct Fiber {
   const void* object = nullptr;  // the mbarrier it waits on
   int parity = -1;
   int named = -1;  // the named barrier it waits on (bar.sync)
+  // T::dist::wait_until: the flag it polls and the value it waits for.
+  const std::uint32_t* flag = nullptr;
+  std::uint32_t flag_value = 0;
 };
+
+// How long fibers may all poll flags that nothing sets before the launch
+// fails: TX_DIST_TIMEOUT seconds (default 30).
+double flag_timeout_seconds() {
+  static const double s = [] {
+    const char* v = std::getenv("TX_DIST_TIMEOUT");
+    double t = v && *v ? std::atof(v) : 30.0;
+    return t > 0 ? t : 30.0;
+  }();
+  return s;
+}
 
 // A named barrier (bar.sync / bar.arrive id, threads): arrivals of the
 // current phase; a phase completes when `threads` have arrived.
@@ -175,9 +193,21 @@ class Scheduler {
         }
       }
       if (live > 0 && progress_ == before) {
+        // Threads that poll a flag wait for another rank (or CTA), which
+        // runs on its own OS thread: not a deadlock until the timeout.
+        bool polling = false;
+        for (const Fiber& f : fibers_) polling = polling || (!f.done && f.flag);
+        const auto now = std::chrono::steady_clock::now();
+        if (polling && !stalled_since_) stalled_since_ = now;
+        if (polling &&
+            std::chrono::duration<double>(now - *stalled_since_).count() < flag_timeout_seconds()) {
+          std::this_thread::sleep_for(std::chrono::microseconds(20));
+          continue;
+        }
         current_scheduler = outer;
         deadlock(launch);
       }
+      stalled_since_.reset();
     }
     current_scheduler = outer;
     if (chk_) at_exit();
@@ -209,6 +239,19 @@ class Scheduler {
   }
 
   // bar.sync (wait) or bar.arrive: one arrival of the calling thread.
+  // T::dist::wait_until: polls the flag (acquire), letting the CTA's other
+  // threads run between polls.
+  void wait_flag(const std::uint32_t* flag, std::uint32_t value, int where) {
+    Fiber& f = fibers_[static_cast<std::size_t>(current_)];
+    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < value) {
+      f.flag = flag;
+      f.flag_value = value;
+      yield(where, nullptr, -1);
+    }
+    f.flag = nullptr;
+    ++progress_;
+  }
+
   void named_barrier(int id, int threads, bool wait, int where) {
     if (id < 0 || id >= kNamedBarriers)
       error(where, "named barrier id " + std::to_string(id) + " outside [0, 15]");
@@ -717,6 +760,12 @@ class Scheduler {
       const WaitSite& s = site(where);
       os << ": " << s.op;
       if (!s.operand.empty()) os << "(" << s.operand << ")";
+      if (const Fiber& f0 = fibers_[static_cast<std::size_t>(threads.front())]; f0.flag)
+        os << " for a value >= " << f0.flag_value << "; the flag holds "
+           << __atomic_load_n(f0.flag, __ATOMIC_ACQUIRE) << " and nothing changed it for "
+           << flag_timeout_seconds()
+           << " s (TX_DIST_TIMEOUT): a missing T::dist::signal, a wait for a value no rank "
+              "signals, or a peer that failed";
       if (object) {
         HostMbarrier m;
         std::memcpy(&m, object, sizeof m);
@@ -782,6 +831,8 @@ class Scheduler {
   ucontext_t main_{};
   int current_ = -1;
   std::uint64_t progress_ = 0;
+  // Since when every live fiber has been waiting, some of them on flags.
+  std::optional<std::chrono::steady_clock::time_point> stalled_since_;
   std::string error_;
   int error_site_ = -1;
 #ifdef TX_FIBERS_ASAN
@@ -849,6 +900,11 @@ extern "C" void tx_fiber_mbarrier_expect_tx(void* fibers, void* bar, std::int32_
 extern "C" void tx_fiber_mbarrier_wait(void* fibers, void* bar, std::int32_t parity,
                                        std::int32_t site) {
   self(fibers)->mbarrier_wait(bar, parity, site);
+}
+extern "C" void tx_fiber_wait_flag(void* fibers, void* flag, std::int32_t value,
+                                   std::int32_t site) {
+  self(fibers)->wait_flag(static_cast<const std::uint32_t*>(flag),
+                          static_cast<std::uint32_t>(value), site);
 }
 extern "C" void tx_fiber_named_barrier(void* fibers, std::int32_t id, std::int32_t threads,
                                        std::int32_t wait, std::int32_t site) {

@@ -81,6 +81,7 @@ void tx_fiber_mbarrier_init(void* fibers, void* bar, std::int32_t count, std::in
 void tx_fiber_mbarrier_arrive(void* fibers, void* bar, std::int32_t site);
 void tx_fiber_mbarrier_expect_tx(void* fibers, void* bar, std::int32_t bytes, std::int32_t site);
 void tx_fiber_mbarrier_wait(void* fibers, void* bar, std::int32_t parity, std::int32_t site);
+void tx_fiber_wait_flag(void* fibers, void* flag, std::int32_t value, std::int32_t site);
 void tx_fiber_named_barrier(void* fibers, std::int32_t id, std::int32_t threads, std::int32_t wait,
                             std::int32_t site);
 std::int64_t tx_fiber_shfl_xor(void* fibers, std::int32_t thread, std::int64_t bits,

@@ -69,8 +69,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "checked_mode.hpp"
 #include "../profile_sink.hpp"
+#include "checked_mode.hpp"
 #include "fibers.hpp"
 #include "llvm.hpp"  // lowering/src/codegen: the host code generator
 #include "tx/lowering/host_form.hpp"
@@ -184,6 +184,7 @@ Jit& jit() {
     helper("tx_fiber_mbarrier_wait", &tx_fiber_mbarrier_wait);
     helper("tx_fiber_shfl_xor", &tx_fiber_shfl_xor);
     helper("tx_fiber_named_barrier", &tx_fiber_named_barrier);
+    helper("tx_fiber_wait_flag", &tx_fiber_wait_flag);
     helper("tx_fiber_checker", &tx_fiber_checker);
     helper("tx_fiber_async", &tx_fiber_async);
     helper("tx_fiber_tma_load", &tx_fiber_tma_load);

@@ -63,7 +63,10 @@ struct KernelParamInfo {
   std::int64_t elems = 0;           // storage elements (the layout's cosize)
   int align_bytes = 1;              // widest vector access the kernel makes on it
   bool is_scalar = false;           // a T::match_scalar parameter (no buffer)
-  bool written = false;             // a buffer the kernel stores to
+  bool written = false;             // a buffer the kernel stores to (or a symmetric one)
+  // T::match_symmetric: the launch also passes the table of every rank's
+  // copy (after the T::dim extents and derived values, in parameter order).
+  bool symmetric = false;
   // An integer scalar's facts, checked at launch.
   std::int64_t min = INT64_MIN, max = INT64_MAX, multiple_of = 1;
   std::vector<Expr> dims;  // the extents as written (T::dim vars where symbolic)
