@@ -17,6 +17,7 @@
 #include "tx/ir.hpp"
 #include "tx/layout.hpp"
 #include "tx/printer.hpp"
+#include "tx/runtime/dist.hpp"
 #include "tx/runtime/graph.hpp"
 #include "tx/runtime/kernel.hpp"
 #include "tx/runtime/stream.hpp"

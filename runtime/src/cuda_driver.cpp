@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -74,6 +75,8 @@ namespace {
 // Stream-ordered allocation (CUDA 11.2+): optional; without it tensors fall
 // back to cuMemAlloc / cuMemFree. Stream capture and graphs (CUDA 12 names):
 // optional; without them tx::Graph is a tx error and nothing is capturing.
+// Peer access and IPC (tx::dist): every driver has them; looked up as
+// optional all the same, so that one missing fails only tx::dist.
 #define TX_CU_OPTIONAL(X)      \
   X(cuMemAllocAsync)           \
   X(cuMemFreeAsync)            \
@@ -89,7 +92,12 @@ namespace {
   X(cuGraphLaunch)             \
   X(cuGraphGetNodes)           \
   X(cuGraphExecDestroy)        \
-  X(cuGraphDestroy)
+  X(cuGraphDestroy)            \
+  X(cuDeviceCanAccessPeer)     \
+  X(cuCtxEnablePeerAccess)     \
+  X(cuIpcGetMemHandle)         \
+  X(cuIpcOpenMemHandle)        \
+  X(cuIpcCloseMemHandle)
 
 struct Driver {
   void* handle = nullptr;
@@ -236,8 +244,8 @@ void check(CUresult r, const char* call, const std::string& what, const std::str
 }
 
 // TX_CUDA_DEVICE, validated once against the device count: the device of
-// Device::cuda() and of tx's defaults.
-int device_ordinal() {
+// tx's defaults in every thread that has not set its own.
+int process_ordinal() {
   static const int ordinal = [] {
     const Driver& d = need();
     const char* v = std::getenv("TX_CUDA_DEVICE");
@@ -253,6 +261,12 @@ int device_ordinal() {
   }();
   return ordinal;
 }
+
+// set_thread_device's ordinal for this thread (-1: none).
+thread_local int t_device = -1;
+
+// The calling thread's device: its own (set_thread_device), else TX_CUDA_DEVICE.
+int device_ordinal() { return t_device >= 0 ? t_device : process_ordinal(); }
 
 // Per device: the CUdevice, its primary context, its stream-ordered memory
 // pool. Made on first use of the ordinal, never destroyed (modules and
@@ -372,6 +386,17 @@ int device_count() {
 }
 
 int default_ordinal() { return device_ordinal(); }
+
+int set_thread_device(int ordinal) {
+  const int previous = t_device;
+  if (ordinal < 0) {
+    t_device = -1;
+    return previous;
+  }
+  make_current(ordinal);  // validates the ordinal
+  t_device = ordinal;
+  return previous;
+}
 
 const DeviceInfo& device_info(int ordinal) {
   make_current(ordinal);
@@ -848,6 +873,99 @@ void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes, Stream
   }
   check(d.p_cuMemsetD8Async(cu(dst), value, bytes, static_cast<CUstream>(stream)),
         "cuMemsetD8Async", what);
+}
+
+// ------------------------------------------------- several GPUs (tx::dist)
+
+namespace {
+// A driver entry point tx::dist needs, or a tx error saying it is missing.
+template <class F>
+F need_entry(F f, const char* name) {
+  if (!f)
+    fail(
+        "tx.cuda", "", {},
+        std::string("libcuda.so.1 lacks ") + name + " (the NVIDIA driver is too old for tx::dist)");
+  return f;
+}
+}  // namespace
+
+bool can_access_peer(int ordinal, int peer) {
+  if (ordinal == peer) return true;
+  const Driver& d = make_current(ordinal);
+  auto f = need_entry(d.p_cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer");
+  int can = 0;
+  check(f(&can, device_state(ordinal).dev, device_state(peer).dev), "cuDeviceCanAccessPeer",
+        "cuda:" + std::to_string(ordinal) + " -> cuda:" + std::to_string(peer));
+  return can != 0;
+}
+
+void enable_peer_access(int ordinal, int peer) {
+  if (ordinal == peer) return;
+  CUcontext peer_ctx = device_state(peer).ctx;
+  const Driver& d = make_current(ordinal);
+  auto f = need_entry(d.p_cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess");
+  CUresult r = f(peer_ctx, 0);
+  if (r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) return;
+  check(r, "cuCtxEnablePeerAccess",
+        "peer access cuda:" + std::to_string(ordinal) + " -> cuda:" + std::to_string(peer));
+}
+
+DevicePtr device_alloc_unpooled(std::size_t bytes, int ordinal) {
+  const Driver& d = make_current(ordinal);
+  CUdeviceptr p = 0;
+  check(d.p_cuMemAlloc(&p, bytes == 0 ? 1 : bytes), "cuMemAlloc",
+        "device_alloc_unpooled(" + std::to_string(bytes) +
+            " bytes on cuda:" + std::to_string(ordinal) + ")");
+  return static_cast<DevicePtr>(p);
+}
+
+void device_free_unpooled(DevicePtr p, int ordinal) noexcept {
+  if (p && make_current_noexcept(ordinal)) driver().p_cuMemFree(cu(p));
+}
+
+void copy_to_device_sync(int ordinal, DevicePtr dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  const Driver& d = make_current(ordinal);
+  const std::string what = "copy_to_device_sync(" + std::to_string(bytes) + " bytes)";
+  check(d.p_cuMemcpyHtoD(cu(dst), src, bytes), "cuMemcpyHtoD", what);
+  // From pageable memory the copy may return before the DMA is done.
+  check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", what);
+}
+
+void memset_device_sync(int ordinal, DevicePtr dst, unsigned char value, std::size_t bytes) {
+  if (bytes == 0) return;
+  const Driver& d = make_current(ordinal);
+  const std::string what = "memset_device_sync(" + std::to_string(bytes) + " bytes)";
+  check(d.p_cuMemsetD8(cu(dst), value, bytes), "cuMemsetD8", what);
+  // cuMemsetD8 on device memory is asynchronous with respect to the host.
+  check(d.p_cuCtxSynchronize(), "cuCtxSynchronize", what);
+}
+
+IpcMemHandle ipc_get_mem_handle(DevicePtr p, int ordinal) {
+  static_assert(sizeof(CUipcMemHandle) == sizeof(IpcMemHandle::bytes));
+  const Driver& d = make_current(ordinal);
+  auto f = need_entry(d.p_cuIpcGetMemHandle, "cuIpcGetMemHandle");
+  CUipcMemHandle h{};
+  check(f(&h, cu(p)), "cuIpcGetMemHandle", "symmetric memory on cuda:" + std::to_string(ordinal));
+  IpcMemHandle out;
+  std::memcpy(out.bytes, &h, sizeof out.bytes);
+  return out;
+}
+
+DevicePtr ipc_open_mem_handle(const IpcMemHandle& handle, int ordinal) {
+  const Driver& d = make_current(ordinal);
+  auto f = need_entry(d.p_cuIpcOpenMemHandle, "cuIpcOpenMemHandle");
+  CUipcMemHandle h{};
+  std::memcpy(&h, handle.bytes, sizeof handle.bytes);
+  CUdeviceptr p = 0;
+  check(f(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle",
+        "a peer's symmetric memory, opened on cuda:" + std::to_string(ordinal));
+  return static_cast<DevicePtr>(p);
+}
+
+void ipc_close_mem_handle(DevicePtr p, int ordinal) noexcept {
+  if (p && make_current_noexcept(ordinal) && driver().p_cuIpcCloseMemHandle)
+    driver().p_cuIpcCloseMemHandle(cu(p));
 }
 
 // ------------------------------------------------------ streams, events

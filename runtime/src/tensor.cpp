@@ -31,6 +31,8 @@ struct Tensor::Storage {
   // when the last view is gone.
   bool borrowed = false;
   std::function<void()> release;
+  // Set for a rank's copy of a symmetric allocation (from_symmetric).
+  std::shared_ptr<const SymmetricInfo> symmetric;
   // The stream a device allocation was made on (and is freed on): the
   // pool reuses the memory in that stream's order, never stalling the GPU.
   Stream stream;
@@ -268,6 +270,15 @@ Tensor Tensor::from_blob(void* data, std::vector<std::int64_t> shape, DType dtyp
   return t;
 }
 
+Tensor Tensor::from_symmetric(void* local, std::vector<std::int64_t> shape, DType dtype,
+                              Device device, std::shared_ptr<const SymmetricInfo> info,
+                              std::function<void()> release) {
+  if (!info) fail("tx.Tensor.from_symmetric", "info", {}, "is null");
+  Tensor t = from_blob(local, std::move(shape), dtype, device, {}, std::move(release));
+  t.storage_->symmetric = std::move(info);
+  return t;
+}
+
 bool Tensor::is_contiguous() const {
   std::int64_t want = 1;
   for (std::size_t d = shape_.size(); d-- > 0;) {
@@ -279,6 +290,10 @@ bool Tensor::is_contiguous() const {
 }
 
 bool Tensor::is_borrowed() const { return storage_ && storage_->borrowed; }
+
+const SymmetricInfo* Tensor::symmetric() const {
+  return storage_ ? storage_->symmetric.get() : nullptr;
+}
 
 Tensor Tensor::as_strided(std::vector<std::int64_t> shape, std::vector<std::int64_t> strides,
                           std::int64_t storage_offset) const {

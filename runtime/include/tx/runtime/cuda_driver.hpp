@@ -40,13 +40,19 @@ struct DeviceInfo {
   std::string arch() const;
 };
 
-// Device TX_CUDA_DEVICE (default 0); makes its primary context current on
-// the calling thread. Throws tx::Error when no GPU is usable.
+// The calling thread's device (see set_thread_device; else TX_CUDA_DEVICE,
+// default 0); makes its primary context current on the calling thread.
+// Throws tx::Error when no GPU is usable.
 const DeviceInfo& current_device();
 // Any device by ordinal (a tx::Error naming the count when there is none).
 const DeviceInfo& device_info(int ordinal);
 int device_count();     // 0 without a usable GPU
-int default_ordinal();  // TX_CUDA_DEVICE, default 0
+int default_ordinal();  // the calling thread's device: set_thread_device's, else TX_CUDA_DEVICE
+// Makes `ordinal` the calling thread's device -- the one current_device(),
+// the copies and the other calls without an ordinal use -- and its primary
+// context current (tx::dist's rank threads: one GPU each). -1 goes back to
+// TX_CUDA_DEVICE. Returns the thread's previous setting (-1: none).
+int set_thread_device(int ordinal);
 
 // Opaque driver handles (CUstream, CUevent); a null stream is the legacy
 // default stream.
@@ -165,6 +171,32 @@ void* host_alloc_pinned(std::size_t bytes);
 void host_free_pinned(void* p) noexcept;
 // The device a device address belongs to (-1: not a device address tx's driver knows).
 int pointer_device(DevicePtr p);
+
+// Several GPUs (tx::dist). Whether `ordinal`'s kernels can address `peer`'s
+// memory (cuDeviceCanAccessPeer; true for ordinal == peer).
+bool can_access_peer(int ordinal, int peer);
+// Lets `ordinal`'s context address `peer`'s memory (cuCtxEnablePeerAccess;
+// already enabled is not an error; nothing for ordinal == peer).
+void enable_peer_access(int ordinal, int peer);
+// Plain cuMemAlloc / cuMemFree on `ordinal`, outside the stream-ordered
+// pool: the memory CUDA IPC can export (cuIpcGetMemHandle refuses pool
+// memory). cuMemFree waits for the device.
+DevicePtr device_alloc_unpooled(std::size_t bytes, int ordinal);
+void device_free_unpooled(DevicePtr p, int ordinal) noexcept;
+// With `ordinal`'s context current; they return once the bytes are in
+// device memory (the copy or set, then cuCtxSynchronize), so that work on
+// any stream, or another GPU, sees them.
+void copy_to_device_sync(int ordinal, DevicePtr dst, const void* src, std::size_t bytes);
+void memset_device_sync(int ordinal, DevicePtr dst, unsigned char value, std::size_t bytes);
+// CUDA IPC: a handle to memory from device_alloc_unpooled that another
+// process opens into its own address space (on its device `ordinal`, peer
+// access enabled lazily), and closes when done.
+struct IpcMemHandle {
+  unsigned char bytes[64] = {};  // CU_IPC_HANDLE_SIZE
+};
+IpcMemHandle ipc_get_mem_handle(DevicePtr p, int ordinal);
+DevicePtr ipc_open_mem_handle(const IpcMemHandle& handle, int ordinal);
+void ipc_close_mem_handle(DevicePtr p, int ordinal) noexcept;
 
 // Copies; with a stream they are asynchronous on it (host memory pinned for
 // true asynchrony), without one synchronous.

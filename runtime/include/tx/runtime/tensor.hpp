@@ -50,6 +50,20 @@ namespace runtime {
 bool check_from_env();
 }  // namespace runtime
 
+// A symmetric allocation: the same size on every rank of a group, each rank's
+// copy addressable by every other (tx::dist::Group::empty_symmetric; see
+// tx/runtime/dist.hpp).
+struct SymmetricInfo {
+  int rank = 0, world = 1;
+  // peers[r]: rank r's copy as this process addresses it (a device address as
+  // void* on a GPU, a host pointer on the host).
+  std::vector<void*> peers;
+  // `world` 8-byte pointers (the values of `peers`) in memory the kernel
+  // reads: device memory of this rank's GPU, host memory for host ranks.
+  void* table = nullptr;
+  std::size_t bytes = 0;  // bytes of each copy
+};
+
 class Tensor;
 namespace runtime {
 // How Tensor::contiguous() gathers a strided view on the GPU: the op
@@ -84,6 +98,12 @@ class Tensor {
                           std::vector<std::int64_t> strides = {},
                           std::function<void()> release = {},
                           std::source_location loc = std::source_location::current());
+
+  // This rank's copy of a symmetric allocation (what Group::empty_symmetric
+  // returns): from_blob's tensor over `local` that also carries `info`.
+  static Tensor from_symmetric(void* local, std::vector<std::int64_t> shape, DType dtype,
+                               Device device, std::shared_ptr<const SymmetricInfo> info,
+                               std::function<void()> release);
 
   // DLPack, zero-copy both ways. from_dlpack takes ownership of `m`: the
   // tensor borrows its memory and calls m->deleter when the last view is
@@ -128,6 +148,9 @@ class Tensor {
   bool is_contiguous() const;
   // The memory is the caller's (from_blob), not tx's.
   bool is_borrowed() const;
+  // The symmetric allocation the tensor views (its views keep it), or
+  // nullptr for ordinary memory.
+  const SymmetricInfo* symmetric() const;
 
   // Host pointer for host tensors, device address (as void*) for GPU
   // tensors: of element (0, ..., 0).
