@@ -5,6 +5,10 @@
 // rest), ranks sharing a GPU, a failing rank. Skipped (exit 77) without a
 // GPU, or with fewer than two.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,10 +17,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_support.hpp"
@@ -47,6 +53,71 @@ const bool g_two_gpus = [] {
 }();
 
 const std::vector<Device> kTwo = {Device::cuda(0), Device::cuda(1)};
+
+// Rank r's values in the NCCL groups' checks (the same in every process).
+std::vector<float> rank_values(int rank, std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = static_cast<float>(rank * 1000 + (i % 997)) * 0.5f;
+  return v;
+}
+
+// One rank of an NCCL group (a process of its own, or a thread): a
+// symmetric allocation, the peer's copy read through its address, an
+// all-reduce, the barrier. Returns what went wrong ("" when nothing did).
+std::string nccl_rank(const tx::dist::UniqueId& id, int rank) {
+  const std::int64_t n = 100003;
+  const int peer = 1 - rank;
+  Group g = Group::nccl(id, rank, 2, Device::cuda(rank));
+  if (g.rank() != rank || g.size() != 2 || g.is_local() || !g.nccl_comm())
+    return "the group's rank, size, kind or communicator is wrong";
+  Tensor buf = g.empty_symmetric({n}, tx::f32);
+  const tx::SymmetricInfo* sym = buf.symmetric();
+  if (!sym || sym->peers.size() != 2 ||
+      sym->peers[static_cast<std::size_t>(rank)] != buf.data_ptr())
+    return "the symmetric info is wrong";
+  void* table[2] = {};
+  tx::runtime::copy_to_host(
+      table, static_cast<tx::runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(sym->table)),
+      sizeof table);
+  if (table[0] != sym->peers[0] || table[1] != sym->peers[1]) return "the table is not the peers";
+  const std::vector<float> mine = rank_values(rank, n);
+  buf.copy_from_bytes(mine.data(), mine.size() * sizeof(float));
+  tx::runtime::synchronize_device(rank, "gpu_dist: the rank's write");
+  g.barrier();
+  std::vector<float> got(static_cast<std::size_t>(n));
+  tx::runtime::copy_to_host(got.data(),
+                            static_cast<tx::runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(
+                                sym->peers[static_cast<std::size_t>(peer)])),
+                            got.size() * sizeof(float));
+  if (got != rank_values(peer, n)) return "the peer's copy, read through its address, differs";
+  Tensor t = Tensor::from_vector(mine, {n}, g.device());
+  g.nccl_all_reduce(t);
+  const std::vector<float> sum = t.to_vector<float>();
+  const std::vector<float> other = rank_values(peer, n);
+  for (std::size_t i = 0; i < sum.size(); ++i)
+    if (sum[i] != mine[i] + other[i])
+      return "nccl_all_reduce's sum differs at " + std::to_string(i);
+  g.barrier();
+  return "";
+}
+
+// The suite run as one rank of a two-process NCCL group (the parent test
+// starts it with TX_GPU_DIST_CHILD=rank and TX_GPU_DIST_ID=the unique id).
+const bool g_child = [] {
+  const char* rank = std::getenv("TX_GPU_DIST_CHILD");
+  const char* id = std::getenv("TX_GPU_DIST_ID");
+  if (!rank || !id) return false;
+  std::string wrong;
+  try {
+    wrong = nccl_rank(tx::dist::UniqueId::from_hex(id), std::atoi(rank));
+  } catch (const std::exception& e) {
+    wrong = e.what();
+  }
+  if (!wrong.empty()) std::fprintf(stderr, "gpu_dist rank %s: %s\n", rank, wrong.c_str());
+  std::fflush(stderr);
+  std::_Exit(wrong.empty() ? 0 : 1);
+}();
 
 tx::runtime::DevicePtr dev(const void* p) {
   return static_cast<tx::runtime::DevicePtr>(reinterpret_cast<std::uintptr_t>(p));
@@ -276,4 +347,74 @@ TEST_CASE("gpu dist a failing rank releases its peer") {
   });
   CHECK(message.find("rank 1 of 2 (cuda:1)") != std::string::npos);
   CHECK(message.find("cuda:1 gives up") != std::string::npos);
+}
+
+TEST_CASE("gpu dist NCCL group of two threads addresses peers directly") {
+  REQUIRE(g_two_gpus);
+  std::string why;
+  if (!tx::dist::nccl_available(&why)) {
+    MESSAGE("not run: NCCL is not available (" << why << ")");
+    return;
+  }
+  const tx::dist::UniqueId id = tx::dist::unique_id();
+  std::vector<std::string> wrong(2);
+  within_seconds(120, [&] {
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+      ranks.emplace_back([&, r] {
+        try {
+          wrong[static_cast<std::size_t>(r)] = nccl_rank(id, r);
+        } catch (const std::exception& e) {
+          wrong[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (std::thread& t : ranks) t.join();
+  });
+  for (const std::string& w : wrong) CHECK(w == "");
+}
+
+extern char** environ;
+
+TEST_CASE("gpu dist NCCL group of two processes shares memory through CUDA IPC") {
+  REQUIRE(g_two_gpus);
+  REQUIRE_FALSE(g_child);
+  std::string why;
+  if (!tx::dist::nccl_available(&why)) {
+    MESSAGE("not run: NCCL is not available (" << why << ")");
+    return;
+  }
+  const std::string id = "TX_GPU_DIST_ID=" + tx::dist::unique_id().hex();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    env.push_back("TX_GPU_DIST_CHILD=" + std::to_string(r));
+    env.push_back(id);
+    std::vector<char*> envp;
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char self[] = "/proc/self/exe";
+    char* argv[] = {self, nullptr};
+    pid_t pid = 0;
+    REQUIRE(posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) == 0);
+    pids.push_back(pid);
+  }
+  // Wait for both, two minutes at most.
+  std::vector<int> status(2, -1);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (std::size_t r = 0; r < pids.size(); ++r) {
+    int st = 0;
+    while (waitpid(pids[r], &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > until) {
+        kill(pids[r], SIGKILL);
+        waitpid(pids[r], &st, 0);
+        MESSAGE("rank " << r << " hung and was killed");
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    status[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+  CHECK(status[0] == 0);
+  CHECK(status[1] == 0);
 }

@@ -138,7 +138,9 @@ const Library& library() {
   return *lib;
 }
 
-const Library& need(const std::string& what) {
+// (A C string: a temporary std::string argument makes GCC 13 warn of a
+// dangling reference to the result.)
+const Library& need(const char* what) {
   const Library& lib = library();
   if (!lib.error.empty()) fail("tx.nccl", what, {}, lib.error);
   return lib;
@@ -177,7 +179,7 @@ void get_unique_id(unsigned char out[kUniqueIdBytes]) {
 Comm comm_init_rank(const unsigned char id[kUniqueIdBytes], int world, int rank) {
   const std::string what =
       "communicator of rank " + std::to_string(rank) + " of " + std::to_string(world);
-  const Library& lib = need(what);
+  const Library& lib = need(what.c_str());
   RawUniqueId raw{};
   std::memcpy(raw.internal, id, kUniqueIdBytes);
   Comm comm = nullptr;
@@ -187,7 +189,7 @@ Comm comm_init_rank(const unsigned char id[kUniqueIdBytes], int world, int rank)
 
 std::vector<Comm> comm_init_all(const std::vector<int>& ordinals) {
   const std::string what = "communicators of " + std::to_string(ordinals.size()) + " GPUs";
-  const Library& lib = need(what);
+  const Library& lib = need(what.c_str());
   std::vector<Comm> comms(ordinals.size(), nullptr);
   check(lib.comm_init_all(comms.data(), static_cast<int>(ordinals.size()), ordinals.data()),
         "ncclCommInitAll", what);
@@ -215,26 +217,26 @@ int comm_user_rank(Comm comm) {
 
 void all_gather(const void* send, void* recv, std::size_t send_count, DataType type, Comm comm,
                 StreamHandle stream, const std::string& what) {
-  const Library& lib = need(what);
+  const Library& lib = need(what.c_str());
   check(lib.all_gather(send, recv, send_count, type, comm, stream), "ncclAllGather", what, comm);
 }
 
 void all_reduce(const void* send, void* recv, std::size_t count, DataType type, RedOp op, Comm comm,
                 StreamHandle stream, const std::string& what) {
-  const Library& lib = need(what);
+  const Library& lib = need(what.c_str());
   check(lib.all_reduce(send, recv, count, type, op, comm, stream), "ncclAllReduce", what, comm);
 }
 
 void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DataType type, RedOp op,
                     Comm comm, StreamHandle stream, const std::string& what) {
-  const Library& lib = need(what);
+  const Library& lib = need(what.c_str());
   check(lib.reduce_scatter(send, recv, recv_count, type, op, comm, stream), "ncclReduceScatter",
         what, comm);
 }
 
 void broadcast(const void* send, void* recv, std::size_t count, DataType type, int root, Comm comm,
                StreamHandle stream, const std::string& what) {
-  const Library& lib = need(what);
+  const Library& lib = need(what.c_str());
   check(lib.broadcast(send, recv, count, type, root, comm, stream), "ncclBroadcast", what, comm);
 }
 
