@@ -143,8 +143,12 @@ struct LocalWorld {
   int world = 1;
   std::vector<Device> devices;
   bool gpu = false;
+  // NCCL communicators, one per rank, made on first use (comm()) for all
+  // ranks at once: a run_local that uses no NCCL pays nothing for it.
+  std::once_flag nccl_once;
+  std::vector<int> nccl_ordinals;
   std::vector<nccl::Comm> comms;  // one per rank, or empty
-  std::string no_nccl;            // why comms is empty
+  std::string no_nccl;            // why comms is (or will stay) empty
 
   std::mutex mu;
   std::condition_variable cv;
@@ -169,6 +173,25 @@ struct LocalWorld {
          "rank " + std::to_string(rank) + " stops: rank " + std::to_string(failed_rank) +
              " of the group failed (" + failure + ")",
          "run_local rethrows rank " + std::to_string(failed_rank) + "'s error");
+  }
+
+  // Rank `rank`'s communicator, or nullptr (no_nccl says why).
+  nccl::Comm comm(int rank) {
+    std::call_once(nccl_once, [&] {
+      if (!no_nccl.empty()) return;
+      // ncclCommInitAll: one call for every GPU, from this thread, so that a
+      // rank that never uses NCCL cannot leave the others waiting in it.
+      try {
+        comms = nccl::comm_init_all(nccl_ordinals);
+      } catch (const Error& e) {
+        no_nccl = e.what();
+      }
+      try {  // NCCL switched this thread's device while it set each one up
+        runtime::set_thread_device(devices[static_cast<std::size_t>(rank)].index);
+      } catch (...) {
+      }
+    });
+    return comms.empty() ? nullptr : comms[static_cast<std::size_t>(rank)];
   }
 
   void abort(int rank, const std::string& what) {
@@ -262,8 +285,8 @@ struct Group::State {
   int world = 1;
   Device device;
   std::shared_ptr<LocalWorld> local;  // run_local's ranks
-  nccl::Comm comm = nullptr;
   // Process groups (Group::nccl, adopt_nccl):
+  nccl::Comm comm = nullptr;
   bool owns_comm = false;
   Stream stream;  // the group's own stream: barriers and exchanges
   DevicePtr barrier_word = 0;
@@ -277,6 +300,7 @@ struct Group::State {
   ~State();
 
   void barrier(const char* op);
+  nccl::Comm communicator() { return local ? local->comm(rank) : comm; }
   template <class Record>
   std::vector<Record> exchange(const Record& mine, const char* op);
 };
@@ -400,7 +424,7 @@ int Group::rank() const { return need(state_, "tx.dist.Group.rank").rank; }
 int Group::size() const { return need(state_, "tx.dist.Group.size").world; }
 Device Group::device() const { return need(state_, "tx.dist.Group.device").device; }
 bool Group::is_local() const { return need(state_, "tx.dist.Group.is_local").local != nullptr; }
-void* Group::nccl_comm() const { return need(state_, "tx.dist.Group.nccl_comm").comm; }
+void* Group::nccl_comm() const { return need(state_, "tx.dist.Group.nccl_comm").communicator(); }
 
 void Group::barrier() const {
   need(state_, "tx.dist.Group.barrier").barrier("tx.dist.Group.barrier");
@@ -511,15 +535,8 @@ void Group::run_local(const std::vector<Device>& devices, const std::function<vo
       world->no_nccl = "TX_DIST_NCCL=0 in the environment";
     else if (!nccl::available(&why))
       world->no_nccl = "NCCL is not available: " + why;
-    else {
-      try {
-        world->comms = nccl::comm_init_all(ordinals);
-      } catch (const Error& e) {
-        world->no_nccl = e.what();
-        warn("tx.dist.Group.run_local: no NCCL communicators, the NCCL collectives will fail: " +
-             world->no_nccl);
-      }
-    }
+    else
+      world->nccl_ordinals = ordinals;
   } else {
     world->no_nccl = "host ranks have no NCCL communicator";
   }
@@ -539,7 +556,6 @@ void Group::run_local(const std::vector<Device>& devices, const std::function<vo
       st->world = n;
       st->device = d;
       st->local = world;
-      if (!world->comms.empty()) st->comm = world->comms[static_cast<std::size_t>(r)];
       Group g(std::move(st));
       body(g);
     } catch (...) {
@@ -743,8 +759,8 @@ void check_reduce_dtype(DType t, const char* op) {
     fail(op, "", {}, "reduces f32, f16, bf16 and i32, not " + t.name());
 }
 
-nccl::Comm need_comm(const Group::State& s, const char* op) {
-  if (s.comm) return s.comm;
+nccl::Comm need_comm(Group::State& s, const char* op) {
+  if (nccl::Comm c = s.communicator()) return c;
   fail(op, "", {},
        "this group has no NCCL communicator: " + (s.local ? s.local->no_nccl : std::string()));
 }

@@ -62,7 +62,8 @@ class Group {
   // ranks may share a GPU; peer access is enabled between every pair of
   // distinct GPUs, a tx error naming both when the driver says it cannot
   // be; an NCCL communicator per rank where NCCL loads, the GPUs are
-  // distinct and TX_DIST_NCCL is not 0). The first exception a rank throws
+  // distinct and TX_DIST_NCCL is not 0, made for every rank at once on the
+  // first nccl_comm() or NCCL collective). The first exception a rank throws
   // is rethrown, naming the rank, after every thread has joined; once one
   // rank has failed, the others' barriers (and collectives) throw instead of
   // waiting for it.
@@ -75,8 +76,9 @@ class Group {
   int rank() const;
   int size() const;
   Device device() const;
-  bool is_local() const;    // the ranks are threads of this process (run_local)
-  void* nccl_comm() const;  // the ncclComm_t, or nullptr (host ranks, no NCCL)
+  bool is_local() const;  // the ranks are threads of this process (run_local)
+  // The ncclComm_t, or nullptr (host ranks, ranks sharing a GPU, no NCCL).
+  void* nccl_comm() const;
 
   // Returns once every rank has called it (local ranks: a condition
   // variable; NCCL groups: an all-reduce of one int on the group's own
