@@ -79,7 +79,9 @@ void BoundLaunch::reserve(std::size_t slot_count, std::size_t dim_count) {
 }
 
 Binder::Binder(const lowering::LoweredKernel& info, std::string kernel_name)
-    : info_(info), name_(std::move(kernel_name)), op_("launch " + name_) {}
+    : info_(info), name_(std::move(kernel_name)), op_("launch " + name_) {
+  for (const lowering::KernelParamInfo& p : info_.params) symmetric_params_ += p.symmetric ? 1 : 0;
+}
 
 void Binder::bad(const BoundLaunch& b, std::size_t i, const std::string& reason) const {
   const auto& params = info_.params;
@@ -99,7 +101,7 @@ void Binder::bind(const Kernel::Arg* args, std::size_t n, Device device, SourceL
   if (n != params.size())
     bad(b, params.size(),
         "takes " + std::to_string(params.size()) + " arguments, got " + std::to_string(n));
-  b.reserve(n + info_.dims.size() + info_.derived.size(), info_.dims.size());
+  b.reserve(n + info_.dims.size() + info_.derived.size() + symmetric_params_, info_.dims.size());
   for (std::size_t i = 0; i < n; ++i) {
     if (params[i].is_scalar)
       bind_scalar(b, i);
@@ -109,6 +111,34 @@ void Binder::bind(const Kernel::Arg* args, std::size_t n, Device device, SourceL
   if (info_.source->no_alias) check_no_alias(b);
   bind_dims(b);
   bind_computed(b);
+  if (symmetric_params_ > 0) bind_peer_tables(b);
+}
+
+// T::match_symmetric: after the extents and derived values, each symmetric
+// buffer's table of every rank's copy (Group::empty_symmetric made it).
+void Binder::bind_peer_tables(BoundLaunch& b) const {
+  std::size_t slot = b.params + info_.dims.size() + info_.derived.size();
+  for (std::size_t i = 0; i < b.params; ++i) {
+    const lowering::KernelParamInfo& pi = info_.params[i];
+    if (!pi.symmetric) continue;
+    const Tensor& t = *b.args[i].tensor();
+    const SymmetricInfo* sym = t.symmetric();
+    if (!sym)
+      bad(b, i,
+          "is a symmetric buffer (T::match_symmetric) but the tensor is not symmetric memory; "
+          "allocate it with tx::dist::Group::empty_symmetric on every rank");
+    if (t.data_ptr() != sym->peers[static_cast<std::size_t>(sym->rank)])
+      bad(b, i,
+          "is a symmetric buffer but the tensor is a view that starts " +
+              std::to_string(
+                  static_cast<const char*>(t.data_ptr()) -
+                  static_cast<const char*>(sym->peers[static_cast<std::size_t>(sym->rank)])) +
+              " bytes into its symmetric allocation; pass the allocation itself (or a reshape "
+              "of it): the peers' copies are addressed from their starts");
+    b.ptrs[slot] = sym->table;
+    b.elems[slot] = sym->world;
+    ++slot;
+  }
 }
 
 void Binder::bind_scalar(BoundLaunch& b, std::size_t i) const {

@@ -104,14 +104,16 @@ class Binder {
   void check_no_alias(const BoundLaunch& b) const;
   void bind_dims(BoundLaunch& b) const;
   void bind_computed(BoundLaunch& b) const;
+  void bind_peer_tables(BoundLaunch& b) const;
   LaunchMemo memo_key(const BoundLaunch& b) const;
   void derive(const BoundLaunch& b, LaunchMemo& key) const;
   void evaluate_grid(BoundLaunch& b) const;
   std::optional<std::int64_t> value_of(const BoundLaunch& b, const VarNode* v) const;
 
   const lowering::LoweredKernel& info_;
-  std::string name_;  // the kernel's
-  std::string op_;    // "launch <name>": the op of every error
+  std::string name_;                  // the kernel's
+  std::size_t symmetric_params_ = 0;  // T::match_symmetric parameters
+  std::string op_;                    // "launch <name>": the op of every error
   mutable std::mutex memo_mu_;
   mutable LaunchMemo memo_;
 };

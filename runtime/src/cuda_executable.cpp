@@ -272,8 +272,10 @@ void CudaExecutable::run(const BoundLaunch& b, const Stream* stream) const {
     kargs = kbig.data();
   }
   if (maps) encode_maps(b, blobs.data());
+  // Slots past the values are the symmetric buffers' tables (device addresses).
+  const std::size_t values_end = b.params + info.dims.size() + info.derived.size();
   for (std::size_t i = 0; i < b.slots; ++i) {
-    if (i < b.params && !info.params[i].is_scalar) {
+    if ((i < b.params && !info.params[i].is_scalar) || i >= values_end) {
       dptrs[i] = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(b.ptrs[i]));
       kargs[i] = &dptrs[i];
     } else {

@@ -70,6 +70,10 @@ class LoweredCheck : public IRVisitor {
     known.insert(n->buffer->data.get());
     IRVisitor::visit_node(n);
   }
+  void visit_node(const PeerViewNode* n) override {
+    known.insert(n->view->data.get());
+    IRVisitor::visit_node(n);
+  }
 };
 
 }  // namespace

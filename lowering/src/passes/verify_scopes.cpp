@@ -39,6 +39,10 @@ class Bindings : public IRVisitor {
     buffers[n->buffer->data.get()] = n->buffer.get();
     IRVisitor::visit_node(n);
   }
+  void visit_node(const PeerViewNode* n) override {
+    buffers[n->view->data.get()] = n->view.get();
+    IRVisitor::visit_node(n);
+  }
 };
 
 }  // namespace
@@ -109,7 +113,7 @@ class ScopeCheck : public IRVisitor {
     if (bindings_.buffers.count(b->data.get()))
       fail(op_, b->name, loc_,
            "buffer `" + b->name +
-               "` is used outside the block it is allocated in (T::alloc_buffer at " +
+               "` is used outside the block it is allocated in (T::alloc_buffer or T::peer at " +
                b->loc.str() + "); an allocation ends with its block (a T::if_ body, a loop body)");
     fail(op_, b->name, loc_,
          "buffer `" + b->name + "` (made at " + b->loc.str() +
@@ -138,6 +142,14 @@ class ScopeCheck : public IRVisitor {
     buffers_.insert(n->buffer->data.get());
     visit(n->body);
     buffers_.erase(n->buffer->data.get());
+  }
+  // A T::peer view is bound to the rest of its block, as an allocation.
+  void visit_node(const PeerViewNode* n) override {
+    visit_buffer(n->of);
+    visit(n->rank);
+    buffers_.insert(n->view->data.get());
+    visit(n->body);
+    buffers_.erase(n->view->data.get());
   }
 
  private:

@@ -1,0 +1,69 @@
+// Collectives written in tx (ops/src/dist.cpp): kernels that read the peers'
+// copies of symmetric buffers (T::peer) and order themselves against the
+// peers with flags (T::dist::signal / wait_until), on every rank of a
+// tx::dist::Group -- host ranks (threads, the host JIT) or GPUs.
+//
+//   tx::ops::AllReduce ar(group, /*max_elems=*/1 << 20, bf16);  // collective: every rank
+//   ar(x);                                                      // x = sum over the ranks
+//   ar(x, out, {.op = tx::dist::ReduceOp::max});
+//
+// Building an AllReduce is collective (it allocates its symmetric staging
+// buffer and flags); so is every call: each rank calls it in the same order
+// with tensors of the same shape and dtype. Calls are queued on the current
+// stream of the rank's device and never synchronize with the host.
+#pragma once
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+
+#include "tx/runtime/dist.hpp"
+#include "tx/runtime/tensor.hpp"
+
+namespace tx::ops {
+
+// one_shot: every rank reads every peer's copy of every element ((ranks - 1)
+// x the data over the links, two rounds of flags): small messages.
+// two_shot: reduce-scatter then all-gather inside one kernel (2 (ranks - 1) /
+// ranks x the data, three rounds): large messages on 3 ranks or more.
+// automatic: two_shot from 1 MiB per rank on 3 ranks or more
+// (TX_ALL_REDUCE_TWO_SHOT_BYTES changes the size), one_shot below.
+enum class AllReduceAlgorithm { automatic, one_shot, two_shot };
+
+struct AllReduceOptions {
+  dist::ReduceOp op = dist::ReduceOp::sum;
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::automatic;
+};
+
+// An all-reduce over a group: each rank stages its input in its symmetric
+// copy and signals the peers; the reduction reads the peers' copies
+// (AllReduceAlgorithm); a last round of flags says when the peers are done
+// reading, so the next call may overwrite the copies. f32, f16 and bf16; the
+// sum is accumulated in f32 in rank order (0, 1, ...) and rounded once, so
+// every rank gets the same bits.
+class AllReduce {
+ public:
+  AllReduce(const dist::Group& group, std::int64_t max_elems, DType dtype,
+            std::source_location loc = std::source_location::current());
+  // In place.
+  void operator()(Tensor& x, AllReduceOptions opt = {},
+                  std::source_location loc = std::source_location::current());
+  // Into `out` (x's shape and dtype, contiguous; may be x).
+  void operator()(const Tensor& x, Tensor& out, AllReduceOptions opt = {},
+                  std::source_location loc = std::source_location::current());
+  // What a call of n elements runs ("one_shot 8 ranks 64x512 f32 sum").
+  std::string plan(std::int64_t n, AllReduceOptions opt = {}) const;
+
+  const dist::Group& group() const { return group_; }
+  std::int64_t max_elems() const { return max_elems_; }
+
+ private:
+  dist::Group group_;
+  std::int64_t max_elems_;
+  DType dtype_;
+  Tensor staging_;  // symmetric: max_elems of dtype
+  Tensor flags_;    // symmetric: two rounds of a flag per (rank, CTA)
+  std::uint32_t epoch_ = 0;
+};
+
+}  // namespace tx::ops

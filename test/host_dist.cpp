@@ -1,0 +1,286 @@
+// Several ranks on the host (issue 43): ranks are threads of this process
+// (tx::dist::Group::run_local), symmetric memory is host memory every rank
+// addresses, kernels run on the host JIT as fibers. A hand-written kernel
+// that copies through a peer view, the one-shot all-reduce against a float64
+// reference (2 and 4 ranks, sum and max, f32 / bf16 / f16, sizes that leave
+// partial CTAs), the printed IR and the CUDA of a peer view and the flags,
+// and what a kernel author gets wrong: T::peer of a buffer that is not
+// symmetric, a plain tensor for a symmetric parameter, a wait nobody
+// signals (a timeout naming the flag instead of a hang).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+#include "tx/ops/dist.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+// Each rank writes `rank * 1000 + i + fresh` into its own copy, signals the
+// next rank, waits for the previous one, and copies the previous rank's
+// copy (through T::peer) into its output.
+PrimFunc ring_copy(int ranks, int n) {
+  return T::prim_func("ring_copy", [&](Handle src_ptr, Handle buf_ptr, Handle flags_ptr,
+                                       Handle out_ptr, Handle rank_ptr) {
+    auto Src = T::match_buffer(src_ptr, {n}, f32);
+    auto Buf = T::match_symmetric(buf_ptr, {n}, f32);
+    auto Flags = T::match_symmetric(flags_ptr, {ranks}, u32);
+    auto Out = T::match_buffer(out_ptr, {n}, f32);
+    Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
+    T::device_entry();
+    T::cta_id({1});
+    auto tid = T::thread_id({64});
+    for (Var k : T::serial((n + 63) / 64, "k")) {
+      Var i = T::let(k * 64 + tid, "i");
+      T::if_(i < n, [&] { Buf(i) = Src(i); });
+    }
+    T::cuda::cta_sync();
+    Var next = T::let((rank + 1) % ranks, "next");
+    Var prev = T::let((rank + ranks - 1) % ranks, "prev");
+    T::if_(tid == 0, [&] {
+      auto next_flags = T::peer(Flags, next, "next_flags");
+      T::dist::signal(next_flags(rank), 1);
+      T::dist::wait_until(Flags(prev), 1);
+    });
+    T::cuda::cta_sync();
+    auto from = T::peer(Buf, prev, "from");
+    for (Var k : T::serial((n + 63) / 64, "k")) {
+      Var i = T::let(k * 64 + tid, "i");
+      T::if_(i < n, [&] { Out(i) = from(i); });
+    }
+  });
+}
+
+// A tx error whose message names the op, the operand and the reason.
+template <class F>
+void check_error(F&& f, const std::string& op, const std::string& operand,
+                 const std::string& reason) {
+  std::string message;
+  try {
+    f();
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find(op) != std::string::npos);
+  CHECK(message.find(operand) != std::string::npos);
+  CHECK(message.find(reason) != std::string::npos);
+}
+
+// The unit roundoff of a dtype's round to nearest.
+double unit_roundoff(DType t) {
+  return t == bf16 ? std::ldexp(1.0, -8) : t == f16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -24);
+}
+
+std::vector<double> random_values(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> d(-2.0, 2.0);
+  std::vector<double> v(n);
+  for (double& x : v) x = d(g);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("dist ring copy through T::peer on 2 and 4 host ranks") {
+  for (int ranks : {2, 4}) {
+    const int n = 200;  // not a multiple of the 64 threads
+    const std::uint64_t seed = tx::test::rng()();
+    std::mutex mu;
+    std::vector<std::vector<double>> inputs(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r)
+      inputs[static_cast<std::size_t>(r)] = random_values(n, seed + static_cast<std::uint64_t>(r));
+    std::vector<std::vector<double>> outputs(static_cast<std::size_t>(ranks));
+    Kernel k = compile(ring_copy(ranks, n), {.device = Device::host()});
+    dist::Group::run_local(ranks, [&](dist::Group& g) {
+      Tensor src = Tensor::from_doubles(inputs[static_cast<std::size_t>(g.rank())], {n}, f32,
+                                        Device::host());
+      Tensor buf = g.empty_symmetric({n}, f32);
+      Tensor flags = g.symmetric_flags(ranks);
+      Tensor out = Tensor::empty({n}, f32, Device::host());
+      out.fill_bits(0x7fc0dead);
+      k(src, buf, flags, out, g.rank());
+      std::lock_guard<std::mutex> lock(mu);
+      outputs[static_cast<std::size_t>(g.rank())] = out.to_doubles();
+    });
+    for (int r = 0; r < ranks; ++r) {
+      const auto& want = inputs[static_cast<std::size_t>((r + ranks - 1) % ranks)];
+      const auto& got = outputs[static_cast<std::size_t>(r)];
+      REQUIRE(got.size() == want.size());
+      for (int i = 0; i < n; ++i)
+        REQUIRE(got[static_cast<std::size_t>(i)] ==
+                quantize(want[static_cast<std::size_t>(i)], f32));
+    }
+  }
+}
+
+TEST_CASE("dist one-shot all-reduce on host ranks against float64") {
+  using A = ops::AllReduceAlgorithm;
+  struct Case {
+    int ranks;
+    DType dtype;
+    dist::ReduceOp op;
+    std::int64_t n;
+    A algorithm = A::automatic;
+  };
+  const std::vector<Case> cases = {
+      {2, f32, dist::ReduceOp::sum, 1000},
+      {4, f32, dist::ReduceOp::sum, 16384 + 37},
+      {2, bf16, dist::ReduceOp::sum, 3000},
+      {4, f16, dist::ReduceOp::sum, 777},
+      {2, f32, dist::ReduceOp::max, 4099},
+      {4, bf16, dist::ReduceOp::max, 1},
+      {3, f32, dist::ReduceOp::sum, 513},
+      // two-shot: steps owned round-robin, fewer steps than ranks, a partial last step
+      {4, f32, dist::ReduceOp::sum, 3 * 32 * 512 + 100, A::two_shot},
+      {3, bf16, dist::ReduceOp::max, 5 * 32 * 512 + 1, A::two_shot},
+      {2, f16, dist::ReduceOp::sum, 1, A::two_shot},
+      {4, f32, dist::ReduceOp::sum, 40000, A::one_shot},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.ranks);
+    CAPTURE(c.dtype.name());
+    CAPTURE(c.n);
+    const std::uint64_t seed = tx::test::rng()();
+    std::vector<std::vector<double>> inputs(static_cast<std::size_t>(c.ranks));
+    for (int r = 0; r < c.ranks; ++r) {
+      inputs[static_cast<std::size_t>(r)] =
+          random_values(static_cast<std::size_t>(c.n), seed + static_cast<std::uint64_t>(r));
+      for (double& v : inputs[static_cast<std::size_t>(r)]) v = quantize(v, c.dtype);
+    }
+    // float64 reference: f32 accumulation in rank order is what the kernel
+    // does; the bound below covers it against the exact sum.
+    std::vector<double> want(static_cast<std::size_t>(c.n));
+    for (std::int64_t i = 0; i < c.n; ++i) {
+      double acc = inputs[0][static_cast<std::size_t>(i)];
+      for (int r = 1; r < c.ranks; ++r) {
+        double v = inputs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+        acc = c.op == dist::ReduceOp::sum ? acc + v : std::max(acc, v);
+      }
+      want[static_cast<std::size_t>(i)] = acc;
+    }
+    std::mutex mu;
+    std::vector<std::vector<double>> outputs(static_cast<std::size_t>(c.ranks));
+    std::vector<std::string> plans(static_cast<std::size_t>(c.ranks));
+    dist::Group::run_local(c.ranks, [&](dist::Group& g) {
+      ops::AllReduce ar(g, c.n + 5, c.dtype);
+      Tensor x = Tensor::from_doubles(inputs[static_cast<std::size_t>(g.rank())], {c.n}, c.dtype,
+                                      Device::host());
+      Tensor out = Tensor::empty({c.n}, c.dtype, Device::host());
+      out.fill_bits(0x7fc0);
+      ar(x, out, {.op = c.op, .algorithm = c.algorithm});
+      // A second call reuses the staging copies: the epochs order it.
+      Tensor again = Tensor::empty({c.n}, c.dtype, Device::host());
+      again.fill_bits(0x7fc0);
+      ar(x, again, {.op = c.op, .algorithm = c.algorithm});
+      std::lock_guard<std::mutex> lock(mu);
+      auto a = out.to_doubles(), b = again.to_doubles();
+      CHECK(a == b);
+      outputs[static_cast<std::size_t>(g.rank())] = a;
+      plans[static_cast<std::size_t>(g.rank())] =
+          ar.plan(c.n, {.op = c.op, .algorithm = c.algorithm});
+    });
+    // Rounded once to the dtype from an f32 sum of <= 4 terms of |v| <= 2.
+    const double f32_err = c.ranks * 8.0 * std::ldexp(1.0, -24);
+    for (int r = 0; r < c.ranks; ++r) {
+      const auto& got = outputs[static_cast<std::size_t>(r)];
+      REQUIRE(got.size() == want.size());
+      CHECK(got == outputs[0]);  // every rank gets the same bits
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        // The f32 sum's error, then one rounding to the dtype.
+        const double bound = f32_err + std::abs(want[i]) * unit_roundoff(c.dtype) * 1.0001;
+        INFO("element " << i << " want " << want[i] << " got " << got[i]);
+        REQUIRE(std::abs(got[i] - want[i]) <= bound + 1e-30);
+      }
+    }
+    CHECK(plans[0].find(c.algorithm == A::two_shot ? "two_shot" : "one_shot") == 0);
+  }
+}
+
+TEST_CASE("dist IR and CUDA of a peer view and its flags") {
+  PrimFunc f = ring_copy(2, 64);
+  std::string ir = to_string(f);
+  CHECK(ir.find("T.match_symmetric(") != std::string::npos);
+  CHECK(ir.find("= T.peer(Flags, next)") != std::string::npos);
+  CHECK(ir.find("T.dist.signal(") != std::string::npos);
+  CHECK(ir.find("T.dist.wait_until(") != std::string::npos);
+  Kernel k = compile(f, {.device = Device::host()});
+  std::string cuda = k.cuda_source();
+  CHECK(cuda.find("float* const* __restrict__ tx_peers_Buf") != std::string::npos);
+  CHECK(cuda.find("unsigned* const* __restrict__ tx_peers_Flags") != std::string::npos);
+  CHECK(cuda.find("st.release.sys.global.u32") != std::string::npos);
+  CHECK(cuda.find("ld.acquire.sys.global.u32") != std::string::npos);
+  CHECK(cuda.find("= tx_peers_Buf[") != std::string::npos);
+  // A symmetric buffer is never read-only: the peers write it.
+  CHECK(cuda.find("const float* Buf") == std::string::npos);
+}
+
+TEST_CASE("dist errors a kernel author meets") {
+  // T::peer of a buffer that is not symmetric.
+  auto not_symmetric = [] {
+    return T::prim_func("bad_peer", [&](Handle a_ptr, Handle rank_ptr) {
+      auto A = T::match_buffer(a_ptr, {8}, f32);
+      Var rank = T::match_scalar(rank_ptr, i32, "rank");
+      T::cta_id({1});
+      T::thread_id({8});
+      auto P = T::peer(A, rank);
+      A(0) = P(0);
+    });
+  };
+  check_error(not_symmetric, "T.peer", "A", "is a T::match_buffer parameter");
+  // A flag that is not a global u32 element.
+  auto bad_flag = [] {
+    return T::prim_func("bad_flag", [&](Handle a_ptr) {
+      auto A = T::match_symmetric(a_ptr, {8}, f32);
+      T::cta_id({1});
+      T::thread_id({8});
+      T::dist::signal(A(0), 1);
+    });
+  };
+  check_error(bad_flag, "signal", "A", "global u32 buffer");
+  // A plain tensor for a symmetric parameter.
+  Kernel k = compile(ring_copy(2, 64), {.device = Device::host()});
+  Tensor src = Tensor::empty({64}, f32, Device::host());
+  Tensor plain = Tensor::empty({64}, f32, Device::host());
+  Tensor flags = Tensor::empty({2}, u32, Device::host());
+  Tensor out = Tensor::empty({64}, f32, Device::host());
+  check_error([&] { k(src, plain, flags, out, 0); }, "launch ring_copy", "Buf",
+              "not symmetric memory");
+}
+
+TEST_CASE("dist a wait nobody signals times out naming the flag") {
+  setenv("TX_DIST_TIMEOUT", "1", 1);
+  // Rank 1 never signals rank 0: rank 0's wait times out, rank 1 finishes.
+  auto lonely = [] {
+    return T::prim_func("lonely_wait", [&](Handle flags_ptr, Handle rank_ptr) {
+      auto Flags = T::match_symmetric(flags_ptr, {2}, u32);
+      Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = 1});
+      T::cta_id({1});
+      auto tid = T::thread_id({32});
+      T::if_(tid == 0 && rank == 0, [&] { T::dist::wait_until(Flags(1), 7); });
+    });
+  };
+  Kernel k = compile(lonely(), {.device = Device::host()});
+  std::string message;
+  try {
+    dist::Group::run_local(2, [&](dist::Group& g) {
+      Tensor flags = g.symmetric_flags(2);
+      k(flags, g.rank());
+    });
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  CHECK(message.find("T.dist.wait_until(Flags)") != std::string::npos);
+  CHECK(message.find("for a value >= 7") != std::string::npos);
+  CHECK(message.find("a missing T::dist::signal") != std::string::npos);
+}
