@@ -26,7 +26,7 @@ if [ "$stage" = all ] || [ "$stage" = test ]; then
   (cd $B/test && timeout 200 ./gpu_dist) > "$FINAL/gpu_dist.txt" 2>&1
   echo "exit $?"; grep -E "ERROR|test cases|assertions" "$FINAL/gpu_dist.txt" | head
   step "gpu_dist_ops"
-  (cd $B/test && timeout 300 ./gpu_dist_ops) > "$FINAL/gpu_dist_ops.txt" 2>&1
+  (cd $B/test && timeout 150 ./gpu_dist_ops) > "$FINAL/gpu_dist_ops.txt" 2>&1
   echo "exit $?"; grep -E "ERROR|error|test cases|assertions|ranks on" "$FINAL/gpu_dist_ops.txt" | head -20
 fi
 if [ "$stage" = all ] || [ "$stage" = sanitize ]; then

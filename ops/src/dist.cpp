@@ -217,6 +217,13 @@ std::string AllReduce::plan(std::int64_t n, AllReduceOptions opt) const {
          dtype_.name() + " " + op_name(opt.op) + " n " + std::to_string(n);
 }
 
+std::string AllReduce::cuda_source(std::int64_t n, AllReduceOptions opt) const {
+  const bool two = use_two_shot(opt.algorithm, n * dtype_.bytes(), group_.size());
+  return all_reduce_kernel(two, dtype_, opt.op, group_.size(), ctas_for(n * dtype_.bytes()),
+                           group_.device())
+      .cuda_source();
+}
+
 void AllReduce::operator()(Tensor& x, AllReduceOptions opt, std::source_location loc) {
   (*this)(x, x, opt, loc);
 }
@@ -249,7 +256,10 @@ void AllReduce::operator()(const Tensor& x, Tensor& out, AllReduceOptions opt,
   // The staging copies' first n elements (a view that starts where the
   // allocation does, as a symmetric argument must).
   Tensor staging = staging_.slice(0, 0, x.numel());
-  k(flat_x, flat_out, staging, flags_, group_.rank(), static_cast<std::int64_t>(epoch_));
+  // On this rank's device (the kernel was compiled once, for the first
+  // rank's), on its current stream.
+  k.launch({flat_x, flat_out, staging, flags_, group_.rank(), static_cast<std::int64_t>(epoch_)},
+           {.device = group_.device()});
 }
 
 }  // namespace tx::ops

@@ -53,6 +53,9 @@ class AllReduce {
                   std::source_location loc = std::source_location::current());
   // What a call of n elements runs ("one_shot 8 ranks 64x512 f32 sum").
   std::string plan(std::int64_t n, AllReduceOptions opt = {}) const;
+  // The CUDA source of the kernel such a call runs (for reading, whatever
+  // the group's device).
+  std::string cuda_source(std::int64_t n, AllReduceOptions opt = {}) const;
 
   const dist::Group& group() const { return group_; }
   std::int64_t max_elems() const { return max_elems_; }
