@@ -36,144 +36,167 @@ constexpr int kMaxCtas = 128;
 constexpr int kThreads = 512;  // threads per CTA
 int ctas_for(std::int64_t bytes) { return bytes <= (256 << 10) ? 16 : kMaxCtas; }
 
-PrimFunc one_shot(DType dtype, dist::ReduceOp op, int ranks, int kCtas) {
-  return T::prim_func(
-      "all_reduce_one_shot", [&](Handle x_ptr, Handle out_ptr, Handle staging_ptr, Handle flags_ptr,
-                                 Handle rank_ptr, Handle epoch_ptr) {
-        Var n = T::dim("n");
-        Var nflags = T::dim("nflags", {.min = 2 * ranks * kCtas});
-        auto X = T::match_buffer(x_ptr, {n}, dtype);
-        auto Out = T::match_buffer(out_ptr, {n}, dtype);
-        auto Staging = T::match_symmetric(staging_ptr, {n}, dtype);
-        auto Flags = T::match_symmetric(flags_ptr, {nflags}, u32);
-        Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
-        Var epoch = T::match_scalar(epoch_ptr, u32, "epoch");
-        T::device_entry();
-        auto b = T::cta_id({kCtas}, "b");
-        auto tid = T::thread_id({kThreads}, "tid");
-        Expr steps = ceildiv(n, kCtas * kThreads);
-        // 1. stage this CTA's elements
-        for (Var k : T::serial(steps, "k")) {
-          Var i = T::let((k * kCtas + b) * kThreads + tid, "i");
-          T::if_(i < n, [&] { Staging(i) = X(i); });
-        }
-        T::cuda::cta_sync();
-        // 2. staged here: tell each rank, and wait for each rank's word
-        T::if_(tid < ranks, [&] {
-          auto peer_flags = T::peer(Flags, tid, "peer_flags");
-          T::dist::signal(peer_flags(rank * kCtas + b), epoch);
-          T::dist::wait_until(Flags(tid * kCtas + b), epoch);
-        });
-        T::cuda::cta_sync();
-        // 3. reduce every rank's copy, in rank order
-        for (Var k : T::serial(steps, "k")) {
-          Var i = T::let((k * kCtas + b) * kThreads + tid, "i");
-          T::if_(i < n, [&] {
-            auto acc = T::alloc_buffer({1}, f32, scope::local, std::nullopt, "acc");
-            for (Var r : T::serial(ranks, "r")) {
-              auto copy = T::peer(Staging, r, "copy");
-              Expr v = cast(copy(i), f32);
-              if (op == dist::ReduceOp::sum)
-                acc(0) = select(r == 0, v, acc(0) + v);
-              else
-                acc(0) = select(r == 0, v, max(acc(0), v));
-            }
-            Out(i) = cast(acc(0), dtype);
-          });
-        }
-        T::cuda::cta_sync();
-        // 4. done reading the peers' copies
-        T::if_(tid < ranks, [&] {
-          auto peer_flags = T::peer(Flags, tid, "peer_flags");
-          T::dist::signal(peer_flags((ranks + rank) * kCtas + b), epoch);
-          T::dist::wait_until(Flags((ranks + tid) * kCtas + b), epoch);
-        });
-      });
-}
+// What one kernel is specialized for.
+struct Config {
+  DType dtype;
+  dist::ReduceOp op;
+  int ranks;
+  int ctas;
+  bool two_shot;
+  // n is a multiple of the vector width: x and out are read and written as
+  // 16-byte vectors too (else element by element, guarded).
+  bool vector_io;
+};
 
-// Two-shot (reduce-scatter, then all-gather): step k of CTA b (elements
-// (k * ctas + b) * threads + tid) is owned by rank k % ranks, which reduces
-// it from every rank's copy into its own copy; every rank then reads each
-// element from its owner. Each rank reads 2 (ranks - 1) / ranks of the data
-// from its peers instead of the one-shot's (ranks - 1): for large messages.
-//   round 0: staged   round 1: my steps reduced   round 2: done reading
-PrimFunc two_shot(DType dtype, dist::ReduceOp op, int ranks, int kCtas) {
+// Elements per 16-byte vector.
+int vector_width(DType t) { return 16 / t.bytes(); }
+
+// The kernel of both algorithms. Data moves in chunks of V elements (16
+// bytes); chunk c = (k * ctas + b) * threads + tid belongs to CTA b at step k.
+// The staging copies are double-buffered by the epoch's parity, which is
+// why no last round of flags is needed: a rank restages a half only in call
+// k + 2, which starts after its call k + 1 waited for every peer's "staged"
+// signal of k + 1, which each peer gave after its whole call k -- the last
+// read of that half -- had finished (stream order).
+//   one-shot: round 0 (staged); every chunk reduced from every rank's copy.
+//   two-shot: round 0; chunks of steps k with k % ranks == rank reduced into
+//             this rank's copy; round 1 (reduced); every chunk read from its
+//             owner's copy.
+PrimFunc all_reduce_ir(const Config& cfg) {
+  const DType dtype = cfg.dtype;
+  const int V = vector_width(dtype), ranks = cfg.ranks, ctas = cfg.ctas;
   return T::prim_func(
-      "all_reduce_two_shot", [&](Handle x_ptr, Handle out_ptr, Handle staging_ptr, Handle flags_ptr,
-                                 Handle rank_ptr, Handle epoch_ptr) {
-        Var n = T::dim("n");
-        Var nflags = T::dim("nflags", {.min = 3 * ranks * kCtas});
-        auto X = T::match_buffer(x_ptr, {n}, dtype);
-        auto Out = T::match_buffer(out_ptr, {n}, dtype);
-        auto Staging = T::match_symmetric(staging_ptr, {n}, dtype);
-        auto Flags = T::match_symmetric(flags_ptr, {nflags}, u32);
+      cfg.two_shot ? "all_reduce_two_shot" : "all_reduce_one_shot",
+      [&](Handle x_ptr, Handle out_ptr, Handle staging_ptr, Handle flags_ptr, Handle rank_ptr,
+          Handle epoch_ptr) {
+        Var m;  // chunks: an extent of x (vector io), else computed from n
+        Var n;  // elements (element io)
+        TileBuffer X, Out;
+        if (cfg.vector_io) {
+          m = T::dim("m");
+          X = T::match_buffer(x_ptr, {m, V}, dtype, std::nullopt, "X");
+          Out = T::match_buffer(out_ptr, {m, V}, dtype, std::nullopt, "Out");
+        } else {
+          n = T::dim("n");
+          X = T::match_buffer(x_ptr, {n}, dtype, std::nullopt, "X");
+          Out = T::match_buffer(out_ptr, {n}, dtype, std::nullopt, "Out");
+        }
+        // Rows of V: two halves of the AllReduce's capacity. A half never
+        // moves when n changes between calls, so the halves never overlap.
+        Var rows = T::dim("rows");
+        auto Staging = T::match_symmetric(staging_ptr, {rows, V}, dtype, "Staging");
+        Var nflags = T::dim("nflags", {.min = 2 * ranks * ctas});
+        auto Flags = T::match_symmetric(flags_ptr, {nflags}, u32, "Flags");
         Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
         Var epoch = T::match_scalar(epoch_ptr, u32, "epoch");
         T::device_entry();
-        auto b = T::cta_id({kCtas}, "b");
+        if (!cfg.vector_io) m = T::let(ceildiv(n, V), "m");
+        auto b = T::cta_id({ctas}, "b");
         auto tid = T::thread_id({kThreads}, "tid");
-        Expr steps = ceildiv(n, kCtas * kThreads);
+        Var half = T::let(cast(epoch % 2u, i32), "half");
+        Expr steps = ceildiv(m, ctas * kThreads);
+        auto chunk_of = [&](const Var& k) { return T::let((k * ctas + b) * kThreads + tid, "c"); };
+        auto staged = [&](const TileBuffer& buf, const Expr& c) {
+          return buf[region(span(half * (rows / 2) + c, 1), span(0, V))];
+        };
         auto round = [&](int which) {
-          T::cuda::cta_sync();
+          T::cuda::cta_sync();  // the CTA's writes, observed by the signalling threads
           T::if_(tid < ranks, [&] {
             auto peer_flags = T::peer(Flags, tid, "peer_flags");
-            T::dist::signal(peer_flags((which * ranks + rank) * kCtas + b), epoch);
-            T::dist::wait_until(Flags((which * ranks + tid) * kCtas + b), epoch);
+            T::dist::signal(peer_flags((which * ranks + rank) * ctas + b), epoch);
+            T::dist::wait_until(Flags((which * ranks + tid) * ctas + b), epoch);
           });
           T::cuda::cta_sync();
         };
+        // Chunk c of x into registers (zeros past n).
+        auto load_x = [&](const TileBuffer& r, const Expr& c) {
+          if (cfg.vector_io) {
+            Tx::thread::copy(r, X[region(span(c, 1), span(0, V))], {.partial = true});
+            return;
+          }
+          for (Var j : T::unroll(V, "j")) {
+            r(0, j) = cast(0.0f, dtype);
+            T::if_(c * V + j < n, [&] { r(0, j) = X(c * V + j); });
+          }
+        };
+        auto store_out = [&](const TileBuffer& r, const Expr& c) {
+          if (cfg.vector_io) {
+            Tx::thread::copy(Out[region(span(c, 1), span(0, V))], r, {.partial = true});
+            return;
+          }
+          for (Var j : T::unroll(V, "j")) T::if_(c * V + j < n, [&] { Out(c * V + j) = r(0, j); });
+        };
+        // The reduction of chunk c over every rank's copy, in rank order, in f32.
+        auto reduce = [&](const Expr& c, const TileBuffer& result) {
+          auto acc = T::alloc_buffer({V}, f32, scope::local, std::nullopt, "acc");
+          auto in = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "in");
+          for (Var r : T::unroll(ranks, "r")) {
+            auto copy = T::peer(Staging, r, "copy");
+            Tx::thread::copy(in, staged(copy, c), {.partial = true});
+            for (Var j : T::unroll(V, "j")) {
+              Expr v = cast(in(0, j), f32);
+              acc(j) =
+                  select(r == 0, v,
+                         cfg.op == dist::ReduceOp::sum ? Expr(acc(j) + v) : Expr(max(acc(j), v)));
+            }
+          }
+          for (Var j : T::unroll(V, "j")) result(0, j) = cast(acc(j), dtype);
+        };
+
         for (Var k : T::serial(steps, "k")) {
-          Var i = T::let((k * kCtas + b) * kThreads + tid, "i");
-          T::if_(i < n, [&] { Staging(i) = X(i); });
+          Var c = chunk_of(k);
+          T::if_(c < m, [&] {
+            auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
+            load_x(r, c);
+            Tx::thread::copy(staged(Staging, c), r, {.partial = true});
+          });
         }
         round(0);
-        // Reduce the steps this rank owns into its own copy.
-        for (Var k : T::serial(ceildiv(steps - rank, ranks), "k")) {
-          Var i = T::let(((k * ranks + rank) * kCtas + b) * kThreads + tid, "i");
-          T::if_(i < n, [&] {
-            auto acc = T::alloc_buffer({1}, f32, scope::local, std::nullopt, "acc");
-            for (Var r : T::serial(ranks, "r")) {
-              auto copy = T::peer(Staging, r, "copy");
-              Expr v = cast(copy(i), f32);
-              if (op == dist::ReduceOp::sum)
-                acc(0) = select(r == 0, v, acc(0) + v);
-              else
-                acc(0) = select(r == 0, v, max(acc(0), v));
-            }
-            Staging(i) = cast(acc(0), dtype);
+        if (!cfg.two_shot) {
+          for (Var k : T::serial(steps, "k")) {
+            Var c = chunk_of(k);
+            T::if_(c < m, [&] {
+              auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
+              reduce(c, r);
+              store_out(r, c);
+            });
+          }
+          return;
+        }
+        for (Var k : T::serial(steps, "k")) {
+          Var c = chunk_of(k);
+          T::if_(c < m && k % ranks == rank, [&] {
+            auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
+            reduce(c, r);
+            Tx::thread::copy(staged(Staging, c), r, {.partial = true});
           });
         }
         round(1);
-        // Every element from its owner's copy.
         for (Var k : T::serial(steps, "k")) {
-          Var i = T::let((k * kCtas + b) * kThreads + tid, "i");
-          T::if_(i < n, [&] {
+          Var c = chunk_of(k);
+          T::if_(c < m, [&] {
             auto owner = T::peer(Staging, k % ranks, "owner");
-            Out(i) = owner(i);
+            auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
+            Tx::thread::copy(r, staged(owner, c), {.partial = true});
+            store_out(r, c);
           });
         }
-        round(2);
       });
 }
 
 const char* op_name(dist::ReduceOp op) { return op == dist::ReduceOp::sum ? "sum" : "max"; }
 
-// Compiled kernels by (algorithm, dtype, op, ranks, device kind): ranks of
-// one process share them.
-const Kernel& all_reduce_kernel(bool two, DType dtype, dist::ReduceOp op, int ranks, int ctas,
-                                Device device) {
+// Compiled kernels by configuration and device kind: ranks of one process
+// share them.
+const Kernel& all_reduce_kernel(const Config& c, Device device) {
   static std::mutex mu;
-  static std::map<std::tuple<bool, std::string, int, int, int, bool>, Kernel> kernels;
+  static std::map<std::tuple<std::string, int, int, int, bool, bool, bool>, Kernel> kernels;
   std::lock_guard<std::mutex> lock(mu);
-  auto key =
-      std::make_tuple(two, dtype.name(), static_cast<int>(op), ranks, ctas, device.is_cuda());
+  auto key = std::make_tuple(c.dtype.name(), static_cast<int>(c.op), c.ranks, c.ctas, c.two_shot,
+                             c.vector_io, device.is_cuda());
   auto it = kernels.find(key);
   if (it == kernels.end())
-    it = kernels
-             .emplace(key, compile(two ? two_shot(dtype, op, ranks, ctas)
-                                       : one_shot(dtype, op, ranks, ctas),
-                                   {.device = device}))
-             .first;
+    it = kernels.emplace(key, compile(all_reduce_ir(c), {.device = device})).first;
   return it->second;
 }
 
@@ -198,8 +221,10 @@ AllReduce::AllReduce(const dist::Group& group, std::int64_t max_elems, DType dty
          "is " + std::to_string(max_elems) + "; a staging buffer holds at least one element");
   if (!(dtype == f32 || dtype == f16 || dtype == bf16))
     fail("tx.ops.AllReduce", "dtype", at, "is " + dtype.name() + "; f32, f16 and bf16 are reduced");
-  staging_ = group_.empty_symmetric({max_elems}, dtype);
-  flags_ = group_.symmetric_flags(3 * group_.size() * kMaxCtas);
+  // Two halves (double-buffered by the call's parity) of whole chunks.
+  const std::int64_t chunks = (max_elems + vector_width(dtype) - 1) / vector_width(dtype);
+  staging_ = group_.empty_symmetric({2 * chunks * vector_width(dtype)}, dtype);
+  flags_ = group_.symmetric_flags(2 * group_.size() * kMaxCtas);
 }
 
 namespace {
@@ -210,18 +235,28 @@ bool use_two_shot(AllReduceAlgorithm a, std::int64_t bytes, int ranks) {
 }
 }  // namespace
 
+namespace {
+Config config_for(const dist::Group& g, DType dtype, std::int64_t n, AllReduceOptions opt,
+                  bool aligned) {
+  const std::int64_t bytes = n * dtype.bytes();
+  return {.dtype = dtype,
+          .op = opt.op,
+          .ranks = g.size(),
+          .ctas = ctas_for(bytes),
+          .two_shot = use_two_shot(opt.algorithm, bytes, g.size()),
+          .vector_io = aligned && n % vector_width(dtype) == 0};
+}
+}  // namespace
+
 std::string AllReduce::plan(std::int64_t n, AllReduceOptions opt) const {
-  const bool two = use_two_shot(opt.algorithm, n * dtype_.bytes(), group_.size());
-  return std::string(two ? "two_shot " : "one_shot ") + std::to_string(group_.size()) + " ranks " +
-         std::to_string(ctas_for(n * dtype_.bytes())) + "x" + std::to_string(kThreads) + " " +
-         dtype_.name() + " " + op_name(opt.op) + " n " + std::to_string(n);
+  const Config c = config_for(group_, dtype_, n, opt, true);
+  return std::string(c.two_shot ? "two_shot " : "one_shot ") + std::to_string(c.ranks) + " ranks " +
+         std::to_string(c.ctas) + "x" + std::to_string(kThreads) + " " + dtype_.name() + " " +
+         op_name(opt.op) + " n " + std::to_string(n) + (c.vector_io ? " vector io" : " element io");
 }
 
 std::string AllReduce::cuda_source(std::int64_t n, AllReduceOptions opt) const {
-  const bool two = use_two_shot(opt.algorithm, n * dtype_.bytes(), group_.size());
-  return all_reduce_kernel(two, dtype_, opt.op, group_.size(), ctas_for(n * dtype_.bytes()),
-                           group_.device())
-      .cuda_source();
+  return all_reduce_kernel(config_for(group_, dtype_, n, opt, true), group_.device()).cuda_source();
 }
 
 void AllReduce::operator()(Tensor& x, AllReduceOptions opt, std::source_location loc) {
@@ -247,18 +282,20 @@ void AllReduce::operator()(const Tensor& x, Tensor& out, AllReduceOptions opt,
   if (!(x.device() == group_.device()) || !(out.device() == group_.device()))
     fail(op, "x", at,
          "is on " + x.device().str() + " but this rank's device is " + group_.device().str());
-  const bool two = use_two_shot(opt.algorithm, x.numel() * dtype_.bytes(), group_.size());
-  const Kernel& k = all_reduce_kernel(two, dtype_, opt.op, group_.size(),
-                                      ctas_for(x.numel() * dtype_.bytes()), group_.device());
+  const std::int64_t n = x.numel(), V = vector_width(dtype_), m = (n + V - 1) / V;
+  auto aligned = [](const Tensor& t) {
+    return reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+  };
+  const Config c = config_for(group_, dtype_, n, opt, aligned(x) && aligned(out));
+  const Kernel& k = all_reduce_kernel(c, group_.device());
   ++epoch_;
-  Tensor flat_x = x.reshape({x.numel()});
-  Tensor flat_out = out.reshape({out.numel()});
-  // The staging copies' first n elements (a view that starts where the
-  // allocation does, as a symmetric argument must).
-  Tensor staging = staging_.slice(0, 0, x.numel());
+  Tensor io_x = c.vector_io ? x.reshape({m, V}) : x.reshape({n});
+  Tensor io_out = c.vector_io ? out.reshape({m, V}) : out.reshape({n});
+  // The staging copies as two halves of whole chunks (m <= the capacity).
+  Tensor staging = staging_.reshape({staging_.numel() / V, V});
   // On this rank's device (the kernel was compiled once, for the first
   // rank's), on its current stream.
-  k.launch({flat_x, flat_out, staging, flags_, group_.rank(), static_cast<std::int64_t>(epoch_)},
+  k.launch({io_x, io_out, staging, flags_, group_.rank(), static_cast<std::int64_t>(epoch_)},
            {.device = group_.device()});
 }
 
