@@ -146,6 +146,9 @@ TEST_CASE("dist one-shot all-reduce on host ranks against float64") {
       {3, bf16, dist::ReduceOp::max, 5 * 32 * 512 + 1, A::two_shot},
       {2, f16, dist::ReduceOp::sum, 1, A::two_shot},
       {4, f32, dist::ReduceOp::sum, 40000, A::one_shot},
+      // several steps per CTA: the pipelined staging
+      {2, f32, dist::ReduceOp::sum, 3 * 65536 * 4 + 12},
+      {3, bf16, dist::ReduceOp::sum, 2 * 65536 * 8 + 16, A::two_shot},
   };
   for (const Case& c : cases) {
     CAPTURE(c.ranks);
@@ -205,6 +208,43 @@ TEST_CASE("dist one-shot all-reduce on host ranks against float64") {
     }
     CHECK(plans[0].find(c.algorithm == A::two_shot ? "two_shot" : "one_shot") == 0);
   }
+}
+
+TEST_CASE("dist all-reduce calls of changing sizes on one AllReduce") {
+  // The staging halves, the step counts the flags carry and the grid change
+  // from call to call; every call is checked.
+  const std::vector<std::int64_t> sizes = {100, 70000, 3, 300000, 8, 70001, 1};
+  const int ranks = 3;
+  std::mutex mu;
+  std::vector<std::vector<std::vector<double>>> in(sizes.size()), out(sizes.size());
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    out[s].resize(ranks);
+    for (int r = 0; r < ranks; ++r)
+      in[s].push_back(random_values(static_cast<std::size_t>(sizes[s]), tx::test::rng()()));
+  }
+  dist::Group::run_local(ranks, [&](dist::Group& g) {
+    ops::AllReduce ar(g, 300000, f32);
+    for (std::size_t s = 0; s < sizes.size(); ++s) {
+      Tensor x = Tensor::from_doubles(in[s][static_cast<std::size_t>(g.rank())], {sizes[s]}, f32,
+                                      Device::host());
+      ar(x);  // in place
+      auto got = x.to_doubles();
+      std::lock_guard<std::mutex> lock(mu);
+      out[s][static_cast<std::size_t>(g.rank())] = std::move(got);
+    }
+  });
+  for (std::size_t s = 0; s < sizes.size(); ++s)
+    for (int r = 0; r < ranks; ++r)
+      for (std::int64_t i = 0; i < sizes[s]; ++i) {
+        double want = 0;
+        for (int q = 0; q < ranks; ++q)
+          want += quantize(in[s][static_cast<std::size_t>(q)][static_cast<std::size_t>(i)], f32);
+        const double got = out[s][static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+        if (!(std::abs(got - want) <= 1e-6 * (std::abs(want) + 1))) {
+          INFO("call " << s << " rank " << r << " element " << i);
+          REQUIRE(got == want);
+        }
+      }
 }
 
 TEST_CASE("dist IR and CUDA of a peer view and its flags") {

@@ -1,21 +1,28 @@
-// Collectives written in tx: the one-shot all-reduce (tx/ops/dist.hpp).
+// Collectives written in tx: the all-reduce (tx/ops/dist.hpp).
 //
-// One kernel per (dtype, op, ranks, device kind). CTA b of every rank owns
-// the same elements (a grid-stride loop over the same grid), so the ranks
-// synchronize per CTA, never across a whole grid:
-//   1. stage: the CTA copies its elements of x into this rank's symmetric
-//      copy, then cta_sync (the CTA's writes are now observed by thread 0..)
-//   2. thread t < ranks tells rank t that this CTA's elements are staged
-//      (signal on rank t's flag [round 0][this rank][b], release at system
-//      scope: the staged writes travel with it) and waits for rank t's
-//      signal on its own flag [0][t][b] (acquire); cta_sync
-//   3. reduce: each element is the sum (max) over the ranks' copies, read
-//      through T::peer, in rank order, in f32
-//   4. done: a second round of flags ([1][..][b]) says this CTA has read
-//      the peers' copies; a rank's next call restages only after every peer
-//      has read its copy.
-// Flags only grow: call k waits for the value k + 1 (the epoch), so no flag
-// is ever reset.
+// One kernel per (dtype, op, ranks, grid, algorithm, io). Data moves in
+// 16-byte chunks; chunk (k * ctas + b) * threads + tid belongs to CTA b at
+// step k on every rank, so ranks synchronize per CTA and step, never across
+// a whole grid. CTA b, step k:
+//   stage    its chunks of x into this rank's symmetric staging copy;
+//            cta_sync (the CTA's writes, observed by threads 0..ranks-1);
+//            thread t signals rank t's flag [round 0][this rank][b] with the
+//            step's value (release, system scope: the staged chunks travel
+//            with it)
+//   wait     thread t waits for its own flag [0][t][b] to reach the value
+//            (acquire); cta_sync
+//   reduce   each chunk from every rank's copy (T::peer), in rank order, in
+//            f32, rounded once -- one-shot: every chunk, into out; two-shot:
+//            the steps this rank owns (k % ranks), into its own copy, then
+//            round 1 ("reduced"), and every chunk read from its owner's copy
+// Step k + 1 is staged before step k is waited for (local copies overlap
+// the NVLink reads). Flags count steps: step k of a call has the value
+// base + k + 1, base being the steps of every earlier call, compared modulo
+// 2^32 (T::dist::wait_until), so flags are never reset. The staging copies
+// are double-buffered by the call's parity, so a call never waits for the
+// peers to finish reading: a rank restages a half in call j + 2, after its
+// call j + 1 saw every peer's step-0 signal of j + 1, which each peer gave
+// after its whole call j -- the last reads of that half -- had finished.
 #include "tx/ops/dist.hpp"
 
 #include <cstdlib>
@@ -68,7 +75,7 @@ PrimFunc all_reduce_ir(const Config& cfg) {
   return T::prim_func(
       cfg.two_shot ? "all_reduce_two_shot" : "all_reduce_one_shot",
       [&](Handle x_ptr, Handle out_ptr, Handle staging_ptr, Handle flags_ptr, Handle rank_ptr,
-          Handle epoch_ptr) {
+          Handle epoch_ptr, Handle base_ptr) {
         Var m;  // chunks: an extent of x (vector io), else computed from n
         Var n;  // elements (element io)
         TileBuffer X, Out;
@@ -89,23 +96,39 @@ PrimFunc all_reduce_ir(const Config& cfg) {
         auto Flags = T::match_symmetric(flags_ptr, {nflags}, u32, "Flags");
         Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
         Var epoch = T::match_scalar(epoch_ptr, u32, "epoch");
+        Var base = T::match_scalar(base_ptr, u32, "base");
         T::device_entry();
         if (!cfg.vector_io) m = T::let(ceildiv(n, V), "m");
         auto b = T::cta_id({ctas}, "b");
         auto tid = T::thread_id({kThreads}, "tid");
         Var half = T::let(cast(epoch % 2u, i32), "half");
         Expr steps = ceildiv(m, ctas * kThreads);
-        auto chunk_of = [&](const Var& k) { return T::let((k * ctas + b) * kThreads + tid, "c"); };
+        auto chunk_of = [&](const Expr& k) { return T::let((k * ctas + b) * kThreads + tid, "c"); };
         auto staged = [&](const TileBuffer& buf, const Expr& c) {
           return buf[region(span(half * (rows / 2) + c, 1), span(0, V))];
         };
-        auto round = [&](int which) {
+        // Flags count steps: step k of this call is `base + k + 1` (base: the
+        // steps of every earlier call, the same on every rank). signal(w, k):
+        // this CTA's step k is done for round w (0: staged, 1: reduced).
+        auto value = [&](const Expr& k) { return base + cast(k, u32) + 1u; };
+        auto signal = [&](int which, const Expr& k) {
           T::cuda::cta_sync();  // the CTA's writes, observed by the signalling threads
           T::if_(tid < ranks, [&] {
             auto peer_flags = T::peer(Flags, tid, "peer_flags");
-            T::dist::signal(peer_flags((which * ranks + rank) * ctas + b), epoch);
-            T::dist::wait_until(Flags((which * ranks + tid) * ctas + b), epoch);
+            T::dist::signal(peer_flags((which * ranks + rank) * ctas + b), value(k));
           });
+        };
+        // Waits until every rank's CTA b (`from` < 0), or rank `from`'s, is
+        // done with step k of round w.
+        auto wait = [&](int which, const Expr& k, const Expr& from) {
+          if (from.defined()) {
+            T::if_(tid == 0, [&] {
+              T::dist::wait_until(Flags((which * ranks + from) * ctas + b), value(k));
+            });
+          } else {
+            T::if_(tid < ranks,
+                   [&] { T::dist::wait_until(Flags((which * ranks + tid) * ctas + b), value(k)); });
+          }
           T::cuda::cta_sync();
         };
         // Chunk c of x into registers (zeros past n).
@@ -143,36 +166,40 @@ PrimFunc all_reduce_ir(const Config& cfg) {
           for (Var j : T::unroll(V, "j")) result(0, j) = cast(acc(j), dtype);
         };
 
-        for (Var k : T::serial(steps, "k")) {
+        auto stage = [&](const Expr& k) {
           Var c = chunk_of(k);
           T::if_(c < m, [&] {
             auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
             load_x(r, c);
             Tx::thread::copy(staged(Staging, c), r, {.partial = true});
           });
-        }
-        round(0);
-        if (!cfg.two_shot) {
-          for (Var k : T::serial(steps, "k")) {
-            Var c = chunk_of(k);
+          signal(0, k);
+        };
+        // Software-pipelined: step k + 1 is staged (local memory) while the
+        // peers' step k is on its way; then step k is reduced (NVLink).
+        stage(Expr(0));
+        for (Var k : T::serial(steps, "k")) {
+          T::if_(k + 1 < steps, [&] { stage(k + 1); });
+          wait(0, k, Expr());
+          Var c = chunk_of(k);
+          if (!cfg.two_shot) {
             T::if_(c < m, [&] {
               auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
               reduce(c, r);
               store_out(r, c);
             });
+            continue;
           }
-          return;
-        }
-        for (Var k : T::serial(steps, "k")) {
-          Var c = chunk_of(k);
           T::if_(c < m && k % ranks == rank, [&] {
             auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
             reduce(c, r);
             Tx::thread::copy(staged(Staging, c), r, {.partial = true});
           });
+          signal(1, k);
         }
-        round(1);
+        if (!cfg.two_shot) return;
         for (Var k : T::serial(steps, "k")) {
+          wait(1, k, k % ranks);
           Var c = chunk_of(k);
           T::if_(c < m, [&] {
             auto owner = T::peer(Staging, k % ranks, "owner");
@@ -289,14 +316,17 @@ void AllReduce::operator()(const Tensor& x, Tensor& out, AllReduceOptions opt,
   const Config c = config_for(group_, dtype_, n, opt, aligned(x) && aligned(out));
   const Kernel& k = all_reduce_kernel(c, group_.device());
   ++epoch_;
+  const std::int64_t steps = (m + c.ctas * kThreads - 1) / (c.ctas * kThreads);
   Tensor io_x = c.vector_io ? x.reshape({m, V}) : x.reshape({n});
   Tensor io_out = c.vector_io ? out.reshape({m, V}) : out.reshape({n});
   // The staging copies as two halves of whole chunks (m <= the capacity).
   Tensor staging = staging_.reshape({staging_.numel() / V, V});
   // On this rank's device (the kernel was compiled once, for the first
   // rank's), on its current stream.
-  k.launch({io_x, io_out, staging, flags_, group_.rank(), static_cast<std::int64_t>(epoch_)},
+  k.launch({io_x, io_out, staging, flags_, group_.rank(), static_cast<std::int64_t>(epoch_),
+            static_cast<std::int64_t>(steps_)},
            {.device = group_.device()});
+  steps_ += static_cast<std::uint32_t>(steps);  // modulo 2^32, as the flags compare
 }
 
 }  // namespace tx::ops

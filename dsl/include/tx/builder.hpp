@@ -369,9 +369,10 @@ namespace dist {
 // semantics: every write this thread made, or observed before (after a
 // cta_sync, the whole CTA's), is visible to a thread that acquires it.
 // signal_add adds `value` (red.release.sys.add). wait_until waits until the
-// flag, read with acquire semantics, is >= `value` (unsigned): flags are
-// counters that only grow (an epoch per use), so no reset is needed between
-// uses. docs/dist.md states the memory model.
+// flag, read with acquire semantics, is >= `value` modulo 2^32 (the signed
+// difference flag - value is >= 0): flags are counters that only grow (an
+// epoch or step count per use) and may wrap, so no reset is ever needed.
+// docs/dist_kernels.md states the memory model.
 void signal(Value flag, Value value, Loc loc = Loc::current());
 void signal_add(Value flag, Value value, Loc loc = Loc::current());
 void wait_until(Value flag, Value value, Loc loc = Loc::current());

@@ -397,9 +397,10 @@ class SelectNode : public ExprNode {
   X(cos, 1)                                                                                        \
   X(tan, 1)                                                                                        \
   X(tanh, 1)                                                                                       \
-  X(erf, 1) X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1)     \
-      X(isnan, 1) X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3)         \
-          X(shfl_xor, 2) X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)     \
+  X(erf, 1)                                                                                        \
+  X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1)   \
+      X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2)      \
+          X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)                    \
               X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0)      \
                   X(cp_async_wait, 1) X(mbarrier_init, 2) X(mbarrier_arrive, 1)                    \
                       X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2) X(fence_barrier_init, 0)        \
@@ -456,7 +457,8 @@ class SelectNode : public ExprNode {
 // (st.release.sys / red.release.sys.add): every write the calling thread made
 // or observed before (a CTA barrier makes the CTA's writes observed) is
 // visible to whoever acquires the new value. wait_until(flag, value): the
-// calling thread waits until the u32 at flag is >= value (unsigned), reading
+// calling thread waits until the u32 at flag is >= value modulo 2^32 (the
+// signed 32-bit difference is >= 0: counters may wrap), reading
 // it with acquire semantics at system scope (ld.acquire.sys). Void. On the
 // host, atomics with the same orders; a waiting thread lets the CTA's other
 // threads run (the kernel runs as fibers).

@@ -82,7 +82,7 @@ const std::vector<Helper>& helpers() {
   unsigned x;
   for (;;) {
     asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(x) : "l"(flag) : "memory");
-    if (x >= v) break;
+    if ((int)(x - v) >= 0) break;  // x >= v modulo 2^32 (counters that wrap)
   }
 }
 )"},

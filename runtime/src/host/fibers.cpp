@@ -243,7 +243,8 @@ class Scheduler {
   // threads run between polls.
   void wait_flag(const std::uint32_t* flag, std::uint32_t value, int where) {
     Fiber& f = fibers_[static_cast<std::size_t>(current_)];
-    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < value) {
+    // x >= value modulo 2^32: counters may wrap.
+    while (static_cast<std::int32_t>(__atomic_load_n(flag, __ATOMIC_ACQUIRE) - value) < 0) {
       f.flag = flag;
       f.flag_value = value;
       yield(where, nullptr, -1);

@@ -64,9 +64,10 @@ class AllReduce {
   dist::Group group_;
   std::int64_t max_elems_;
   DType dtype_;
-  Tensor staging_;  // symmetric: max_elems of dtype
-  Tensor flags_;    // symmetric: two rounds of a flag per (rank, CTA)
-  std::uint32_t epoch_ = 0;
+  Tensor staging_;           // symmetric: max_elems of dtype
+  Tensor flags_;             // symmetric: two rounds of a flag per (rank, CTA)
+  std::uint32_t epoch_ = 0;  // calls made (the staging half is its parity)
+  std::uint32_t steps_ = 0;  // steps of the calls made: the flags' base
 };
 
 }  // namespace tx::ops
