@@ -55,7 +55,7 @@ TEST_CASE("gpu dist one-shot all-reduce against float64") {
     if (ranks > 2 && gpus < ranks) continue;  // 4 ranks on 4 GPUs only
     for (DType dtype : {f32, bf16, f16}) {
       for (std::int64_t n : {std::int64_t{1}, std::int64_t{4097}, std::int64_t{1} << 20,
-                             (std::int64_t{3} << 20) + 8}) {
+                             (std::int64_t{12} << 20) + 8}) {
         for (auto [op, algorithm] :
              {std::pair{dist::ReduceOp::sum, ops::AllReduceAlgorithm::one_shot},
               std::pair{dist::ReduceOp::max, ops::AllReduceAlgorithm::one_shot},

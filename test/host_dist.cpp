@@ -147,7 +147,7 @@ TEST_CASE("dist one-shot all-reduce on host ranks against float64") {
       {2, f16, dist::ReduceOp::sum, 1, A::two_shot},
       {4, f32, dist::ReduceOp::sum, 40000, A::one_shot},
       // several steps per CTA: the pipelined staging
-      {2, f32, dist::ReduceOp::sum, 3 * 65536 * 4 + 12},
+      {2, f32, dist::ReduceOp::sum, 2 * 524288 * 4 + 20},  // 3 steps of 128 x 512 x 8 chunks
       {3, bf16, dist::ReduceOp::sum, 2 * 65536 * 8 + 16, A::two_shot},
   };
   for (const Case& c : cases) {

@@ -41,6 +41,7 @@ namespace {
 // every SM). Flags are allocated for the largest.
 constexpr int kMaxCtas = 128;
 constexpr int kThreads = 512;  // threads per CTA
+constexpr int kUnroll = 8;     // chunks per thread and step
 int ctas_for(std::int64_t bytes) { return bytes <= (256 << 10) ? 16 : kMaxCtas; }
 
 // What one kernel is specialized for.
@@ -102,8 +103,14 @@ PrimFunc all_reduce_ir(const Config& cfg) {
         auto b = T::cta_id({ctas}, "b");
         auto tid = T::thread_id({kThreads}, "tid");
         Var half = T::let(cast(epoch % 2u, i32), "half");
-        Expr steps = ceildiv(m, ctas * kThreads);
-        auto chunk_of = [&](const Expr& k) { return T::let((k * ctas + b) * kThreads + tid, "c"); };
+        Expr steps = ceildiv(m, ctas * kThreads * kUnroll);
+        // Chunk u (< kUnroll) of this thread at step k: a step covers
+        // ctas * threads * kUnroll chunks, so a call of 256 MiB makes tens of
+        // steps, not hundreds (each step costs two CTA barriers and a round
+        // trip of flags).
+        auto chunk_of = [&](const Expr& k, const Expr& u) {
+          return T::let(((k * kUnroll + u) * ctas + b) * kThreads + tid, "c");
+        };
         auto staged = [&](const TileBuffer& buf, const Expr& c) {
           return buf[region(span(half * (rows / 2) + c, 1), span(0, V))];
         };
@@ -167,12 +174,14 @@ PrimFunc all_reduce_ir(const Config& cfg) {
         };
 
         auto stage = [&](const Expr& k) {
-          Var c = chunk_of(k);
-          T::if_(c < m, [&] {
-            auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
-            load_x(r, c);
-            Tx::thread::copy(staged(Staging, c), r, {.partial = true});
-          });
+          for (Var u : T::unroll(kUnroll, "u")) {
+            Var c = chunk_of(k, u);
+            T::if_(c < m, [&] {
+              auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
+              load_x(r, c);
+              Tx::thread::copy(staged(Staging, c), r, {.partial = true});
+            });
+          }
           signal(0, k);
         };
         // Software-pipelined: step k + 1 is staged (local memory) while the
@@ -181,32 +190,39 @@ PrimFunc all_reduce_ir(const Config& cfg) {
         for (Var k : T::serial(steps, "k")) {
           T::if_(k + 1 < steps, [&] { stage(k + 1); });
           wait(0, k, Expr());
-          Var c = chunk_of(k);
           if (!cfg.two_shot) {
-            T::if_(c < m, [&] {
-              auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
-              reduce(c, r);
-              store_out(r, c);
-            });
+            for (Var u : T::unroll(kUnroll, "u")) {
+              Var c = chunk_of(k, u);
+              T::if_(c < m, [&] {
+                auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
+                reduce(c, r);
+                store_out(r, c);
+              });
+            }
             continue;
           }
-          T::if_(c < m && k % ranks == rank, [&] {
-            auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
-            reduce(c, r);
-            Tx::thread::copy(staged(Staging, c), r, {.partial = true});
-          });
+          for (Var u : T::unroll(kUnroll, "u")) {
+            Var c = chunk_of(k, u);
+            T::if_(c < m && k % ranks == rank, [&] {
+              auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "sum");
+              reduce(c, r);
+              Tx::thread::copy(staged(Staging, c), r, {.partial = true});
+            });
+          }
           signal(1, k);
         }
         if (!cfg.two_shot) return;
         for (Var k : T::serial(steps, "k")) {
           wait(1, k, k % ranks);
-          Var c = chunk_of(k);
-          T::if_(c < m, [&] {
-            auto owner = T::peer(Staging, k % ranks, "owner");
-            auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
-            Tx::thread::copy(r, staged(owner, c), {.partial = true});
-            store_out(r, c);
-          });
+          auto owner = T::peer(Staging, k % ranks, "owner");
+          for (Var u : T::unroll(kUnroll, "u")) {
+            Var c = chunk_of(k, u);
+            T::if_(c < m, [&] {
+              auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
+              Tx::thread::copy(r, staged(owner, c), {.partial = true});
+              store_out(r, c);
+            });
+          }
         }
       });
 }
@@ -316,7 +332,8 @@ void AllReduce::operator()(const Tensor& x, Tensor& out, AllReduceOptions opt,
   const Config c = config_for(group_, dtype_, n, opt, aligned(x) && aligned(out));
   const Kernel& k = all_reduce_kernel(c, group_.device());
   ++epoch_;
-  const std::int64_t steps = (m + c.ctas * kThreads - 1) / (c.ctas * kThreads);
+  const std::int64_t per_step = std::int64_t{c.ctas} * kThreads * kUnroll;
+  const std::int64_t steps = (m + per_step - 1) / per_step;
   Tensor io_x = c.vector_io ? x.reshape({m, V}) : x.reshape({n});
   Tensor io_out = c.vector_io ? out.reshape({m, V}) : out.reshape({n});
   // The staging copies as two halves of whole chunks (m <= the capacity).
