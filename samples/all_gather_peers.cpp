@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tx/runtime/cuda_driver.hpp"
+#include "tx/runtime/dist.hpp"  // tx::dist: not in tx/tx.hpp
 #include "tx/tx.hpp"
 
 using namespace tx;

@@ -9,6 +9,11 @@
 //   k(tensor);
 #pragma once
 
+// Several ranks (tx::dist: groups, symmetric memory) are a header of their
+// own, <tx/runtime/dist.hpp>: with `using namespace tx`, a namespace named
+// dist would collide with a variable of that name at global scope (a
+// notebook's `std::uniform_real_distribution<double> dist`).
+
 #include "tx/builder.hpp"
 #include "tx/dtype.hpp"
 #include "tx/error.hpp"
@@ -17,7 +22,6 @@
 #include "tx/ir.hpp"
 #include "tx/layout.hpp"
 #include "tx/printer.hpp"
-#include "tx/runtime/dist.hpp"
 #include "tx/runtime/graph.hpp"
 #include "tx/runtime/kernel.hpp"
 #include "tx/runtime/stream.hpp"
