@@ -4,7 +4,10 @@
 //     (Group::nccl_all_reduce, on the same group), bf16 sum, per call,
 //     back to back: small messages (latency) and large ones (bus bandwidth,
 //     2 (n - 1) / n bytes / time, NCCL's definition);
-//   - the copy bandwidth of one GPU (device to device), for scale.
+//   - all_gather(A) @ B (ops::AllGatherMatmul), fused against the sequential
+//     NCCL all-gather + tx matmul and the GEMM alone, at the shapes
+//     (M rows split over the ranks, K 8192, N 28672 split over the ranks)
+//     and a small one; bf16, random data.
 // torch symmetric memory is timed by bench/dist_torch.py (torchrun).
 //
 //   bench_dist [--ranks N] [--iters K]      (default: every GPU, 50 iterations)
@@ -20,12 +23,35 @@
 #include <string>
 #include <vector>
 
+#include "tx/ops/matmul.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
 
 namespace {
+
+// Uniform values in [-1, 1) on `d` (a GEMM's power, hence its clock, depends
+// on the data: zeros or constants run faster than real activations).
+Tensor random_on(std::vector<std::int64_t> shape, DType t, Device d, std::uint64_t seed) {
+  std::int64_t n = 1;
+  for (auto e : shape) n *= e;
+  std::vector<double> v(static_cast<std::size_t>(n));
+  std::uint64_t x = 88172645463325252ull ^ seed;
+  for (auto& y : v) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    y = static_cast<double>(x % 2000) / 1000.0 - 1.0;
+  }
+  return Tensor::from_doubles(v, std::move(shape), t, d);
+}
+
+struct GemmRow {
+  std::int64_t M = 0, K = 0, N = 0;  // N: this rank's columns
+  std::string plan;
+  double gemm_us = 0, seq_us = 0, fused_us = 0;
+};
 
 struct Row {
   std::string what;
@@ -91,6 +117,38 @@ int main(int argc, char** argv) {
       r.nccl_us = std::max(r.nccl_us, t_nccl);
     }
   });
+  // all_gather(A) @ B: (M total rows, K, N total columns split over the ranks).
+  struct Shape {
+    std::int64_t M, K, N;
+  };
+  const std::vector<Shape> shapes = {{512, 4096, 4096}, {2048, 8192, 28672}, {8192, 8192, 28672}};
+  std::vector<GemmRow> gemm_rows(shapes.size());
+  dist::Group::run_local(devices, [&](dist::Group& g) {
+    Stream s = Stream::create(g.device());
+    StreamGuard on(s);
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      const Shape sh = shapes[k];
+      const std::int64_t m = sh.M / ranks, n = sh.N / ranks;
+      ops::AllGatherMatmul agm(g, m, sh.K, bf16);
+      Tensor a = random_on({m, sh.K}, bf16, g.device(), 1 + static_cast<std::uint64_t>(g.rank()));
+      Tensor b = random_on({sh.K, n}, bf16, g.device(), 99);
+      Tensor full = random_on({sh.M, sh.K}, bf16, g.device(), 7);
+      const int it = std::max(5, iters / 5);
+      double t_gemm = time_calls(g, s, it, [&] { ops::matmul(full, b); });
+      double t_seq =
+          time_calls(g, s, it, [&] { agm(a, b, {.path = ops::FusionPath::sequential}); });
+      double t_fused = time_calls(g, s, it, [&] { agm(a, b, {.path = ops::FusionPath::fused}); });
+      std::lock_guard<std::mutex> lock(mu);
+      GemmRow& r = gemm_rows[k];
+      r.M = sh.M;
+      r.K = sh.K;
+      r.N = n;
+      r.plan = agm.plan(m, n);
+      r.gemm_us = std::max(r.gemm_us, t_gemm);
+      r.seq_us = std::max(r.seq_us, t_seq);
+      r.fused_us = std::max(r.fused_us, t_fused);
+    }
+  });
   std::printf("%d GPUs (%s), %s\n", ranks, runtime::device_info(0).name.c_str(),
               "per call, back to back, slowest rank");
   std::printf("%-22s %10s %10s %10s %9s %12s %12s\n", "what", "bytes", "tx us", "NCCL us",
@@ -101,6 +159,21 @@ int main(int argc, char** argv) {
                 static_cast<long long>(r.bytes), r.tx_us, r.nccl_us, r.nccl_us / r.tx_us,
                 f / r.tx_us, f / r.nccl_us);
   }
+  std::printf("\nall_gather(A) @ B, bf16, per call, slowest rank (N: this rank's columns)\n");
+  std::printf("%6s %6s %6s %12s %12s %12s %9s %9s  %s\n", "M", "K", "N", "GEMM us", "seq us",
+              "fused us", "seq/fused", "TFLOP/s", "plan");
+  for (const GemmRow& r : gemm_rows)
+    std::printf("%6lld %6lld %6lld %12.1f %12.1f %12.1f %9.3f %9.1f  %s\n",
+                static_cast<long long>(r.M), static_cast<long long>(r.K),
+                static_cast<long long>(r.N), r.gemm_us, r.seq_us, r.fused_us, r.seq_us / r.fused_us,
+                2.0 * r.M * r.N * r.K / r.fused_us / 1e6, r.plan.c_str());
+  for (const GemmRow& r : gemm_rows)
+    std::printf(
+        "{\"what\": \"all_gather_matmul bf16\", \"ranks\": %d, \"M\": %lld, \"K\": "
+        "%lld, \"N_rank\": %lld, \"gemm_us\": %.1f, \"seq_us\": %.1f, \"fused_us\": "
+        "%.1f}\n",
+        ranks, static_cast<long long>(r.M), static_cast<long long>(r.K),
+        static_cast<long long>(r.N), r.gemm_us, r.seq_us, r.fused_us);
   for (const Row& r : rows)
     std::printf(
         "{\"what\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"tx_us\": %.3f, \"nccl_us\": %.3f}\n",

@@ -66,6 +66,30 @@ def main():
                     row[f"symm_{name}_error"] = str(e).splitlines()[0][:120]
         if rank == 0:
             print(json.dumps(row), flush=True)
+    # all_gather(A) @ B at bench_dist's shapes: NCCL all-gather then torch.mm
+    # (cuBLAS), the GEMM alone, and symmetric memory's fused op (torch's
+    # copy-engine or SM producer, whichever this torch picks).
+    for M, K, N in ((512, 4096, 4096), (2048, 8192, 28672), (8192, 8192, 28672)):
+        m, n = M // world, N // world
+        a = torch.rand(m, K, dtype=torch.bfloat16, device="cuda") * 2 - 1
+        b = torch.rand(K, n, dtype=torch.bfloat16, device="cuda") * 2 - 1
+        full = torch.empty(M, K, dtype=torch.bfloat16, device="cuda")
+        row = {"what": "all_gather_matmul bf16", "ranks": world, "M": M, "K": K, "N_rank": n}
+
+        def seq():
+            dist.all_gather_into_tensor(full, a)
+            return torch.mm(full, b)
+
+        row["torch_gemm_us"] = time_us(lambda: torch.mm(full, b), 10)
+        row["torch_seq_us"] = time_us(seq, 10)
+        try:
+            f = torch.ops.symm_mem.fused_all_gather_matmul
+            row["symm_fused_us"] = time_us(lambda: f(a, [b], 0, group_name), 10)
+        except Exception as e:  # noqa: BLE001
+            row["symm_fused_us"] = None
+            row["symm_fused_error"] = str(e).splitlines()[0][:160]
+        if rank == 0:
+            print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 

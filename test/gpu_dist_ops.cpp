@@ -108,3 +108,95 @@ TEST_CASE("gpu dist one-shot all-reduce against float64") {
     }
   }
 }
+
+TEST_CASE("gpu dist all_gather_matmul fused and sequential against float64") {
+  // Shapes the fused wgmma kernel takes (m a multiple of 128, N of 256, K of
+  // 64), one only the sequential path takes, and B in both layouts; three
+  // calls each, fresh A rows every call (the epochs reuse the gathered
+  // buffers), the output poisoned before each.
+  struct Case {
+    int ranks;
+    DType dtype;
+    std::int64_t m, K, N;
+    ops::FusionPath path;
+    bool b_transposed;
+    const char* plan;  // how the plan starts
+  };
+  const int gpus = runtime::device_count();
+  const std::vector<Case> cases = {
+      {2, bf16, 256, 512, 512, ops::FusionPath::automatic, false, "fused wgmma"},
+      {2, f16, 128, 1024, 256, ops::FusionPath::automatic, true, "fused wgmma"},
+      {2, bf16, 256, 512, 512, ops::FusionPath::sequential, false, "sequential"},
+      {2, bf16, 100, 64, 72, ops::FusionPath::automatic, false, "sequential"},
+      {4, bf16, 128, 256, 256, ops::FusionPath::automatic, false, "fused wgmma"},
+  };
+  for (const Case& c : cases) {
+    if (c.ranks > 2 && gpus < c.ranks) continue;
+    CAPTURE(c.ranks);
+    CAPTURE(c.dtype.name());
+    CAPTURE(c.m);
+    CAPTURE(c.plan);
+    const std::uint64_t seed = tx::test::rng()();
+    const std::int64_t M = c.ranks * c.m;
+    std::vector<double> b = random_values(static_cast<std::size_t>(c.K * c.N), seed, c.dtype);
+    constexpr int kCalls = 3;
+    std::vector<std::vector<std::vector<double>>> a(kCalls);
+    for (int call = 0; call < kCalls; ++call)
+      for (int r = 0; r < c.ranks; ++r)
+        a[static_cast<std::size_t>(call)].push_back(
+            random_values(static_cast<std::size_t>(c.m * c.K),
+                          seed + 1 + static_cast<std::uint64_t>(call * 16 + r), c.dtype));
+    std::mutex mu;
+    std::vector<std::vector<std::vector<double>>> got(
+        kCalls, std::vector<std::vector<double>>(static_cast<std::size_t>(c.ranks)));
+    std::string plan;
+    dist::Group::run_local(rank_devices(c.ranks), [&](dist::Group& g) {
+      StreamGuard on(Stream::create(g.device()));
+      ops::AllGatherMatmul agm(g, c.m, c.K, c.dtype);
+      Tensor bt = Tensor::from_doubles(b, {c.K, c.N}, c.dtype, g.device());
+      if (c.b_transposed) bt = bt.transpose(0, 1).contiguous().transpose(0, 1);
+      std::vector<Tensor> outs;
+      for (int call = 0; call < kCalls; ++call) {
+        Tensor x = Tensor::from_doubles(
+            a[static_cast<std::size_t>(call)][static_cast<std::size_t>(g.rank())], {c.m, c.K},
+            c.dtype, g.device());
+        outs.push_back(agm(x, bt, {.path = c.path}));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      for (int call = 0; call < kCalls; ++call)
+        got[static_cast<std::size_t>(call)][static_cast<std::size_t>(g.rank())] =
+            outs[static_cast<std::size_t>(call)].to_doubles();
+      if (g.rank() == 0) plan = agm.plan(c.m, c.N, {.path = c.path});
+    });
+    INFO(plan);
+    CHECK(plan.find(c.plan) == 0);
+    for (int call = 0; call < kCalls; ++call) {
+      const auto& rows = a[static_cast<std::size_t>(call)];
+      for (int r = 0; r < c.ranks; ++r) {
+        const auto& out = got[static_cast<std::size_t>(call)][static_cast<std::size_t>(r)];
+        REQUIRE(out.size() == static_cast<std::size_t>(M * c.N));
+        int bad = 0;
+        for (std::int64_t i = 0; i < M && bad < 5; ++i)
+          for (std::int64_t j = 0; j < c.N; ++j) {
+            double want = 0, scale = 0;
+            for (std::int64_t k = 0; k < c.K; ++k) {
+              const double p =
+                  rows[static_cast<std::size_t>(i / c.m)][static_cast<std::size_t>(i % c.m * c.K + k)] *
+                  b[static_cast<std::size_t>(k * c.N + j)];
+              want += p;
+              scale += std::abs(p);
+            }
+            const double bound = c.K * scale * std::ldexp(1.0, -24) +
+                                 std::abs(want) * unit_roundoff(c.dtype) * 1.0001;
+            const double v = out[static_cast<std::size_t>(i * c.N + j)];
+            if (!(std::abs(v - want) <= bound)) {
+              if (bad++ < 5)
+                MESSAGE("call " << call << " rank " << r << " C[" << i << ", " << j << "] want "
+                                << want << " got " << v);
+            }
+          }
+        CHECK(bad == 0);
+      }
+    }
+  }
+}

@@ -324,3 +324,124 @@ TEST_CASE("dist a wait nobody signals times out naming the flag") {
   CHECK(message.find("for a value >= 7") != std::string::npos);
   CHECK(message.find("a missing T::dist::signal") != std::string::npos);
 }
+
+namespace {
+// all_gather(A) @ B in float64 from every rank's rows: C (ranks m, N), and
+// sum |a b| per element (the scale of an f32 sum's error).
+struct GatherReference {
+  std::vector<double> c, abs_sum;
+};
+GatherReference gathered_product(const std::vector<std::vector<double>>& a_rows,
+                                 const std::vector<double>& b, std::int64_t m, std::int64_t K,
+                                 std::int64_t N) {
+  const std::int64_t ranks = static_cast<std::int64_t>(a_rows.size()), M = ranks * m;
+  GatherReference ref{std::vector<double>(static_cast<std::size_t>(M * N)),
+                      std::vector<double>(static_cast<std::size_t>(M * N))};
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) {
+      double acc = 0, abs_acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double p = a_rows[static_cast<std::size_t>(i / m)][static_cast<std::size_t>(
+                             i % m * K + k)] *
+                         b[static_cast<std::size_t>(k * N + j)];
+        acc += p;
+        abs_acc += std::abs(p);
+      }
+      ref.c[static_cast<std::size_t>(i * N + j)] = acc;
+      ref.abs_sum[static_cast<std::size_t>(i * N + j)] = abs_acc;
+    }
+  return ref;
+}
+}  // namespace
+
+TEST_CASE("dist all_gather_matmul on host ranks against float64, fused and sequential") {
+  using P = ops::FusionPath;
+  struct Case {
+    int ranks;
+    DType dtype;
+    std::int64_t K, N;
+    std::vector<std::int64_t> m_per_call;  // rows per rank, call by call
+    P path;
+    bool b_transposed = false;
+  };
+  const std::vector<Case> cases = {
+      {2, bf16, 24, 7, {5, 5, 3}, P::fused},
+      {4, f16, 16, 9, {3, 2, 3}, P::fused, true},
+      {3, bf16, 40, 5, {4, 1}, P::fused},
+      {2, f16, 8, 12, {6, 2}, P::sequential},
+      {4, bf16, 12, 3, {2}, P::automatic, true},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.ranks);
+    CAPTURE(c.dtype.name());
+    CAPTURE(static_cast<int>(c.path));
+    const std::int64_t max_rows = *std::max_element(c.m_per_call.begin(), c.m_per_call.end());
+    const std::uint64_t seed = tx::test::rng()();
+    std::vector<double> b = random_values(static_cast<std::size_t>(c.K * c.N), seed);
+    for (double& v : b) v = quantize(v, c.dtype);
+    // Fresh rows for every call and rank.
+    std::vector<std::vector<std::vector<double>>> a(c.m_per_call.size());
+    for (std::size_t call = 0; call < a.size(); ++call)
+      for (int r = 0; r < c.ranks; ++r) {
+        auto v = random_values(static_cast<std::size_t>(c.m_per_call[call] * c.K),
+                               seed + 1 + call * 16 + static_cast<std::uint64_t>(r));
+        for (double& x : v) x = quantize(x, c.dtype);
+        a[call].push_back(v);
+      }
+    std::mutex mu;
+    std::vector<std::vector<std::vector<double>>> got(
+        a.size(), std::vector<std::vector<double>>(static_cast<std::size_t>(c.ranks)));
+    std::string plan;
+    dist::Group::run_local(c.ranks, [&](dist::Group& g) {
+      ops::AllGatherMatmul agm(g, max_rows, c.K, c.dtype);
+      // B as (K, N), or as the transpose of an (N, K) tensor.
+      Tensor bt = Tensor::from_doubles(b, {c.K, c.N}, c.dtype, Device::host());
+      if (c.b_transposed) bt = bt.transpose(0, 1).contiguous().transpose(0, 1);
+      for (std::size_t call = 0; call < a.size(); ++call) {
+        const std::int64_t m = c.m_per_call[call];
+        Tensor x = Tensor::from_doubles(a[call][static_cast<std::size_t>(g.rank())], {m, c.K},
+                                        c.dtype, Device::host());
+        Tensor out = agm(x, bt, {.path = c.path});
+        REQUIRE(out.shape() == std::vector<std::int64_t>{c.ranks * m, c.N});
+        std::lock_guard<std::mutex> lock(mu);
+        got[call][static_cast<std::size_t>(g.rank())] = out.to_doubles();
+        if (g.rank() == 0 && call == 0) plan = agm.plan(m, c.N, {.path = c.path});
+      }
+    });
+    INFO(plan);
+    CHECK(plan.find(c.path == P::sequential ? "sequential" : "fused") == 0);
+    for (std::size_t call = 0; call < a.size(); ++call) {
+      const std::int64_t m = c.m_per_call[call];
+      GatherReference ref = gathered_product(a[call], b, m, c.K, c.N);
+      for (int r = 0; r < c.ranks; ++r) {
+        const auto& out = got[call][static_cast<std::size_t>(r)];
+        REQUIRE(out.size() == ref.c.size());
+        for (std::size_t i = 0; i < out.size(); ++i) {
+          // An f32 sum of K products, rounded once to the dtype.
+          const double bound = static_cast<double>(c.K) * ref.abs_sum[i] * std::ldexp(1.0, -24) +
+                               std::abs(ref.c[i]) * unit_roundoff(c.dtype) * 1.0001;
+          INFO("call " << call << " rank " << r << " element " << i << " want " << ref.c[i]
+                       << " got " << out[i]);
+          REQUIRE(std::abs(out[i] - ref.c[i]) <= bound + 1e-30);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("dist all_gather_matmul errors name the operand") {
+  dist::Group::run_local(2, [&](dist::Group& g) {
+    ops::AllGatherMatmul agm(g, 4, 8, bf16);
+    Tensor a = Tensor::empty({4, 8}, bf16, Device::host());
+    Tensor b = Tensor::empty({8, 3}, bf16, Device::host());
+    if (g.rank() != 0) return;  // errors are raised before any rank waits
+    check_error([&] { agm(Tensor::empty({5, 8}, bf16, Device::host()), b); },
+                "tx.ops.all_gather_matmul", "a", "more than the 4");
+    check_error([&] { agm(a, Tensor::empty({7, 3}, bf16, Device::host())); },
+                "tx.ops.all_gather_matmul", "b", "K = 8");
+    check_error([&] { agm(a, Tensor::empty({8, 3}, f16, Device::host())); },
+                "tx.ops.all_gather_matmul", "b", "built for bfloat16");
+    check_error([&] { ops::AllGatherMatmul(g, 4, 8, f32); }, "tx.ops.all_gather_matmul", "dtype",
+                "f16 and bf16");
+  });
+}

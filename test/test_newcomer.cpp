@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "test_support.hpp"
 #include "tx/ops/ops.hpp"
@@ -195,3 +196,28 @@ TEST_CASE("an op on more than 2^31 elements names the caller's operand") {
 }
 
 }  // namespace
+
+// Two variables compared in a kernel build the comparison: `owner == rank`
+// was Var's C++ identity (a bool), so T::if_(owner == rank, ...) became
+// `if False` with no error -- met writing all_gather_matmul.
+TEST_CASE("comparing two T::let variables builds a DSL comparison, not a C++ bool") {
+  PrimFunc pf = T::prim_func("compare_vars", [&](Handle a, Handle r) {
+    auto A = T::match_buffer(a, {8}, i32, std::nullopt, "A");
+    Var rank = T::match_scalar(r, i32, "rank");
+    T::cta_id({1});
+    auto tid = T::thread_id({8});
+    Var owner = T::let(tid / 4, "owner");
+    static_assert(!std::is_same_v<decltype(owner == rank), bool>);
+    static_assert(!std::is_same_v<decltype(owner != rank), bool>);
+    T::if_(owner == rank, [&] { A(tid) = 1; }).else_([&] { A(tid) = 2; });
+  });
+  const std::string ir = to_string(pf);
+  INFO(ir);
+  CHECK(ir.find("if owner == rank") != std::string::npos);
+  Kernel k = compile(pf, {.device = Device::host()});
+  Tensor a = Tensor::empty({8}, i32, Device::host());
+  a.fill_bits(0x5a5a5a5a);
+  k(a, 1);
+  auto got = a.to_doubles();
+  for (int i = 0; i < 8; ++i) CHECK(got[static_cast<std::size_t>(i)] == (i / 4 == 1 ? 1 : 2));
+}

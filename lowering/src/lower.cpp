@@ -199,7 +199,19 @@ bool has_async_instruction(const Stmt& body) {
 bool has_peer_view(const Stmt& body) {
   bool found = false;
   for_each_stmt(body, [&](const Stmt& s) { found = found || s.as<PeerViewNode>(); });
-  return found;
+  if (found) return true;
+  // Flags alone (T::dist::signal / wait_until on a local buffer that a peer
+  // or a copy engine writes) order the kernel against other ranks too.
+  struct Find : IRVisitor {
+    bool found = false;
+    using IRVisitor::visit_node;
+    void visit_node(const CallNode* n) override {
+      found = found || n->op == Intrinsic::signal || n->op == Intrinsic::wait_until;
+      IRVisitor::visit_node(n);
+    }
+  } f;
+  f.visit(body);
+  return f.found;
 }
 }  // namespace
 
@@ -219,7 +231,8 @@ HostForm lower_host_form(const LoweredKernel& k, bool checked,
     h.body = k.lowered->body;
     if (checked && has_peer_view(k.lowered->body))
       fail("tx.check", k.lowered->name, k.lowered->loc,
-           "the checked host mode does not model several ranks yet (T::peer); run this kernel "
+           "the checked host mode does not model several ranks yet (T::peer, T::dist flags); run "
+           "this kernel "
            "on host ranks without TX_CHECK");
     if (checked) {
       auto plan = std::make_shared<CheckPlan>();

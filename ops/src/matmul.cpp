@@ -134,9 +134,16 @@ PrimFunc tensor_core_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DTyp
 // Shapes the tile does not divide (splits = 1 only) take partial tiles: the
 // TMA fills what lies past A's and B's ends with zeros (adding nothing to
 // the sums) and the epilogue masks its stores to C.
+// gather_ranks > 0: the all-gather fusion (tx::ops::AllGatherMatmul). A
+// arrives as M / gather_ranks rows per rank: this rank's own rows in
+// `a_local`, the others' landing in `a_gathered` (M, K) -- copied there by
+// the peers' copy engines, each block announced by ready[r] reaching
+// `epoch`. Tile rows are rotated so that the CTAs start on this rank's own
+// block (no wait) and reach a peer's block, oldest first, as it arrives;
+// the producer waits for a block's flag before its first TMA load of it.
 PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                        const MatmulTiling& c, std::int64_t sms, std::int64_t splits = 1,
-                       bool b_nk = false) {
+                       bool b_nk = false, std::int64_t gather_ranks = 0) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
   const bool partial = M % BM != 0 || N % BN != 0 || K % BK != 0;
   if (partial && splits > 1)
@@ -147,13 +154,36 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
   const bool tma_store = c.tma_store && out_t == t;
   const auto sched =
       T::tile_scheduler({.tiles_m = TM * splits, .tiles_n = (N + BN - 1) / BN, .ctas = sms});
-  const std::string name =
-      "matmul_wgmma_" + t.short_name() + (b_nk ? "_nt" : "") + (splits > 1 ? "_splitk" : "");
-  return T::prim_func(name, [&](Handle a, Handle b, Handle cp) {
-    auto A = T::match_buffer(a, {M, K}, t);
-    auto B = b_nk ? T::match_buffer(b, {N, K}, t) : T::match_buffer(b, {K, N}, t);
-    auto C = T::match_buffer(cp, {splits * M, N}, out_t);
+  const bool gather = gather_ranks > 0;
+  if (gather && (splits > 1 || partial || TM % gather_ranks != 0))
+    fail("tx.ops.all_gather_matmul", "", {},
+         "the fused kernel needs whole tiles of " + c.str() + " in every rank's rows");
+  const std::int64_t TMr = gather ? TM / gather_ranks : TM;  // tile rows per rank
+  const std::string name = (gather ? "all_gather_matmul_wgmma_" : "matmul_wgmma_") +
+                           t.short_name() + (b_nk ? "_nt" : "") + (splits > 1 ? "_splitk" : "");
+  std::vector<std::string> params = {"a", "b", "cp"};
+  if (gather) params = {"a_local", "a_gathered", "b", "c", "ready", "rank", "epoch"};
+  return T::prim_func_n(name, params, [&](const std::vector<Handle>& h) {
+    const std::size_t at = gather ? 1 : 0;  // where a (the gathered A) sits
+    auto A = T::match_buffer(h[at], {M, K}, t, std::nullopt, gather ? "A_gathered" : "A");
+    auto B = b_nk ? T::match_buffer(h[at + 1], {N, K}, t, std::nullopt, "B")
+                  : T::match_buffer(h[at + 1], {K, N}, t, std::nullopt, "B");
+    auto C = T::match_buffer(h[at + 2], {splits * M, N}, out_t, std::nullopt, "C");
+    TileBuffer A_local, Ready;
+    Var rank, epoch;
+    if (gather) {
+      A_local = T::match_buffer(h[0], {TMr * BM, K}, t, std::nullopt, "A_local");
+      Ready = T::match_buffer(h[4], {gather_ranks}, u32, std::nullopt, "Ready");
+      rank = T::match_scalar(h[5], i32, "rank", DimFacts{.min = 0, .max = gather_ranks - 1});
+      epoch = T::match_scalar(h[6], u32, "epoch");
+    }
     T::device_entry();
+    // The tile row a scheduled row stands for: rotated by this rank's block
+    // under the gather fusion, so that the first rounds need no peer's data.
+    auto tile_row = [&](const Expr& row) -> Expr {
+      if (gather) return (row % TM + rank * TMr) % TM;
+      return row % TM;
+    };
     auto cta = T::cta_id({sched.ctas()});
     auto wg = T::warpgroup_id({1 + consumers});
     auto tid = T::thread_id_in_wg({128});
@@ -173,14 +203,32 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
       T::cuda::decrease_registers(40);
       for (Var r : T::serial(sched.rounds(), "r")) {
         auto [valid, row, bn] = sched.tile(cta, r);
-        auto bm = T::let(row % TM), k0 = T::let(row / TM * KT);
+        auto bm = T::let(tile_row(row), "bm"), k0 = T::let(row / TM * KT);
         T::if_(valid, [&] {
+          Var owner;  // the rank whose rows these are (gather fusion)
+          if (gather) {
+            owner = T::let(bm / TMr, "owner");
+            T::if_(owner != rank, [&] { T::dist::wait_until(Ready(owner), epoch); });
+          }
           for (Var kt : T::serial(KT, "kt")) {
             auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
             pipe.producer_acquire(it);
-            Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
-                                      A[region(span(bm * BM, BM), span((k0 + kt) * BK, BK))],
-                                      {.barrier = pipe.full(it), .partial = partial});
+            auto a_stage = As[region(span(s, 1), {0, BM}, {0, BK})];
+            if (gather) {
+              T::if_(owner == rank, [&] {
+                Tx::warpgroup::copy_async(
+                    a_stage, A_local[region(span((bm - owner * TMr) * BM, BM), span(kt * BK, BK))],
+                    {.barrier = pipe.full(it)});
+              }).else_([&] {
+                Tx::warpgroup::copy_async(a_stage,
+                                          A[region(span(bm * BM, BM), span(kt * BK, BK))],
+                                          {.barrier = pipe.full(it)});
+              });
+            } else {
+              Tx::warpgroup::copy_async(a_stage,
+                                        A[region(span(bm * BM, BM), span((k0 + kt) * BK, BK))],
+                                        {.barrier = pipe.full(it), .partial = partial});
+            }
             Tx::warpgroup::copy_async(b_stage(s),
                                       b_nk ? B[region(span(bn * BN, BN), span((k0 + kt) * BK, BK))]
                                            : B[region(span((k0 + kt) * BK, BK), span(bn * BN, BN))],
@@ -202,7 +250,7 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
       for (Var r : T::serial(sched.rounds(), "r")) {
         auto [valid, row, bn] = sched.tile(cta, r);
         // Output rows: the tile's, in the workspace part of its K part.
-        auto c_row = T::let(row / TM * M + row % TM * BM);
+        auto c_row = T::let(row / TM * M + tile_row(row) * BM);
         T::if_(valid, [&] {
           Tx::warpgroup::fill(promote ? total : acc, 0.0f);
           for (Var kt : T::serial(KT, "kt")) {
@@ -271,6 +319,45 @@ PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DT
       C(i, j) = cast(sum(0), out_t);
     });
   });
+}
+
+// The all-gather fusion on any device (the host's ranks; shapes the wgmma
+// kernel does not take): simt_kernel with A's rows from `a_local` (this
+// rank's block) or `a_gathered` (a peer's, once ready[owner] reached epoch).
+PrimFunc gathered_simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                              std::int64_t ranks) {
+  const std::int64_t Mr = M / ranks;
+  return T::prim_func(
+      "all_gather_matmul_simt_" + t.short_name(),
+      [&](Handle a_local, Handle a_gathered, Handle b, Handle cp, Handle ready, Handle rank_h,
+          Handle epoch_h) {
+        auto A_local = T::match_buffer(a_local, {Mr, K}, t);
+        auto A = T::match_buffer(a_gathered, {M, K}, t);
+        auto B = T::match_buffer(b, {K, N}, t);
+        auto C = T::match_buffer(cp, {M, N}, t);
+        auto Ready = T::match_buffer(ready, {ranks}, u32);
+        Var rank = T::match_scalar(rank_h, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
+        Var epoch = T::match_scalar(epoch_h, u32, "epoch");
+        T::device_entry();
+        auto cta = T::cta_id({(M * N + 255) / 256});
+        auto tid = T::thread_id({256});
+        auto i = T::let((cta * 256 + tid) / N), j = T::let((cta * 256 + tid) % N);
+        auto sum = T::alloc_buffer({1}, f32, scope::local);
+        T::if_(i < M, [&] {
+          auto owner = T::let(i / Mr, "owner");
+          sum(0) = 0.0f;
+          T::if_(owner == rank, [&] {
+            auto li = T::let(i - owner * Mr, "li");
+            for (Var k : T::serial(K, "k"))
+              sum(0) = sum(0) + cast(A_local(li, k), f32) * cast(B(k, j), f32);
+          }).else_([&] {
+            T::dist::wait_until(Ready(owner), epoch);
+            for (Var k : T::serial(K, "k"))
+              sum(0) = sum(0) + cast(A(i, k), f32) * cast(B(k, j), f32);
+          });
+          C(i, j) = cast(sum(0), t);
+        });
+      });
 }
 
 // The f32 / f64 GEMM (no tensor cores: tx has no TF32 or FP64 MMA path):
@@ -629,6 +716,22 @@ PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
          "b as (N, K) is read by the wgmma kernel only (" + tiling.str() + ")");
   return tiling.wgmma ? hopper_kernel(M, N, K, t, tiling, ctas, splits, b_nk)
                       : tensor_core_kernel(M, N, K, t, tiling, splits);
+}
+PrimFunc all_gather_matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                                  const MatmulTiling& tiling, std::int64_t ctas, bool b_nk,
+                                  std::int64_t ranks) {
+  return hopper_kernel(M, N, K, t, tiling, ctas, 1, b_nk, ranks);
+}
+PrimFunc all_gather_matmul_simt(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                                std::int64_t ranks) {
+  return gathered_simt_kernel(M, N, K, t, ranks);
+}
+const MatmulTiling* all_gather_matmul_tiling(std::int64_t rows_per_rank, std::int64_t N,
+                                             std::int64_t K, DType t, const Device& d) {
+  if (!d.is_cuda() || !(t == f16 || t == bf16)) return nullptr;
+  for (const MatmulTiling& c : matmul_tilings())
+    if (c.wgmma && divides(c, rows_per_rank, N, K, t)) return &c;
+  return nullptr;
 }
 PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t) {
   return splitk_reduce_kernel(M, N, splits, out_t);

@@ -97,7 +97,10 @@ namespace {
   X(cuCtxEnablePeerAccess)     \
   X(cuIpcGetMemHandle)         \
   X(cuIpcOpenMemHandle)        \
-  X(cuIpcCloseMemHandle)
+  X(cuIpcCloseMemHandle)       \
+  X(cuMemcpyAsync)             \
+  X(cuStreamWaitValue32)       \
+  X(cuStreamWriteValue32)
 
 struct Driver {
   void* handle = nullptr;
@@ -888,6 +891,31 @@ F need_entry(F f, const char* name) {
   return f;
 }
 }  // namespace
+
+void copy_peer_async(int ordinal, DevicePtr dst, DevicePtr src, std::size_t bytes,
+                     StreamHandle stream) {
+  if (bytes == 0) return;
+  const Driver& d = make_current(ordinal);
+  auto f = need_entry(d.p_cuMemcpyAsync, "cuMemcpyAsync");
+  check(f(cu(dst), cu(src), bytes, static_cast<CUstream>(stream)), "cuMemcpyAsync",
+        "copy_peer_async(" + std::to_string(bytes) + " bytes)");
+}
+
+void stream_wait_value32(int ordinal, StreamHandle stream, DevicePtr flag, std::uint32_t value) {
+  const Driver& d = make_current(ordinal);
+  auto f = need_entry(d.p_cuStreamWaitValue32, "cuStreamWaitValue32");
+  check(f(static_cast<CUstream>(stream), cu(flag), value, CU_STREAM_WAIT_VALUE_GEQ),
+        "cuStreamWaitValue32", "stream_wait_value32(>= " + std::to_string(value) + ")");
+}
+
+void stream_write_value32(int ordinal, StreamHandle stream, DevicePtr flag, std::uint32_t value) {
+  const Driver& d = make_current(ordinal);
+  auto f = need_entry(d.p_cuStreamWriteValue32, "cuStreamWriteValue32");
+  // The default flags: a system-wide fence before the write, so what the
+  // stream did before it is visible to whoever observes the value.
+  check(f(static_cast<CUstream>(stream), cu(flag), value, CU_STREAM_WRITE_VALUE_DEFAULT),
+        "cuStreamWriteValue32", "stream_write_value32(" + std::to_string(value) + ")");
+}
 
 bool can_access_peer(int ordinal, int peer) {
   if (ordinal == peer) return true;

@@ -181,7 +181,10 @@ class Var : public Expr {
   const VarNode* get() const { return static_cast<const VarNode*>(Expr::get()); }
   const VarNode* operator->() const { return checked(); }
   const std::string& name() const { return checked()->name; }
-  bool operator==(const Var& o) const { return get() == o.get(); }
+  // No operator== on Var: `owner == rank` in a kernel builds the DSL
+  // comparison (an Expr), never a C++ bool of the two variables' identity
+  // (which silently turned T::if_(owner == rank, ...) into if False).
+  // Identity: same_as, or VarEqual in containers.
 
  private:
   const VarNode* checked() const {
@@ -193,6 +196,9 @@ class Var : public Expr {
 
 struct VarHash {
   std::size_t operator()(const Var& v) const { return std::hash<const void*>()(v.get()); }
+};
+struct VarEqual {
+  bool operator()(const Var& a, const Var& b) const { return a.same_as(b); }
 };
 
 // ------------------------------------------------------------------ buffers
@@ -249,7 +255,7 @@ class Buffer {
   bool same_as(const Buffer& o) const { return node_ == o.node_; }
   bool operator==(const Buffer& o) const { return node_ == o.node_; }
   // Same storage (this buffer or a view of it).
-  bool aliases(const Buffer& o) const { return (*this)->data == o->data; }
+  bool aliases(const Buffer& o) const { return (*this)->data.same_as(o->data); }
   const std::shared_ptr<const BufferNode>& node() const { return node_; }
 
  private:

@@ -84,6 +84,11 @@ const std::vector<Helper>& helpers() {
     asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(x) : "l"(flag) : "memory");
     if ((int)(x - v) >= 0) break;  // x >= v modulo 2^32 (counters that wrap)
   }
+#if __CUDA_ARCH__ >= 900
+  // What the acquire made visible, visible to this thread's TMA copies too
+  // (the async proxy): a TMA load of data a peer or a copy engine wrote.
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
 }
 )"},
       // mbarriers (sm_90): 32-bit shared addresses of 8-byte barriers.

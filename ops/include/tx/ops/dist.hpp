@@ -18,6 +18,7 @@
 #include <string>
 
 #include "tx/runtime/dist.hpp"
+#include "tx/runtime/stream.hpp"
 #include "tx/runtime/tensor.hpp"
 
 namespace tx::ops {
@@ -68,6 +69,54 @@ class AllReduce {
   Tensor flags_;             // symmetric: two rounds of a flag per (rank, CTA)
   std::uint32_t epoch_ = 0;  // calls made (the staging half is its parity)
   std::uint32_t steps_ = 0;  // steps of the calls made: the flags' base
+};
+
+// all_gather(a) @ b, the GEMM of a tensor-parallel layer whose activations
+// are split by rows: rank r holds rows [r m, (r + 1) m) of A (m x K), every
+// rank the same B (K, N) -- its own shard of the weights -- and gets the
+// whole C (ranks m, N).
+//
+//   tx::ops::AllGatherMatmul ag(group, /*max_rows=*/1024, /*K=*/8192, bf16);  // collective
+//   Tensor c = ag(a_shard, w);                                  // (ranks * m, N)
+//
+// fused: each rank's copy engine pushes its rows into every peer's symmetric
+// gathered buffer (the peer that needs them first first) and raises the
+// peer's ready flag (a stream write after the copy); the Hopper GEMM starts
+// on its own rows, read where they are, and reaches each peer's block as
+// it arrives, its producer waiting for the block's flag before the first
+// TMA load (T::dist::wait_until). After the GEMM a done flag tells each peer
+// its block may be overwritten by the next call. No SM is taken from the
+// GEMM for communication.
+// sequential: NCCL's all-gather into a local buffer, then tx::ops::matmul
+// (host ranks: the host's gather and the host matmul).
+// automatic: fused where the fused kernel runs -- sm_90, f16 / bf16, a wgmma
+// tiling that divides (m, N, K) -- on GPUs; sequential elsewhere. On host
+// ranks fused runs a SIMT kernel with the same flags (for tests).
+enum class FusionPath { automatic, fused, sequential };
+
+struct AllGatherMatmulOptions {
+  FusionPath path = FusionPath::automatic;
+};
+
+class AllGatherMatmul {
+ public:
+  // Collective: allocates the symmetric gathered buffer (ranks x
+  // max_rows x K of dtype) and flags. f16 and bf16.
+  AllGatherMatmul(const dist::Group& group, std::int64_t max_rows, std::int64_t K, DType dtype,
+                  std::source_location loc = std::source_location::current());
+  // a: this rank's (m, K) rows, m <= max_rows and the same on every rank;
+  // b: (K, N), row-major or the transpose of an (N, K) tensor. Collective,
+  // on the current stream of the rank's device.
+  Tensor operator()(const Tensor& a, const Tensor& b, AllGatherMatmulOptions opt = {},
+                    std::source_location loc = std::source_location::current());
+  // What a call with m rows per rank and N columns runs ("fused wgmma
+  // 128x256x64 s3 tma, 2 ranks, copy engine" or "sequential: ...").
+  std::string plan(std::int64_t m, std::int64_t N, AllGatherMatmulOptions opt = {}) const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
 };
 
 }  // namespace tx::ops

@@ -109,6 +109,22 @@ PrimFunc matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                        const MatmulTiling& tiling, std::int64_t splits = 1, std::int64_t ctas = 132,
                        bool b_nk = false);
 PrimFunc matmul_splitk_reduce(std::int64_t M, std::int64_t N, std::int64_t splits, DType out_t);
+// The all-gather fusion (tx::ops::AllGatherMatmul): C (M, N) = A B with A's
+// M rows arriving as M / ranks rows per rank; parameters (a_local (M /
+// ranks, K), a_gathered (M, K), b, c, ready (ranks u32), rank, epoch): rows
+// of rank r are read from a_gathered once ready[r] >= epoch, this rank's
+// from a_local. The Hopper kernel (tiles rotated to start on this rank's
+// rows) and a SIMT kernel for any shape and the host.
+PrimFunc all_gather_matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                                  const MatmulTiling& tiling, std::int64_t ctas, bool b_nk,
+                                  std::int64_t ranks);
+PrimFunc all_gather_matmul_simt(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                                std::int64_t ranks);
+// The wgmma tiling the fused kernel takes for these per-rank rows (whole
+// tiles only), or nullptr (not sm_90, not f16 / bf16, no tiling divides).
+const MatmulTiling* all_gather_matmul_tiling(std::int64_t rows_per_rank, std::int64_t N,
+                                             std::int64_t K, DType t, const Device& d);
+
 // The float32 / float64 kernel (64 x 64 tiles of C, K in steps of 16 through
 // shared memory; any shape).
 PrimFunc matmul_simt_tiled(std::int64_t M, std::int64_t N, std::int64_t K, DType t);

@@ -208,6 +208,18 @@ void copy_device_to_device(DevicePtr dst, DevicePtr src, std::size_t bytes,
 void memset_device(DevicePtr dst, unsigned char value, std::size_t bytes,
                    StreamHandle stream = nullptr);
 
+// Several GPUs (tx::dist): a copy between any two device addresses this
+// process can reach (another GPU's memory through peer access or CUDA IPC:
+// the copy engines move it over NVLink), asynchronous on `stream` of
+// `ordinal`; a stream that waits until the u32 at `flag` is >= `value`
+// (unsigned); a stream write of `value` to the u32 at `flag` (a peer's
+// memory too), after a system-wide fence, so that whatever the stream did
+// before is visible to whoever sees the value.
+void copy_peer_async(int ordinal, DevicePtr dst, DevicePtr src, std::size_t bytes,
+                     StreamHandle stream);
+void stream_wait_value32(int ordinal, StreamHandle stream, DevicePtr flag, std::uint32_t value);
+void stream_write_value32(int ordinal, StreamHandle stream, DevicePtr flag, std::uint32_t value);
+
 StreamHandle stream_create(int ordinal);
 void stream_destroy(int ordinal, StreamHandle s) noexcept;
 void stream_synchronize(int ordinal, StreamHandle s, const std::string& what);

@@ -1,0 +1,239 @@
+// all_gather(a) @ b across the ranks of a group (tx/ops/dist.hpp).
+//
+// The fused path moves A's row blocks with the copy engines and orders them
+// against the GEMM with flags -- no SM is taken from the GEMM, and no kernel
+// of its own is launched for the communication:
+//
+//   rank r, call e (the epoch, counted from 1), stream S (the caller's), copy
+//   stream C (this op's):
+//     C waits for S (a's rows are ready)
+//     for each peer j, the one that needs r's block first first (j = r - 1,
+//     r - 2, ...: rank j's GEMM walks its tile rows from its own block on):
+//       C waits until done_r[j] >= e - 1   j's GEMM of call e - 1 no longer
+//                                          reads the block r wrote into it
+//       C copies a into j's gathered buffer at rows [r m, (r + 1) m)
+//       C writes ready_j[r] = e            after a system-wide fence
+//     S runs the GEMM: tiles of r's own block first (from a itself), then
+//       block r + 1, r + 2, ..., each loaded once ready_r[owner] >= e
+//     S writes done_j[r] = e on every peer j   (r is done reading j's block)
+//     S waits for C
+//   flags live where they are waited for (ready_r, done_r in r's memory) and
+//   are written by the peers: a wait is a local load (stream memop or
+//   ld.acquire), a signal a remote write. Counters only grow, so no flag is
+//   ever reset (2^32 calls).
+// Host ranks (threads) run the same protocol with host copies and atomics,
+// and a SIMT kernel with the same waits.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <tuple>
+
+#include "tx/builder.hpp"
+#include "tx/ops/dist.hpp"
+#include "tx/ops/matmul.hpp"
+#include "tx/runtime/cuda_driver.hpp"
+#include "tx/runtime/kernel.hpp"
+
+namespace tx::ops {
+
+struct AllGatherMatmul::State {
+  dist::Group group;
+  std::int64_t max_rows = 0, K = 0;
+  DType dtype = bf16;
+  Tensor gathered;  // symmetric: ranks * max_rows * K elements
+  Tensor flags;     // symmetric u32: ready[ranks], then done[ranks]
+  Stream copy;      // GPU ranks: the copy engine's stream
+  std::optional<Event> start, copied;
+  std::uint32_t epoch = 0;
+};
+
+namespace {
+
+constexpr const char* kOp = "tx.ops.all_gather_matmul";
+
+// Compiled kernels by shape and configuration; the ranks of one process
+// share them.
+const Kernel& fused_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
+                           const MatmulTiling* tiling, bool b_nk, int ranks, Device device) {
+  static std::mutex mu;
+  static std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::string, std::string,
+                             bool, int, std::string>,
+                  Kernel>
+      kernels;
+  const std::int64_t sms = device.is_cuda() ? runtime::current_device().sm_count : 1;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_tuple(M, N, K, t.name(), tiling ? tiling->str() : std::string("simt"), b_nk,
+                             ranks, device.str() + "|" + std::to_string(sms));
+  auto it = kernels.find(key);
+  if (it == kernels.end()) {
+    PrimFunc f = tiling ? detail::all_gather_matmul_kernel(M, N, K, t, *tiling, sms, b_nk, ranks)
+                        : detail::all_gather_matmul_simt(M, N, K, t, ranks);
+    it = kernels.emplace(key, compile(f, {.device = device})).first;
+  }
+  return it->second;
+}
+
+bool is_transposed(const Tensor& b) {
+  return b.shape().size() == 2 && b.strides()[0] == 1 && b.strides()[1] == b.shape()[0];
+}
+
+// Spins (yielding) until the host flag reaches `value` modulo 2^32.
+void host_wait(const std::uint32_t* flag, std::uint32_t value) {
+  std::atomic_ref<const std::uint32_t> f(*flag);
+  while (static_cast<std::int32_t>(f.load(std::memory_order_acquire) - value) < 0)
+    std::this_thread::yield();
+}
+void host_signal(std::uint32_t* flag, std::uint32_t value) {
+  std::atomic_ref<std::uint32_t>(*flag).store(value, std::memory_order_release);
+}
+
+}  // namespace
+
+AllGatherMatmul::AllGatherMatmul(const dist::Group& group, std::int64_t max_rows, std::int64_t K,
+                                 DType dtype, std::source_location loc)
+    : state_(std::make_shared<State>()) {
+  const SourceLoc at(loc);
+  if (!group.defined()) fail(kOp, "group", at, "is not a group (a default-constructed Group)");
+  if (max_rows < 1) fail(kOp, "max_rows", at, "is " + std::to_string(max_rows) + "; at least 1");
+  if (K < 1) fail(kOp, "K", at, "is " + std::to_string(K) + "; at least 1");
+  if (!(dtype == f16 || dtype == bf16))
+    fail(kOp, "dtype", at, "is " + dtype.name() + "; f16 and bf16 are multiplied");
+  State& s = *state_;
+  s.group = group;
+  s.max_rows = max_rows;
+  s.K = K;
+  s.dtype = dtype;
+  s.gathered = group.empty_symmetric({group.size() * max_rows * K}, dtype);
+  s.flags = group.symmetric_flags(2 * group.size());
+  if (group.device().is_cuda()) {
+    s.copy = Stream::create(group.device());
+    s.start.emplace(group.device(), false);
+    s.copied.emplace(group.device(), false);
+  }
+}
+
+std::string AllGatherMatmul::plan(std::int64_t m, std::int64_t N,
+                                  AllGatherMatmulOptions opt) const {
+  const State& s = *state_;
+  const Device d = s.group.device();
+  const std::string ranks = std::to_string(s.group.size()) + " ranks";
+  const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.K, s.dtype, d);
+  bool fused = opt.path == FusionPath::fused ||
+               (opt.path == FusionPath::automatic && (tiling != nullptr || !d.is_cuda()));
+  if (!fused) {
+    const std::string why = opt.path == FusionPath::sequential ? "asked"
+                            : tiling                           ? ""
+                                                               : "no wgmma tiling divides";
+    return "sequential (" + why + "): " + (d.is_cuda() ? "NCCL all-gather" : "host all-gather") +
+           ", then matmul, " + ranks;
+  }
+  return "fused " + (tiling ? tiling->str() : std::string("SIMT")) + ", " + ranks +
+         (d.is_cuda() ? ", copy engine pushes, flags" : ", host copies, flags");
+}
+
+Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMatmulOptions opt,
+                                   std::source_location loc) {
+  State& s = *state_;
+  const SourceLoc at(loc);
+  const dist::Group& g = s.group;
+  const Device d = g.device();
+  const int W = g.size(), r = g.rank();
+  if (!a.defined() || a.shape().size() != 2)
+    fail(kOp, "a", at, "must be a 2-D tensor (this rank's rows, K)");
+  if (!b.defined() || b.shape().size() != 2) fail(kOp, "b", at, "must be a 2-D tensor (K, N)");
+  if (a.dtype() != s.dtype || b.dtype() != s.dtype)
+    fail(kOp, a.dtype() != s.dtype ? "a" : "b", at,
+         "holds " + (a.dtype() != s.dtype ? a.dtype() : b.dtype()).name() +
+             " but this AllGatherMatmul was built for " + s.dtype.name());
+  const std::int64_t m = a.shape()[0], N = b.shape()[1];
+  if (a.shape()[1] != s.K || b.shape()[0] != s.K)
+    fail(kOp, a.shape()[1] != s.K ? "a" : "b", at,
+         "has an inner extent of " +
+             std::to_string(a.shape()[1] != s.K ? a.shape()[1] : b.shape()[0]) +
+             "; this AllGatherMatmul was built for K = " + std::to_string(s.K));
+  if (m > s.max_rows)
+    fail(kOp, "a", at,
+         "has " + std::to_string(m) + " rows, more than the " + std::to_string(s.max_rows) +
+             " this AllGatherMatmul was built for");
+  if (!a.is_contiguous()) fail(kOp, "a", at, "is a strided view; pass a.contiguous()");
+  const bool b_nk = !b.is_contiguous() && is_transposed(b);
+  if (!b.is_contiguous() && !b_nk)
+    fail(kOp, "b", at,
+         "is a strided view other than a transposed (N, K) tensor; pass .contiguous()");
+  if (!(a.device() == d) || !(b.device() == d))
+    fail(kOp, a.device() == d ? "b" : "a", at,
+         "is on " + (a.device() == d ? b.device() : a.device()).str() +
+             " but this rank's device is " + d.str());
+  const std::int64_t M = W * m;
+  Tensor c = Tensor::empty({M, N}, s.dtype, d);
+  if (m == 0 || N == 0) return c;
+
+  const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.K, s.dtype, d);
+  const bool fused = opt.path == FusionPath::fused ||
+                     (opt.path == FusionPath::automatic && (tiling != nullptr || !d.is_cuda()));
+  if (!fused) {
+    Tensor gathered = Tensor::empty({M, s.K}, s.dtype, d);
+    g.nccl_all_gather(a, gathered);
+    return matmul(gathered, b, {}, loc);
+  }
+
+  const std::uint32_t e = ++s.epoch;
+  const std::int64_t block = m * s.K;  // elements of one rank's rows
+  const std::size_t block_bytes = static_cast<std::size_t>(block) * s.dtype.bytes();
+  const auto& sym = *s.gathered.symmetric();
+  const auto& fl = *s.flags.symmetric();
+  Tensor gathered = s.gathered.slice(0, 0, M * s.K).reshape({M, s.K});
+  Tensor ready = s.flags.slice(0, 0, W);
+  // The SIMT kernel reads B as (K, N).
+  const Tensor bk = tiling ? (b_nk ? b.transpose(0, 1) : b) : (b_nk ? b.contiguous() : b);
+  const Kernel& k = fused_kernel(M, N, s.K, s.dtype, tiling, tiling && b_nk, W, d);
+  auto peer_at = [](void* base, std::size_t offset) { return static_cast<char*>(base) + offset; };
+  const std::size_t rows_at = static_cast<std::size_t>(r) * block_bytes;
+
+  if (!d.is_cuda()) {
+    for (int step = 1; step < W; ++step) {
+      const int j = (r - step + W) % W;
+      host_wait(static_cast<const std::uint32_t*>(fl.peers[r]) + W + j, e - 1);
+      std::memcpy(peer_at(sym.peers[j], rows_at), a.data_ptr(), block_bytes);
+      host_signal(static_cast<std::uint32_t*>(fl.peers[j]) + r, e);
+    }
+    k.launch({a, gathered, bk, c, ready, r, static_cast<std::int64_t>(e)}, {.device = d});
+    for (int step = 1; step < W; ++step) {
+      const int j = (r + step) % W;
+      host_signal(static_cast<std::uint32_t*>(fl.peers[j]) + W + r, e);
+    }
+    return c;
+  }
+
+  const int ordinal = d.index;
+  const Stream S = current_stream(d);
+  auto flag = [&](int owner, int index) {
+    return reinterpret_cast<runtime::DevicePtr>(fl.peers[owner]) +
+           4u * static_cast<unsigned>(index);
+  };
+  s.start->record(S);
+  s.start->wait(s.copy);
+  for (int step = 1; step < W; ++step) {
+    const int j = (r - step + W) % W;
+    runtime::stream_wait_value32(ordinal, s.copy.handle(), flag(r, W + j), e - 1);
+    runtime::copy_peer_async(
+        ordinal, reinterpret_cast<runtime::DevicePtr>(peer_at(sym.peers[j], rows_at)),
+        reinterpret_cast<runtime::DevicePtr>(a.data_ptr()), block_bytes, s.copy.handle());
+    runtime::stream_write_value32(ordinal, s.copy.handle(), flag(j, r), e);
+  }
+  s.copied->record(s.copy);
+  k.launch({a, gathered, bk, c, ready, r, static_cast<std::int64_t>(e)},
+           {.device = d, .stream = S});
+  for (int step = 1; step < W; ++step) {
+    const int j = (r + step) % W;
+    runtime::stream_write_value32(ordinal, S.handle(), flag(j, W + r), e);
+  }
+  s.copied->wait(S);
+  return c;
+}
+
+}  // namespace tx::ops
