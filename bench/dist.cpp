@@ -149,6 +149,35 @@ int main(int argc, char** argv) {
       r.fused_us = std::max(r.fused_us, t_fused);
     }
   });
+  // matmul_reduce_scatter: (M rows, K split over the ranks, N).
+  const std::vector<Shape> rs_shapes = {
+      {512, 4096, 4096}, {2048, 28672, 8192}, {8192, 28672, 8192}};
+  std::vector<GemmRow> rs_rows(rs_shapes.size());
+  dist::Group::run_local(devices, [&](dist::Group& g) {
+    Stream s = Stream::create(g.device());
+    StreamGuard on(s);
+    for (std::size_t k = 0; k < rs_shapes.size(); ++k) {
+      const Shape sh = rs_shapes[k];
+      const std::int64_t m = sh.M / ranks, kr = sh.K / ranks;
+      ops::MatmulReduceScatter mrs(g, m, sh.N, bf16);
+      Tensor a = random_on({sh.M, kr}, bf16, g.device(), 1 + static_cast<std::uint64_t>(g.rank()));
+      Tensor b = random_on({kr, sh.N}, bf16, g.device(), 50 + static_cast<std::uint64_t>(g.rank()));
+      const int it = std::max(5, iters / 5);
+      double t_gemm = time_calls(g, s, it, [&] { ops::matmul(a, b); });
+      double t_seq =
+          time_calls(g, s, it, [&] { mrs(a, b, {.path = ops::FusionPath::sequential}); });
+      double t_fused = time_calls(g, s, it, [&] { mrs(a, b, {.path = ops::FusionPath::fused}); });
+      std::lock_guard<std::mutex> lock(mu);
+      GemmRow& r = rs_rows[k];
+      r.M = sh.M;
+      r.K = kr;
+      r.N = sh.N;
+      r.plan = mrs.plan(m);
+      r.gemm_us = std::max(r.gemm_us, t_gemm);
+      r.seq_us = std::max(r.seq_us, t_seq);
+      r.fused_us = std::max(r.fused_us, t_fused);
+    }
+  });
   std::printf("%d GPUs (%s), %s\n", ranks, runtime::device_info(0).name.c_str(),
               "per call, back to back, slowest rank");
   std::printf("%-22s %10s %10s %10s %9s %12s %12s\n", "what", "bytes", "tx us", "NCCL us",
@@ -172,6 +201,20 @@ int main(int argc, char** argv) {
         "{\"what\": \"all_gather_matmul bf16\", \"ranks\": %d, \"M\": %lld, \"K\": "
         "%lld, \"N_rank\": %lld, \"gemm_us\": %.1f, \"seq_us\": %.1f, \"fused_us\": "
         "%.1f}\n",
+        ranks, static_cast<long long>(r.M), static_cast<long long>(r.K),
+        static_cast<long long>(r.N), r.gemm_us, r.seq_us, r.fused_us);
+  std::printf("\nmatmul_reduce_scatter, bf16, per call, slowest rank (K: this rank's shard)\n");
+  std::printf("%6s %6s %6s %12s %12s %12s %9s  %s\n", "M", "K", "N", "GEMM us", "seq us",
+              "fused us", "seq/fused", "plan");
+  for (const GemmRow& r : rs_rows)
+    std::printf("%6lld %6lld %6lld %12.1f %12.1f %12.1f %9.3f  %s\n", static_cast<long long>(r.M),
+                static_cast<long long>(r.K), static_cast<long long>(r.N), r.gemm_us, r.seq_us,
+                r.fused_us, r.seq_us / r.fused_us, r.plan.c_str());
+  for (const GemmRow& r : rs_rows)
+    std::printf(
+        "{\"what\": \"matmul_reduce_scatter bf16\", \"ranks\": %d, \"M\": %lld, "
+        "\"K_rank\": %lld, \"N\": %lld, \"gemm_us\": %.1f, \"seq_us\": %.1f, "
+        "\"fused_us\": %.1f}\n",
         ranks, static_cast<long long>(r.M), static_cast<long long>(r.K),
         static_cast<long long>(r.N), r.gemm_us, r.seq_us, r.fused_us);
   for (const Row& r : rows)

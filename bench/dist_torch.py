@@ -90,6 +90,27 @@ def main():
             row["symm_fused_error"] = str(e).splitlines()[0][:160]
         if rank == 0:
             print(json.dumps(row), flush=True)
+    # matmul then reduce-scatter: (M, K split over the ranks, N).
+    for M, K, N in ((512, 4096, 4096), (2048, 28672, 8192), (8192, 28672, 8192)):
+        k = K // world
+        a = torch.rand(M, k, dtype=torch.bfloat16, device="cuda") * 2 - 1
+        b = torch.rand(k, N, dtype=torch.bfloat16, device="cuda") * 2 - 1
+        out = torch.empty(M // world, N, dtype=torch.bfloat16, device="cuda")
+        row = {"what": "matmul_reduce_scatter bf16", "ranks": world, "M": M, "K_rank": k, "N": N}
+
+        def seq():
+            dist.reduce_scatter_tensor(out, torch.mm(a, b))
+
+        row["torch_gemm_us"] = time_us(lambda: torch.mm(a, b), 10)
+        row["torch_seq_us"] = time_us(seq, 10)
+        try:
+            f = torch.ops.symm_mem.fused_matmul_reduce_scatter
+            row["symm_fused_us"] = time_us(lambda: f(a, b, "sum", 0, group_name), 10)
+        except Exception as e:  # noqa: BLE001
+            row["symm_fused_us"] = None
+            row["symm_fused_error"] = str(e).splitlines()[0][:160]
+        if rank == 0:
+            print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 

@@ -180,9 +180,9 @@ TEST_CASE("gpu dist all_gather_matmul fused and sequential against float64") {
           for (std::int64_t j = 0; j < c.N; ++j) {
             double want = 0, scale = 0;
             for (std::int64_t k = 0; k < c.K; ++k) {
-              const double p =
-                  rows[static_cast<std::size_t>(i / c.m)][static_cast<std::size_t>(i % c.m * c.K + k)] *
-                  b[static_cast<std::size_t>(k * c.N + j)];
+              const double p = rows[static_cast<std::size_t>(i / c.m)]
+                                   [static_cast<std::size_t>(i % c.m * c.K + k)] *
+                               b[static_cast<std::size_t>(k * c.N + j)];
               want += p;
               scale += std::abs(p);
             }
@@ -198,5 +198,90 @@ TEST_CASE("gpu dist all_gather_matmul fused and sequential against float64") {
         CHECK(bad == 0);
       }
     }
+  }
+}
+
+TEST_CASE("gpu dist matmul_reduce_scatter fused and sequential against float64") {
+  struct Case {
+    int ranks;
+    DType dtype;
+    std::int64_t m, K, N;  // K: each rank's shard
+    ops::FusionPath path;
+  };
+  const int gpus = runtime::device_count();
+  const std::vector<Case> cases = {
+      {2, bf16, 256, 512, 512, ops::FusionPath::automatic},
+      {2, f16, 128, 256, 1024, ops::FusionPath::fused},
+      {2, bf16, 200, 64, 72, ops::FusionPath::automatic},  // partial tiles
+      {2, bf16, 256, 512, 512, ops::FusionPath::sequential},
+      {4, bf16, 128, 256, 256, ops::FusionPath::automatic},
+  };
+  for (const Case& c : cases) {
+    if (c.ranks > 2 && gpus < c.ranks) continue;
+    CAPTURE(c.ranks);
+    CAPTURE(c.dtype.name());
+    CAPTURE(c.m);
+    CAPTURE(static_cast<int>(c.path));
+    const std::uint64_t seed = tx::test::rng()();
+    const std::int64_t M = c.ranks * c.m;
+    constexpr int kCalls = 3;
+    // a[call][rank]: (M, K); b[rank]: (K, N).
+    std::vector<std::vector<std::vector<double>>> a(kCalls);
+    std::vector<std::vector<double>> b;
+    for (int r = 0; r < c.ranks; ++r)
+      b.push_back(random_values(static_cast<std::size_t>(c.K * c.N),
+                                seed + 100 + static_cast<std::uint64_t>(r), c.dtype));
+    for (int call = 0; call < kCalls; ++call)
+      for (int r = 0; r < c.ranks; ++r)
+        a[static_cast<std::size_t>(call)].push_back(
+            random_values(static_cast<std::size_t>(M * c.K),
+                          seed + 1 + static_cast<std::uint64_t>(call * 16 + r), c.dtype));
+    std::mutex mu;
+    std::vector<std::vector<std::vector<double>>> got(
+        kCalls, std::vector<std::vector<double>>(static_cast<std::size_t>(c.ranks)));
+    dist::Group::run_local(rank_devices(c.ranks), [&](dist::Group& g) {
+      StreamGuard on(Stream::create(g.device()));
+      const auto me = static_cast<std::size_t>(g.rank());
+      ops::MatmulReduceScatter mrs(g, c.m, c.N, c.dtype);
+      Tensor bt = Tensor::from_doubles(b[me], {c.K, c.N}, c.dtype, g.device());
+      std::vector<Tensor> outs;
+      for (int call = 0; call < kCalls; ++call) {
+        Tensor x = Tensor::from_doubles(a[static_cast<std::size_t>(call)][me], {M, c.K}, c.dtype,
+                                        g.device());
+        outs.push_back(mrs(x, bt, {.path = c.path}));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      for (int call = 0; call < kCalls; ++call)
+        got[static_cast<std::size_t>(call)][me] = outs[static_cast<std::size_t>(call)].to_doubles();
+    });
+    for (int call = 0; call < kCalls; ++call)
+      for (int r = 0; r < c.ranks; ++r) {
+        const auto& out = got[static_cast<std::size_t>(call)][static_cast<std::size_t>(r)];
+        REQUIRE(out.size() == static_cast<std::size_t>(c.m * c.N));
+        int bad = 0;
+        for (std::int64_t i = 0; i < c.m; ++i)
+          for (std::int64_t j = 0; j < c.N; ++j) {
+            double want = 0, bound = 0;
+            for (int q = 0; q < c.ranks; ++q) {
+              double p = 0, scale = 0;
+              for (std::int64_t k = 0; k < c.K; ++k) {
+                const double v =
+                    a[static_cast<std::size_t>(call)][static_cast<std::size_t>(q)]
+                     [static_cast<std::size_t>((r * c.m + i) * c.K + k)] *
+                    b[static_cast<std::size_t>(q)][static_cast<std::size_t>(k * c.N + j)];
+                p += v;
+                scale += std::abs(v);
+              }
+              want += p;
+              bound += c.K * scale * std::ldexp(1.0, -24) + std::abs(p) * unit_roundoff(c.dtype);
+            }
+            bound += std::abs(want) * unit_roundoff(c.dtype) * 1.0001;
+            const double v = out[static_cast<std::size_t>(i * c.N + j)];
+            if (!(std::abs(v - want) <= bound) && bad++ < 5)
+              MESSAGE("call " << call << " rank " << r << " C[" << i << ", " << j << "] want "
+                              << want << " got " << v);
+          }
+        CHECK(bad == 0);
+      }
   }
 }

@@ -341,9 +341,9 @@ GatherReference gathered_product(const std::vector<std::vector<double>>& a_rows,
     for (std::int64_t j = 0; j < N; ++j) {
       double acc = 0, abs_acc = 0;
       for (std::int64_t k = 0; k < K; ++k) {
-        const double p = a_rows[static_cast<std::size_t>(i / m)][static_cast<std::size_t>(
-                             i % m * K + k)] *
-                         b[static_cast<std::size_t>(k * N + j)];
+        const double p =
+            a_rows[static_cast<std::size_t>(i / m)][static_cast<std::size_t>(i % m * K + k)] *
+            b[static_cast<std::size_t>(k * N + j)];
         acc += p;
         abs_acc += std::abs(p);
       }
@@ -365,10 +365,8 @@ TEST_CASE("dist all_gather_matmul on host ranks against float64, fused and seque
     bool b_transposed = false;
   };
   const std::vector<Case> cases = {
-      {2, bf16, 24, 7, {5, 5, 3}, P::fused},
-      {4, f16, 16, 9, {3, 2, 3}, P::fused, true},
-      {3, bf16, 40, 5, {4, 1}, P::fused},
-      {2, f16, 8, 12, {6, 2}, P::sequential},
+      {2, bf16, 24, 7, {5, 5, 3}, P::fused},     {4, f16, 16, 9, {3, 2, 3}, P::fused, true},
+      {3, bf16, 40, 5, {4, 1}, P::fused},        {2, f16, 8, 12, {6, 2}, P::sequential},
       {4, bf16, 12, 3, {2}, P::automatic, true},
   };
   for (const Case& c : cases) {
@@ -435,13 +433,116 @@ TEST_CASE("dist all_gather_matmul errors name the operand") {
     Tensor a = Tensor::empty({4, 8}, bf16, Device::host());
     Tensor b = Tensor::empty({8, 3}, bf16, Device::host());
     if (g.rank() != 0) return;  // errors are raised before any rank waits
-    check_error([&] { agm(Tensor::empty({5, 8}, bf16, Device::host()), b); },
-                "tx.ops.all_gather_matmul", "a", "more than the 4");
-    check_error([&] { agm(a, Tensor::empty({7, 3}, bf16, Device::host())); },
-                "tx.ops.all_gather_matmul", "b", "K = 8");
-    check_error([&] { agm(a, Tensor::empty({8, 3}, f16, Device::host())); },
-                "tx.ops.all_gather_matmul", "b", "built for bfloat16");
+    check_error(
+        [&] {
+          agm(Tensor::empty({5, 8}, bf16, Device::host()), b);
+        },
+        "tx.ops.all_gather_matmul", "a", "more than the 4");
+    check_error(
+        [&] {
+          agm(a, Tensor::empty({7, 3}, bf16, Device::host()));
+        },
+        "tx.ops.all_gather_matmul", "b", "K = 8");
+    check_error(
+        [&] {
+          agm(a, Tensor::empty({8, 3}, f16, Device::host()));
+        },
+        "tx.ops.all_gather_matmul", "b", "built for bfloat16");
     check_error([&] { ops::AllGatherMatmul(g, 4, 8, f32); }, "tx.ops.all_gather_matmul", "dtype",
                 "f16 and bf16");
   });
+}
+
+TEST_CASE("dist matmul_reduce_scatter on host ranks against float64, fused and sequential") {
+  using P = ops::FusionPath;
+  struct Case {
+    int ranks;
+    DType dtype;
+    std::int64_t K, N;  // K: each rank's shard
+    std::vector<std::int64_t> m_per_call;
+    P path;
+  };
+  const std::vector<Case> cases = {
+      {2, bf16, 12, 16, {3, 3, 2}, P::fused},
+      {4, f16, 8, 8, {2, 1}, P::fused},
+      {3, bf16, 20, 24, {2}, P::automatic},
+      {2, f16, 6, 9, {4}, P::automatic},  // N * 2 % 16 != 0: sequential
+      {2, bf16, 10, 16, {3}, P::sequential},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.ranks);
+    CAPTURE(c.dtype.name());
+    CAPTURE(static_cast<int>(c.path));
+    const std::int64_t max_rows = *std::max_element(c.m_per_call.begin(), c.m_per_call.end());
+    const std::uint64_t seed = tx::test::rng()();
+    // Per call and rank: A shard (ranks m, K) and B shard (K, N).
+    struct Inputs {
+      std::vector<std::vector<double>> a, b;
+    };
+    std::vector<Inputs> in(c.m_per_call.size());
+    for (std::size_t call = 0; call < in.size(); ++call)
+      for (int r = 0; r < c.ranks; ++r) {
+        const std::uint64_t s = seed + 1 + call * 64 + static_cast<std::uint64_t>(r) * 2;
+        auto av = random_values(static_cast<std::size_t>(c.ranks * c.m_per_call[call] * c.K), s);
+        auto bv = random_values(static_cast<std::size_t>(c.K * c.N), s + 1);
+        for (double& x : av) x = quantize(x, c.dtype);
+        for (double& x : bv) x = quantize(x, c.dtype);
+        in[call].a.push_back(av);
+        in[call].b.push_back(bv);
+      }
+    std::mutex mu;
+    std::vector<std::vector<std::vector<double>>> got(
+        in.size(), std::vector<std::vector<double>>(static_cast<std::size_t>(c.ranks)));
+    std::string plan;
+    dist::Group::run_local(c.ranks, [&](dist::Group& g) {
+      ops::MatmulReduceScatter mrs(g, max_rows, c.N, c.dtype);
+      const auto me = static_cast<std::size_t>(g.rank());
+      for (std::size_t call = 0; call < in.size(); ++call) {
+        const std::int64_t m = c.m_per_call[call];
+        Tensor a =
+            Tensor::from_doubles(in[call].a[me], {c.ranks * m, c.K}, c.dtype, Device::host());
+        Tensor b = Tensor::from_doubles(in[call].b[me], {c.K, c.N}, c.dtype, Device::host());
+        Tensor out = mrs(a, b, {.path = c.path});
+        REQUIRE(out.shape() == std::vector<std::int64_t>{m, c.N});
+        std::lock_guard<std::mutex> lock(mu);
+        got[call][me] = out.to_doubles();
+        if (g.rank() == 0 && call == 0) plan = mrs.plan(m, {.path = c.path});
+      }
+    });
+    INFO(plan);
+    const bool fused = c.path == P::fused || (c.path == P::automatic && c.N * 2 % 16 == 0);
+    CHECK(plan.find(fused ? "fused" : "sequential") == 0);
+    for (std::size_t call = 0; call < in.size(); ++call) {
+      const std::int64_t m = c.m_per_call[call];
+      for (int r = 0; r < c.ranks; ++r) {
+        const auto& out = got[call][static_cast<std::size_t>(r)];
+        REQUIRE(out.size() == static_cast<std::size_t>(m * c.N));
+        for (std::int64_t i = 0; i < m; ++i)
+          for (std::int64_t j = 0; j < c.N; ++j) {
+            // Each rank's partial: an f32 sum of K products rounded to the
+            // dtype; then their f32 sum rounded once.
+            double want = 0, bound = 0;
+            for (int q = 0; q < c.ranks; ++q) {
+              double p = 0, scale = 0;
+              for (std::int64_t k = 0; k < c.K; ++k) {
+                const double v =
+                    in[call].a[static_cast<std::size_t>(q)]
+                              [static_cast<std::size_t>(((r * m) + i) * c.K + k)] *
+                    in[call].b[static_cast<std::size_t>(q)][static_cast<std::size_t>(k * c.N + j)];
+                p += v;
+                scale += std::abs(v);
+              }
+              want += p;
+              bound += c.K * scale * std::ldexp(1.0, -24) + std::abs(p) * unit_roundoff(c.dtype);
+            }
+            bound += std::abs(want) * unit_roundoff(c.dtype) * 1.0001 +
+                     c.ranks * bound * std::ldexp(1.0, -24);
+            const double v = out[static_cast<std::size_t>(i * c.N + j)];
+            INFO("call " << call << " rank " << r << " C[" << i << ", " << j << "] want " << want
+                         << " got " << v);
+            REQUIRE(std::abs(v - want) <= bound + 1e-30);
+          }
+      }
+    }
+  }
 }

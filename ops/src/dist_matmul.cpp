@@ -236,4 +236,244 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
   return c;
 }
 
+// --------------------------------------------------- matmul_reduce_scatter
+//
+//   rank r, call e, stream S, copy stream C, m rows per rank:
+//     for each peer j, the one after r first (j = r + 1, r + 2, ...):
+//       S: P_j = a[rows of j] @ b              (a partial, kept until the call ends)
+//       S: records ev_j; C waits for it
+//       C waits until done_r[j] >= e - 1        j has summed r's slot of call e - 1
+//       C copies P_j into j's receive buffer, slot r
+//       C writes arrived_j[r] = e
+//     S: own = a[rows of r] @ b                 (while the pushes travel)
+//     S waits until arrived_r[i] >= e for every peer i
+//     S: c = sum over ranks i in order of (i == r ? own : received_r[i]), f32, rounded once
+//     S writes done_i[r] = e on every peer i; S waits for C
+// The partials stay alive until C has copied them (S waits for C before the
+// call's tensors are freed in S's order).
+
+struct MatmulReduceScatter::State {
+  dist::Group group;
+  std::int64_t max_rows = 0, N = 0;
+  DType dtype = bf16;
+  Tensor received;  // symmetric: ranks slots of max_rows * N
+  Tensor flags;     // symmetric u32: arrived[ranks], then done[ranks]
+  Stream copy;
+  std::vector<Event> block_done;  // per peer: its partial is complete on S
+  std::optional<Event> copied;
+  std::uint32_t epoch = 0;
+};
+
+namespace {
+
+constexpr const char* kRsOp = "tx.ops.matmul_reduce_scatter";
+
+// c (chunks, V) = sum over ranks i, in order, of own (i == rank) or
+// received[i]: 16-byte chunks, an f32 sum rounded once.
+PrimFunc rank_sum_kernel(DType t, int ranks) {
+  const std::int64_t V = 16 / t.bytes();
+  return T::prim_func("reduce_scatter_sum_" + t.short_name(), [&](Handle own_h, Handle recv_h,
+                                                                  Handle out_h, Handle rank_h) {
+    Var chunks = T::dim("chunks");
+    auto Own = T::match_buffer(own_h, {chunks, V}, t, std::nullopt, "Own");
+    // Slot i (rank i's partial) at rows [i chunks, (i + 1) chunks).
+    Var slots = T::dim("slot_rows");
+    auto Recv = T::match_buffer(recv_h, {slots, V}, t, std::nullopt, "Received");
+    auto Out = T::match_buffer(out_h, {chunks, V}, t, std::nullopt, "Out");
+    Var rank = T::match_scalar(rank_h, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
+    T::device_entry();
+    auto cta = T::cta_id({ceildiv(chunks, 256)}, "cta");
+    auto tid = T::thread_id({256}, "tid");
+    auto c = T::let(cta * 256 + tid, "c");
+    T::if_(c < chunks, [&] {
+      auto acc = T::alloc_buffer({V}, f32, scope::local, std::nullopt, "acc");
+      auto in = T::alloc_buffer({1, V}, t, scope::local, std::nullopt, "in");
+      for (Var j : T::unroll(V, "j")) acc(j) = 0.0f;
+      for (Var i : T::unroll(ranks, "i")) {
+        T::if_(i == rank, [&] {
+          Tx::thread::copy(in, Own[region(span(c, 1), span(0, V))], {.partial = true});
+        }).else_([&] {
+          Tx::thread::copy(in, Recv[region(span(i * chunks + c, 1), span(0, V))],
+                           {.partial = true});
+        });
+        for (Var j : T::unroll(V, "j")) acc(j) = acc(j) + cast(in(0, j), f32);
+      }
+      for (Var j : T::unroll(V, "j")) in(0, j) = cast(acc(j), t);
+      Tx::thread::copy(Out[region(span(c, 1), span(0, V))], in, {.partial = true});
+    });
+  });
+}
+
+const Kernel& rank_sum(DType t, int ranks, Device device) {
+  static std::mutex mu;
+  static std::map<std::tuple<std::string, int, bool>, Kernel> kernels;
+  std::lock_guard<std::mutex> lock(mu);
+  auto key = std::make_tuple(t.name(), ranks, device.is_cuda());
+  auto it = kernels.find(key);
+  if (it == kernels.end())
+    it = kernels.emplace(key, compile(rank_sum_kernel(t, ranks), {.device = device})).first;
+  return it->second;
+}
+
+}  // namespace
+
+MatmulReduceScatter::MatmulReduceScatter(const dist::Group& group, std::int64_t max_rows,
+                                         std::int64_t N, DType dtype, std::source_location loc)
+    : state_(std::make_shared<State>()) {
+  const SourceLoc at(loc);
+  if (!group.defined()) fail(kRsOp, "group", at, "is not a group (a default-constructed Group)");
+  if (max_rows < 1) fail(kRsOp, "max_rows", at, "is " + std::to_string(max_rows) + "; at least 1");
+  if (N < 1) fail(kRsOp, "N", at, "is " + std::to_string(N) + "; at least 1");
+  if (!(dtype == f16 || dtype == bf16))
+    fail(kRsOp, "dtype", at, "is " + dtype.name() + "; f16 and bf16 are multiplied");
+  State& s = *state_;
+  s.group = group;
+  s.max_rows = max_rows;
+  s.N = N;
+  s.dtype = dtype;
+  s.received = group.empty_symmetric({group.size() * max_rows * N}, dtype);
+  s.flags = group.symmetric_flags(2 * group.size());
+  if (group.device().is_cuda()) {
+    s.copy = Stream::create(group.device());
+    for (int i = 0; i < group.size(); ++i) s.block_done.emplace_back(group.device(), false);
+    s.copied.emplace(group.device(), false);
+  }
+}
+
+namespace {
+bool rs_fused(const MatmulReduceScatterOptions& opt, std::int64_t N, DType t) {
+  if (opt.path != FusionPath::automatic) return opt.path == FusionPath::fused;
+  return N * t.bytes() % 16 == 0;
+}
+}  // namespace
+
+std::string MatmulReduceScatter::plan(std::int64_t m, MatmulReduceScatterOptions opt) const {
+  const State& s = *state_;
+  const Device d = s.group.device();
+  const std::string ranks = std::to_string(s.group.size()) + " ranks";
+  if (opt.path == FusionPath::fused && s.N * s.dtype.bytes() % 16 != 0)
+    return "fused: not possible (N * element bytes is not a multiple of 16)";
+  if (!rs_fused(opt, s.N, s.dtype))
+    return std::string("sequential (") +
+           (opt.path == FusionPath::sequential ? "asked" : "N * element bytes % 16 != 0") +
+           "): matmul, then " + (d.is_cuda() ? "NCCL" : "host") + " reduce-scatter, " + ranks;
+  return "fused: matmul per row block of " + std::to_string(m) + " rows, peers' blocks first, " +
+         (d.is_cuda() ? "copy engine pushes" : "host copies") +
+         ", flags, then the rank-order sum, " + ranks;
+}
+
+Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
+                                       MatmulReduceScatterOptions opt, std::source_location loc) {
+  State& s = *state_;
+  const SourceLoc at(loc);
+  const dist::Group& g = s.group;
+  const Device d = g.device();
+  const int W = g.size(), r = g.rank();
+  if (!a.defined() || a.shape().size() != 2)
+    fail(kRsOp, "a", at, "must be a 2-D tensor (ranks * m, this rank's K)");
+  if (!b.defined() || b.shape().size() != 2)
+    fail(kRsOp, "b", at, "must be a 2-D tensor (this rank's K, N)");
+  if (a.dtype() != s.dtype || b.dtype() != s.dtype)
+    fail(kRsOp, a.dtype() != s.dtype ? "a" : "b", at,
+         "holds " + (a.dtype() != s.dtype ? a.dtype() : b.dtype()).name() +
+             " but this MatmulReduceScatter was built for " + s.dtype.name());
+  if (b.shape()[1] != s.N)
+    fail(kRsOp, "b", at,
+         "has " + std::to_string(b.shape()[1]) +
+             " columns; this MatmulReduceScatter was built for N = " + std::to_string(s.N));
+  if (a.shape()[1] != b.shape()[0])
+    fail(kRsOp, "b", at,
+         "has " + std::to_string(b.shape()[0]) + " rows but a has " + std::to_string(a.shape()[1]) +
+             " columns");
+  if (a.shape()[0] % W != 0)
+    fail(kRsOp, "a", at,
+         "has " + std::to_string(a.shape()[0]) + " rows, not a multiple of the " +
+             std::to_string(W) + " ranks");
+  const std::int64_t m = a.shape()[0] / W;
+  if (m > s.max_rows)
+    fail(kRsOp, "a", at,
+         "has " + std::to_string(m) + " rows per rank, more than the " +
+             std::to_string(s.max_rows) + " this MatmulReduceScatter was built for");
+  if (!a.is_contiguous()) fail(kRsOp, "a", at, "is a strided view; pass a.contiguous()");
+  if (!(a.device() == d) || !(b.device() == d))
+    fail(kRsOp, a.device() == d ? "b" : "a", at,
+         "is on " + (a.device() == d ? b.device() : a.device()).str() +
+             " but this rank's device is " + d.str());
+  if (opt.path == FusionPath::fused && s.N * s.dtype.bytes() % 16 != 0)
+    fail(kRsOp, "b", at,
+         "has N = " + std::to_string(s.N) +
+             ": the fused path sums 16-byte chunks (N * element bytes % 16 == 0); use "
+             "FusionPath::automatic or sequential");
+  Tensor c = Tensor::empty({m, s.N}, s.dtype, d);
+  if (m == 0) return c;
+  if (!rs_fused(opt, s.N, s.dtype)) {
+    Tensor full = matmul(a, b, {}, loc);
+    g.nccl_reduce_scatter(full, c);
+    return c;
+  }
+
+  const std::uint32_t e = ++s.epoch;
+  const std::int64_t V = 16 / s.dtype.bytes(), chunks = m * s.N / V;
+  const std::size_t slot_bytes = static_cast<std::size_t>(m * s.N) * s.dtype.bytes();
+  const auto& sym = *s.received.symmetric();
+  const auto& fl = *s.flags.symmetric();
+  // Slot i of every rank's receive buffer: what rank i sent (calls of m rows
+  // use the first ranks * m * N elements).
+  auto slot_at = [&](int owner, int slot) {
+    return static_cast<char*>(sym.peers[owner]) + static_cast<std::size_t>(slot) * slot_bytes;
+  };
+  auto rows_of = [&](int j) { return a.slice(0, j * m, (j + 1) * m); };
+  const Kernel& sum = rank_sum(s.dtype, W, d);
+  Tensor received = s.received.slice(0, 0, W * m * s.N).reshape({W * chunks, V});
+  std::vector<Tensor> partials(static_cast<std::size_t>(W));
+
+  if (!d.is_cuda()) {
+    for (int step = 1; step < W; ++step) {
+      const int j = (r + step) % W;
+      Tensor p = matmul(rows_of(j), b, {}, loc);
+      host_wait(static_cast<const std::uint32_t*>(fl.peers[r]) + W + j, e - 1);
+      std::memcpy(slot_at(j, r), p.data_ptr(), slot_bytes);
+      host_signal(static_cast<std::uint32_t*>(fl.peers[j]) + r, e);
+    }
+    Tensor own = matmul(rows_of(r), b, {}, loc);
+    for (int step = 1; step < W; ++step)
+      host_wait(static_cast<const std::uint32_t*>(fl.peers[r]) + (r + step) % W, e);
+    sum.launch({own.reshape({chunks, V}), received, c.reshape({chunks, V}), r}, {.device = d});
+    for (int step = 1; step < W; ++step)
+      host_signal(static_cast<std::uint32_t*>(fl.peers[(r + step) % W]) + W + r, e);
+    return c;
+  }
+
+  const int ordinal = d.index;
+  const Stream S = current_stream(d);
+  auto flag = [&](int owner, int index) {
+    return reinterpret_cast<runtime::DevicePtr>(fl.peers[owner]) +
+           4u * static_cast<unsigned>(index);
+  };
+  for (int step = 1; step < W; ++step) {
+    const int j = (r + step) % W;
+    partials[static_cast<std::size_t>(j)] = matmul(rows_of(j), b, {}, loc);
+    Event& done = s.block_done[static_cast<std::size_t>(j)];
+    done.record(S);
+    done.wait(s.copy);
+    runtime::stream_wait_value32(ordinal, s.copy.handle(), flag(r, W + j), e - 1);
+    runtime::copy_peer_async(
+        ordinal, reinterpret_cast<runtime::DevicePtr>(slot_at(j, r)),
+        reinterpret_cast<runtime::DevicePtr>(partials[static_cast<std::size_t>(j)].data_ptr()),
+        slot_bytes, s.copy.handle());
+    runtime::stream_write_value32(ordinal, s.copy.handle(), flag(j, r), e);
+  }
+  s.copied->record(s.copy);
+  Tensor own = matmul(rows_of(r), b, {}, loc);
+  for (int step = 1; step < W; ++step)
+    runtime::stream_wait_value32(ordinal, S.handle(), flag(r, (r + step) % W), e);
+  sum.launch({own.reshape({chunks, V}), received, c.reshape({chunks, V}), r},
+             {.device = d, .stream = S});
+  for (int step = 1; step < W; ++step)
+    runtime::stream_write_value32(ordinal, S.handle(), flag((r + step) % W, W + r), e);
+  // The partials are freed in S's order after this: once C has copied them.
+  s.copied->wait(S);
+  return c;
+}
+
 }  // namespace tx::ops

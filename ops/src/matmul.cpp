@@ -217,11 +217,10 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
             if (gather) {
               T::if_(owner == rank, [&] {
                 Tx::warpgroup::copy_async(
-                    a_stage, A_local[region(span((bm - owner * TMr) * BM, BM), span(kt * BK, BK))],
+                    a_stage, A_local[region(span(bm % TMr * BM, BM), span(kt * BK, BK))],
                     {.barrier = pipe.full(it)});
               }).else_([&] {
-                Tx::warpgroup::copy_async(a_stage,
-                                          A[region(span(bm * BM, BM), span(kt * BK, BK))],
+                Tx::warpgroup::copy_async(a_stage, A[region(span(bm * BM, BM), span(kt * BK, BK))],
                                           {.barrier = pipe.full(it)});
               });
             } else {
@@ -327,37 +326,37 @@ PrimFunc simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DT
 PrimFunc gathered_simt_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
                               std::int64_t ranks) {
   const std::int64_t Mr = M / ranks;
-  return T::prim_func(
-      "all_gather_matmul_simt_" + t.short_name(),
-      [&](Handle a_local, Handle a_gathered, Handle b, Handle cp, Handle ready, Handle rank_h,
-          Handle epoch_h) {
-        auto A_local = T::match_buffer(a_local, {Mr, K}, t);
-        auto A = T::match_buffer(a_gathered, {M, K}, t);
-        auto B = T::match_buffer(b, {K, N}, t);
-        auto C = T::match_buffer(cp, {M, N}, t);
-        auto Ready = T::match_buffer(ready, {ranks}, u32);
-        Var rank = T::match_scalar(rank_h, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
-        Var epoch = T::match_scalar(epoch_h, u32, "epoch");
-        T::device_entry();
-        auto cta = T::cta_id({(M * N + 255) / 256});
-        auto tid = T::thread_id({256});
-        auto i = T::let((cta * 256 + tid) / N), j = T::let((cta * 256 + tid) % N);
-        auto sum = T::alloc_buffer({1}, f32, scope::local);
-        T::if_(i < M, [&] {
-          auto owner = T::let(i / Mr, "owner");
-          sum(0) = 0.0f;
-          T::if_(owner == rank, [&] {
-            auto li = T::let(i - owner * Mr, "li");
-            for (Var k : T::serial(K, "k"))
-              sum(0) = sum(0) + cast(A_local(li, k), f32) * cast(B(k, j), f32);
-          }).else_([&] {
-            T::dist::wait_until(Ready(owner), epoch);
-            for (Var k : T::serial(K, "k"))
-              sum(0) = sum(0) + cast(A(i, k), f32) * cast(B(k, j), f32);
-          });
-          C(i, j) = cast(sum(0), t);
-        });
-      });
+  return T::prim_func("all_gather_matmul_simt_" + t.short_name(),
+                      [&](Handle a_local, Handle a_gathered, Handle b, Handle cp, Handle ready,
+                          Handle rank_h, Handle epoch_h) {
+                        auto A_local = T::match_buffer(a_local, {Mr, K}, t);
+                        auto A = T::match_buffer(a_gathered, {M, K}, t);
+                        auto B = T::match_buffer(b, {K, N}, t);
+                        auto C = T::match_buffer(cp, {M, N}, t);
+                        auto Ready = T::match_buffer(ready, {ranks}, u32);
+                        Var rank = T::match_scalar(rank_h, i32, "rank",
+                                                   DimFacts{.min = 0, .max = ranks - 1});
+                        Var epoch = T::match_scalar(epoch_h, u32, "epoch");
+                        T::device_entry();
+                        auto cta = T::cta_id({(M * N + 255) / 256});
+                        auto tid = T::thread_id({256});
+                        auto i = T::let((cta * 256 + tid) / N), j = T::let((cta * 256 + tid) % N);
+                        auto sum = T::alloc_buffer({1}, f32, scope::local);
+                        T::if_(i < M, [&] {
+                          auto owner = T::let(i / Mr, "owner");
+                          sum(0) = 0.0f;
+                          T::if_(owner == rank, [&] {
+                            auto li = T::let(i % Mr, "li");  // i - owner * Mr, provably in range
+                            for (Var k : T::serial(K, "k"))
+                              sum(0) = sum(0) + cast(A_local(li, k), f32) * cast(B(k, j), f32);
+                          }).else_([&] {
+                            T::dist::wait_until(Ready(owner), epoch);
+                            for (Var k : T::serial(K, "k"))
+                              sum(0) = sum(0) + cast(A(i, k), f32) * cast(B(k, j), f32);
+                          });
+                          C(i, j) = cast(sum(0), t);
+                        });
+                      });
 }
 
 // The f32 / f64 GEMM (no tensor cores: tx has no TF32 or FP64 MMA path):
@@ -763,12 +762,11 @@ const std::vector<MatmulTiling>& matmul_tilings() {
   static const std::vector<MatmulTiling> t = {
       {128, 128, 128, 0, 0, 6, true, true}, {64, 128, 128, 0, 0, 8, true, true},
       {128, 64, 128, 0, 0, 8, true, true},  {128, 256, 64, 0, 0, 3, true, true, true},
-      {128, 256, 64, 0, 0, 4, true, true},
-      {64, 256, 64, 0, 0, 4, true, true},   {128, 128, 64, 0, 0, 6, true, true},
-      {128, 256, 64, 64, 64, 3, false},     {128, 256, 32, 64, 64, 4, false},
-      {256, 128, 32, 64, 64, 4, false},     {128, 128, 32, 64, 64, 3, true},
-      {64, 128, 64, 32, 64, 4, false},      {64, 64, 32, 32, 32, 4, true},
-      {16, 64, 32, 16, 16, 4, false},
+      {128, 256, 64, 0, 0, 4, true, true},  {64, 256, 64, 0, 0, 4, true, true},
+      {128, 128, 64, 0, 0, 6, true, true},  {128, 256, 64, 64, 64, 3, false},
+      {128, 256, 32, 64, 64, 4, false},     {256, 128, 32, 64, 64, 4, false},
+      {128, 128, 32, 64, 64, 3, true},      {64, 128, 64, 32, 64, 4, false},
+      {64, 64, 32, 32, 32, 4, true},        {16, 64, 32, 16, 16, 4, false},
   };
   return t;
 }

@@ -119,4 +119,48 @@ class AllGatherMatmul {
   std::shared_ptr<State> state_;
 };
 
+// The sum over the ranks of a_r @ b_r, scattered by rows: the GEMM after a
+// tensor-parallel layer whose K is split (rank r holds A's columns and B's
+// rows of its K shard); rank r gets rows [r m, (r + 1) m) of the (ranks m,
+// N) sum.
+//
+//   tx::ops::MatmulReduceScatter mrs(group, /*max_rows=*/1024, /*N=*/8192, bf16);  // collective
+//   Tensor c = mrs(a, w);        // a (ranks * m, K_r), w (K_r, N): c (m, N)
+//
+// fused: the GEMM runs one row block at a time, the peers' blocks first
+// (each into a local partial), and as each finishes, the copy engine pushes
+// it into that peer's symmetric receive buffer and raises the peer's
+// arrival flag; the rank's own block is multiplied while the pushes travel;
+// then, once every peer's block has arrived, one kernel sums the partials
+// (f32, in rank order, rounded once) into c, and a done flag tells each peer
+// its slot may be overwritten by the next call.
+// sequential: tx::ops::matmul of the whole A, then NCCL's reduce-scatter
+// (host ranks: the host's).
+// automatic: fused where N * element bytes is a multiple of 16 (the sum's
+// 16-byte chunks), else sequential. Partials are rounded to the dtype before
+// they are summed (as the sequential path's matmul output is).
+struct MatmulReduceScatterOptions {
+  FusionPath path = FusionPath::automatic;
+};
+
+class MatmulReduceScatter {
+ public:
+  // Collective: allocates the symmetric receive buffer (ranks x max_rows x
+  // N of dtype) and flags. f16 and bf16.
+  MatmulReduceScatter(const dist::Group& group, std::int64_t max_rows, std::int64_t N, DType dtype,
+                      std::source_location loc = std::source_location::current());
+  // a: (ranks m, K_r), m <= max_rows, the same m on every rank; b: (K_r, N)
+  // (row-major or the transpose of an (N, K_r) tensor). Returns (m, N).
+  // Collective, on the current stream of the rank's device.
+  Tensor operator()(const Tensor& a, const Tensor& b, MatmulReduceScatterOptions opt = {},
+                    std::source_location loc = std::source_location::current());
+  // What a call with m output rows per rank runs.
+  std::string plan(std::int64_t m, MatmulReduceScatterOptions opt = {}) const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
 }  // namespace tx::ops
