@@ -215,6 +215,9 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
     return reinterpret_cast<runtime::DevicePtr>(fl.peers[owner]) +
            4u * static_cast<unsigned>(index);
   };
+  // Loaded before anything on this GPU waits for a peer: a module load may
+  // wait for the device to go idle (the driver's lazy loading).
+  k.prepare_gpu();
   s.start->record(S);
   s.start->wait(s.copy);
   for (int step = 1; step < W; ++step) {
@@ -306,9 +309,9 @@ PrimFunc rank_sum_kernel(DType t, int ranks) {
 
 const Kernel& rank_sum(DType t, int ranks, Device device) {
   static std::mutex mu;
-  static std::map<std::tuple<std::string, int, bool>, Kernel> kernels;
+  static std::map<std::tuple<std::string, int, std::string>, Kernel> kernels;
   std::lock_guard<std::mutex> lock(mu);
-  auto key = std::make_tuple(t.name(), ranks, device.is_cuda());
+  auto key = std::make_tuple(t.name(), ranks, device.str());
   auto it = kernels.find(key);
   if (it == kernels.end())
     it = kernels.emplace(key, compile(rank_sum_kernel(t, ranks), {.device = device})).first;
@@ -450,6 +453,8 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
     return reinterpret_cast<runtime::DevicePtr>(fl.peers[owner]) +
            4u * static_cast<unsigned>(index);
   };
+  // Loaded before this GPU's streams wait for a peer (see AllGatherMatmul).
+  sum.prepare_gpu();
   for (int step = 1; step < W; ++step) {
     const int j = (r + step) % W;
     partials[static_cast<std::size_t>(j)] = matmul(rows_of(j), b, {}, loc);

@@ -69,6 +69,13 @@ class CudaExecutable final : public Executable {
  private:
   // One device's module and function; `function` is set last (release).
   struct DeviceSlot {
+    // Loading, per device: ranks of a group (threads, one GPU each) load a
+    // shared kernel at once, and a module load may wait for its device to
+    // go idle (the driver's lazy loading) -- a device whose streams wait for
+    // another rank's progress. One lock for every device made that rank
+    // wait for this one's load: a deadlock (matmul_reduce_scatter's first
+    // call, 2 GPUs).
+    std::mutex mu;
     std::shared_ptr<Module> module;
     std::atomic<void*> function{nullptr};
   };
@@ -85,7 +92,6 @@ class CudaExecutable final : public Executable {
   const MapBlob& tensor_map(const TensorMapSpec& spec) const;
 
   ExecutableSource src_;
-  mutable std::mutex mu_;  // loading
   mutable std::array<DeviceSlot, kMaxDevices> slots_;
   // Encoded tensor maps by their description (pointer, shape, box,
   // swizzle): a launch on the same tensors reuses them. Bounded: the oldest
@@ -110,7 +116,7 @@ std::string CudaExecutable::prepare(Device device, SourceLoc loc) const {
     fail("launch " + src_.kernel_name, device.str(), loc,
          "a CUDA kernel launches on cuda:0 .. cuda:" + std::to_string(kMaxDevices - 1));
   DeviceSlot& slot = slots_[static_cast<std::size_t>(ordinal)];
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(slot.mu);
   if (slot.function.load(std::memory_order_acquire)) return "memory";
   std::string origin = load(slot, ordinal);
   void* function = slot.module->function(src_.kernel_name);
