@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
       r.M = sh.M;
       r.K = kr;
       r.N = sh.N;
-      r.plan = mrs.plan(m);
+      r.plan = mrs.plan(m, kr);
       r.gemm_us = std::max(r.gemm_us, t_gemm);
       r.seq_us = std::max(r.seq_us, t_seq);
       r.fused_us = std::max(r.fused_us, t_fused);

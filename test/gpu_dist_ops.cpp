@@ -124,11 +124,12 @@ TEST_CASE("gpu dist all_gather_matmul fused and sequential against float64") {
   };
   const int gpus = runtime::device_count();
   const std::vector<Case> cases = {
-      {2, bf16, 256, 512, 512, ops::FusionPath::automatic, false, "fused wgmma"},
-      {2, f16, 128, 1024, 256, ops::FusionPath::automatic, true, "fused wgmma"},
-      {2, bf16, 256, 512, 512, ops::FusionPath::sequential, false, "sequential"},
-      {2, bf16, 100, 64, 72, ops::FusionPath::automatic, false, "sequential"},
-      {4, bf16, 128, 256, 256, ops::FusionPath::automatic, false, "fused wgmma"},
+      {2, bf16, 256, 512, 512, ops::FusionPath::fused, false, "fused wgmma"},
+      {2, f16, 128, 1024, 256, ops::FusionPath::fused, true, "fused wgmma"},
+      {2, bf16, 256, 512, 512, ops::FusionPath::sequential, false, "sequential (asked)"},
+      {2, bf16, 256, 512, 512, ops::FusionPath::automatic, false, "sequential (a GEMM of"},
+      {2, bf16, 100, 64, 72, ops::FusionPath::automatic, false, "sequential (no wgmma"},
+      {4, bf16, 128, 256, 256, ops::FusionPath::fused, false, "fused wgmma"},
   };
   for (const Case& c : cases) {
     if (c.ranks > 2 && gpus < c.ranks) continue;
@@ -201,6 +202,20 @@ TEST_CASE("gpu dist all_gather_matmul fused and sequential against float64") {
   }
 }
 
+TEST_CASE("gpu dist the fused paths are chosen for long GEMMs only") {
+  dist::Group::run_local(rank_devices(2), [&](dist::Group& g) {
+    ops::AllGatherMatmul agm(g, 1024, 8192, bf16);
+    ops::MatmulReduceScatter mrs(g, 1024, 8192, bf16);
+    if (g.rank() != 0) return;
+    // The shapes (M 2048 over 2 ranks): 481 GFLOP per rank.
+    CHECK(agm.plan(1024, 14336).find("fused wgmma") == 0);
+    CHECK(mrs.plan(1024, 14336).find("fused") == 0);
+    // 2 x 128 x 256 x 8192: 1 GFLOP, below the threshold.
+    CHECK(agm.plan(64, 256).find("sequential (a GEMM of") == 0);
+    CHECK(mrs.plan(64, 512).find("sequential (a GEMM of") == 0);
+  });
+}
+
 TEST_CASE("gpu dist matmul_reduce_scatter fused and sequential against float64") {
   struct Case {
     int ranks;
@@ -210,11 +225,11 @@ TEST_CASE("gpu dist matmul_reduce_scatter fused and sequential against float64")
   };
   const int gpus = runtime::device_count();
   const std::vector<Case> cases = {
-      {2, bf16, 256, 512, 512, ops::FusionPath::automatic},
+      {2, bf16, 256, 512, 512, ops::FusionPath::fused},
       {2, f16, 128, 256, 1024, ops::FusionPath::fused},
       {2, bf16, 200, 64, 72, ops::FusionPath::automatic},  // partial tiles
       {2, bf16, 256, 512, 512, ops::FusionPath::sequential},
-      {4, bf16, 128, 256, 256, ops::FusionPath::automatic},
+      {4, bf16, 128, 256, 256, ops::FusionPath::fused},
   };
   for (const Case& c : cases) {
     if (c.ranks > 2 && gpus < c.ranks) continue;

@@ -506,7 +506,7 @@ TEST_CASE("dist matmul_reduce_scatter on host ranks against float64, fused and s
         REQUIRE(out.shape() == std::vector<std::int64_t>{m, c.N});
         std::lock_guard<std::mutex> lock(mu);
         got[call][me] = out.to_doubles();
-        if (g.rank() == 0 && call == 0) plan = mrs.plan(m, {.path = c.path});
+        if (g.rank() == 0 && call == 0) plan = mrs.plan(m, c.K, {.path = c.path});
       }
     });
     INFO(plan);

@@ -25,6 +25,9 @@
 // and a SIMT kernel with the same waits.
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -91,6 +94,40 @@ void host_signal(std::uint32_t* flag, std::uint32_t value) {
   std::atomic_ref<std::uint32_t>(*flag).store(value, std::memory_order_release);
 }
 
+// The fused paths win once the GEMM is long enough to hide the copies and
+// the flags behind it. 2 H200 (bench_dist, 2026-11-28): a 8.6 GFLOP GEMM
+// per rank (M 512, K 4096, N 2048 / 4096) ran 0.99x (all-gather) and 0.77x
+// (reduce-scatter) the sequential time; 481 GFLOP (M 2048) 1.15x / 1.12x.
+// Automatic fuses from 2^36 FLOPs per rank (69 GFLOP, ~90 us of GEMM);
+// TX_DIST_FUSE_FLOPS sets another threshold. Host ranks always fuse (their
+// runs are tests of the protocol).
+double fuse_from_flops() {
+  static const double v = [] {
+    const char* e = std::getenv("TX_DIST_FUSE_FLOPS");
+    return e && *e ? std::atof(e) : std::ldexp(1.0, 36);
+  }();
+  return v;
+}
+struct PathChoice {
+  bool fused;
+  std::string why;  // for a plan: why this path
+};
+std::string gflop(double flops) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.1f GFLOP", flops / 1e9);
+  return b;
+}
+PathChoice choose_path(FusionPath asked, bool fusable, const std::string& unfusable_why,
+                       double flops, const Device& d) {
+  if (asked == FusionPath::sequential) return {false, "asked"};
+  if (asked == FusionPath::fused) return {true, "asked"};
+  if (!fusable) return {false, unfusable_why};
+  if (d.is_cuda() && flops < fuse_from_flops())
+    return {false, "a GEMM of " + gflop(flops) + " per rank, below the " +
+                       gflop(fuse_from_flops()) + " from which fusing pays"};
+  return {true, d.is_cuda() ? "a GEMM of " + gflop(flops) + " per rank" : "host ranks"};
+}
+
 }  // namespace
 
 AllGatherMatmul::AllGatherMatmul(const dist::Group& group, std::int64_t max_rows, std::int64_t K,
@@ -122,17 +159,15 @@ std::string AllGatherMatmul::plan(std::int64_t m, std::int64_t N,
   const Device d = s.group.device();
   const std::string ranks = std::to_string(s.group.size()) + " ranks";
   const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.K, s.dtype, d);
-  bool fused = opt.path == FusionPath::fused ||
-               (opt.path == FusionPath::automatic && (tiling != nullptr || !d.is_cuda()));
-  if (!fused) {
-    const std::string why = opt.path == FusionPath::sequential ? "asked"
-                            : tiling                           ? ""
-                                                               : "no wgmma tiling divides";
-    return "sequential (" + why + "): " + (d.is_cuda() ? "NCCL all-gather" : "host all-gather") +
+  const double flops = 2.0 * static_cast<double>(s.group.size() * m) * N * s.K;
+  const PathChoice c = choose_path(opt.path, tiling != nullptr || !d.is_cuda(),
+                                   "no wgmma tiling divides the rows", flops, d);
+  if (!c.fused)
+    return "sequential (" + c.why + "): " + (d.is_cuda() ? "NCCL all-gather" : "host all-gather") +
            ", then matmul, " + ranks;
-  }
   return "fused " + (tiling ? tiling->str() : std::string("SIMT")) + ", " + ranks +
-         (d.is_cuda() ? ", copy engine pushes, flags" : ", host copies, flags");
+         (d.is_cuda() ? ", copy engine pushes, flags" : ", host copies, flags") + " (" + c.why +
+         ")";
 }
 
 Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMatmulOptions opt,
@@ -173,8 +208,8 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
   if (m == 0 || N == 0) return c;
 
   const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.K, s.dtype, d);
-  const bool fused = opt.path == FusionPath::fused ||
-                     (opt.path == FusionPath::automatic && (tiling != nullptr || !d.is_cuda()));
+  const bool fused =
+      choose_path(opt.path, tiling != nullptr || !d.is_cuda(), "", 2.0 * M * N * s.K, d).fused;
   if (!fused) {
     Tensor gathered = Tensor::empty({M, s.K}, s.dtype, d);
     g.nccl_all_gather(a, gathered);
@@ -344,25 +379,28 @@ MatmulReduceScatter::MatmulReduceScatter(const dist::Group& group, std::int64_t 
 }
 
 namespace {
-bool rs_fused(const MatmulReduceScatterOptions& opt, std::int64_t N, DType t) {
-  if (opt.path != FusionPath::automatic) return opt.path == FusionPath::fused;
-  return N * t.bytes() % 16 == 0;
+PathChoice rs_path(const MatmulReduceScatterOptions& opt, std::int64_t M, std::int64_t K,
+                   std::int64_t N, DType t, const Device& d) {
+  return choose_path(opt.path, N * t.bytes() % 16 == 0,
+                     "N * element bytes is not a multiple of 16, the sum's chunk", 2.0 * M * K * N,
+                     d);
 }
 }  // namespace
 
-std::string MatmulReduceScatter::plan(std::int64_t m, MatmulReduceScatterOptions opt) const {
+std::string MatmulReduceScatter::plan(std::int64_t m, std::int64_t K,
+                                      MatmulReduceScatterOptions opt) const {
   const State& s = *state_;
   const Device d = s.group.device();
   const std::string ranks = std::to_string(s.group.size()) + " ranks";
   if (opt.path == FusionPath::fused && s.N * s.dtype.bytes() % 16 != 0)
     return "fused: not possible (N * element bytes is not a multiple of 16)";
-  if (!rs_fused(opt, s.N, s.dtype))
-    return std::string("sequential (") +
-           (opt.path == FusionPath::sequential ? "asked" : "N * element bytes % 16 != 0") +
-           "): matmul, then " + (d.is_cuda() ? "NCCL" : "host") + " reduce-scatter, " + ranks;
+  const PathChoice c = rs_path(opt, s.group.size() * m, K, s.N, s.dtype, d);
+  if (!c.fused)
+    return "sequential (" + c.why + "): matmul, then " + (d.is_cuda() ? "NCCL" : "host") +
+           " reduce-scatter, " + ranks;
   return "fused: matmul per row block of " + std::to_string(m) + " rows, peers' blocks first, " +
          (d.is_cuda() ? "copy engine pushes" : "host copies") +
-         ", flags, then the rank-order sum, " + ranks;
+         ", flags, then the rank-order sum, " + ranks + " (" + c.why + ")";
 }
 
 Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
@@ -409,7 +447,7 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
              "FusionPath::automatic or sequential");
   Tensor c = Tensor::empty({m, s.N}, s.dtype, d);
   if (m == 0) return c;
-  if (!rs_fused(opt, s.N, s.dtype)) {
+  if (!rs_path(opt, W * m, a.shape()[1], s.N, s.dtype, d).fused) {
     Tensor full = matmul(a, b, {}, loc);
     g.nccl_reduce_scatter(full, c);
     return c;

@@ -90,8 +90,10 @@ class AllReduce {
 // sequential: NCCL's all-gather into a local buffer, then tx::ops::matmul
 // (host ranks: the host's gather and the host matmul).
 // automatic: fused where the fused kernel runs -- sm_90, f16 / bf16, a wgmma
-// tiling that divides (m, N, K) -- on GPUs; sequential elsewhere. On host
-// ranks fused runs a SIMT kernel with the same flags (for tests).
+// tiling that divides (m, N, K) -- and the GEMM is long enough to hide the
+// copies (from 2^36 FLOPs per rank, TX_DIST_FUSE_FLOPS: measured on 2 H200,
+// docs/dist.md); sequential elsewhere. On host ranks fused runs a SIMT
+// kernel with the same flags (for tests).
 enum class FusionPath { automatic, fused, sequential };
 
 struct AllGatherMatmulOptions {
@@ -137,7 +139,8 @@ class AllGatherMatmul {
 // sequential: tx::ops::matmul of the whole A, then NCCL's reduce-scatter
 // (host ranks: the host's).
 // automatic: fused where N * element bytes is a multiple of 16 (the sum's
-// 16-byte chunks), else sequential. Partials are rounded to the dtype before
+// 16-byte chunks) and the GEMM reaches 2^36 FLOPs per rank (as
+// AllGatherMatmul), else sequential. Partials are rounded to the dtype before
 // they are summed (as the sequential path's matmul output is).
 struct MatmulReduceScatterOptions {
   FusionPath path = FusionPath::automatic;
@@ -154,8 +157,8 @@ class MatmulReduceScatter {
   // Collective, on the current stream of the rank's device.
   Tensor operator()(const Tensor& a, const Tensor& b, MatmulReduceScatterOptions opt = {},
                     std::source_location loc = std::source_location::current());
-  // What a call with m output rows per rank runs.
-  std::string plan(std::int64_t m, MatmulReduceScatterOptions opt = {}) const;
+  // What a call with m output rows per rank and this rank's K runs.
+  std::string plan(std::int64_t m, std::int64_t K, MatmulReduceScatterOptions opt = {}) const;
 
   struct State;
 
