@@ -30,8 +30,12 @@ if [ "$stage" = all ] || [ "$stage" = test ]; then
   echo "exit $?"; grep -E "ERROR|error|test cases|assertions|ranks on" "$FINAL/gpu_dist_ops.txt" | head -20
 fi
 if [ "$stage" = all ] || [ "$stage" = sanitize ]; then
+  # API errors off: NCCL (the sequential paths) probes kernels for other
+  # architectures (cudaErrorNoKernelImageForDevice) and enables peer access
+  # tx already enabled (cudaErrorPeerAccessAlreadyEnabled) -- both handled
+  # inside NCCL, yet memcheck counts them as errors. Memory errors stay on.
   step "memcheck gpu_dist_ops (2 ranks)"
-  (cd $B/test && timeout 300 compute-sanitizer --tool memcheck ./gpu_dist_ops) > "$FINAL/memcheck.txt" 2>&1
+  (cd $B/test && timeout 300 compute-sanitizer --tool memcheck --report-api-errors no ./gpu_dist_ops) > "$FINAL/memcheck.txt" 2>&1
   echo "exit $?"; grep -E "ERROR SUMMARY|test cases" "$FINAL/memcheck.txt" | head
 fi
 if [ "$stage" = all ] || [ "$stage" = bench ]; then
