@@ -300,3 +300,59 @@ TEST_CASE("gpu dist matmul_reduce_scatter fused and sequential against float64")
       }
   }
 }
+
+TEST_CASE("gpu dist all_gather and reduce_scatter written in tx against float64") {
+  const int gpus = runtime::device_count();
+  for (int ranks : {2, 4}) {
+    if (ranks > 2 && gpus < ranks) continue;
+    for (DType dtype : {f32, bf16}) {
+      for (std::int64_t n : {std::int64_t{8}, std::int64_t{4096} * 33, std::int64_t{3} << 20}) {
+        CAPTURE(ranks);
+        CAPTURE(dtype.name());
+        CAPTURE(n);
+        const std::uint64_t seed = tx::test::rng()();
+        const auto R = static_cast<std::size_t>(ranks);
+        std::vector<std::vector<double>> in(R);
+        for (std::size_t r = 0; r < R; ++r)
+          in[r] = random_values(R * static_cast<std::size_t>(n), seed + r, dtype);
+        std::mutex mu;
+        std::vector<std::vector<double>> gathered(R), scattered(R);
+        dist::Group::run_local(rank_devices(ranks), [&](dist::Group& g) {
+          StreamGuard on(Stream::create(g.device()));
+          const auto me = static_cast<std::size_t>(g.rank());
+          ops::AllGather ag(g, n, dtype);
+          ops::ReduceScatter rs(g, n, dtype);
+          Tensor x = Tensor::from_doubles(in[me], {ranks * n}, dtype, g.device());
+          Tensor all, out = Tensor::empty({n}, dtype, g.device());
+          for (int rep = 0; rep < 3; ++rep) {  // epochs reuse the staging
+            all = ag(x.slice(0, 0, n));
+            out.fill_bits(0x7fc0);
+            rs(x, out);
+          }
+          auto a = all.to_doubles(), o = out.to_doubles();
+          std::lock_guard<std::mutex> lock(mu);
+          gathered[me] = std::move(a);
+          scattered[me] = std::move(o);
+        });
+        for (std::size_t r = 0; r < R; ++r) {
+          int bad = 0;
+          for (std::size_t q = 0; q < R; ++q)
+            for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+              bad += gathered[r][q * static_cast<std::size_t>(n) + i] != in[q][i];
+          CHECK(bad == 0);
+          for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+            double want = 0;
+            for (std::size_t q = 0; q < R; ++q) want += in[q][r * static_cast<std::size_t>(n) + i];
+            const double bound =
+                ranks * 8.0 * std::ldexp(1.0, -24) + std::abs(want) * unit_roundoff(dtype) * 1.0001;
+            if (!(std::abs(scattered[r][i] - want) <= bound)) {
+              INFO("rank " << r << " element " << i << " want " << want << " got "
+                           << scattered[r][i]);
+              REQUIRE(false);
+            }
+          }
+        }
+      }
+    }
+  }
+}

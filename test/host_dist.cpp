@@ -546,3 +546,104 @@ TEST_CASE("dist matmul_reduce_scatter on host ranks against float64, fused and s
     }
   }
 }
+
+TEST_CASE("dist all_gather and reduce_scatter written in tx, on host ranks, against float64") {
+  struct Case {
+    int ranks;
+    DType dtype;
+    std::vector<std::int64_t> n_per_call;  // elements per segment, call by call
+    dist::ReduceOp op = dist::ReduceOp::sum;
+  };
+  const std::vector<Case> cases = {
+      {2, f32, {1024, 4096 + 4, 8}},
+      {3, bf16, {512 * 4 * 16 + 8, 16}},       // several steps on 16 CTAs
+      {4, f16, {40, 7}, dist::ReduceOp::max},  // 7: the NCCL (host) fallback
+      {2, bf16, {5, 64}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.ranks);
+    CAPTURE(c.dtype.name());
+    const std::int64_t max_n = *std::max_element(c.n_per_call.begin(), c.n_per_call.end());
+    const std::uint64_t seed = tx::test::rng()();
+    const auto R = static_cast<std::size_t>(c.ranks);
+    // in[call][rank]: ranks * n values (the reduce-scatter's x; the
+    // all-gather sends segment 0).
+    std::vector<std::vector<std::vector<double>>> in(c.n_per_call.size());
+    for (std::size_t call = 0; call < in.size(); ++call)
+      for (std::size_t r = 0; r < R; ++r) {
+        auto v =
+            random_values(R * static_cast<std::size_t>(c.n_per_call[call]), seed + call * 16 + r);
+        for (double& x : v) x = quantize(x, c.dtype);
+        in[call].push_back(v);
+      }
+    std::mutex mu;
+    std::vector<std::vector<std::vector<double>>> gathered(in.size(),
+                                                           std::vector<std::vector<double>>(R)),
+        scattered(in.size(), std::vector<std::vector<double>>(R));
+    std::vector<std::string> plans;
+    dist::Group::run_local(c.ranks, [&](dist::Group& g) {
+      ops::AllGather ag(g, max_n, c.dtype);
+      ops::ReduceScatter rs(g, max_n, c.dtype);
+      const auto me = static_cast<std::size_t>(g.rank());
+      for (std::size_t call = 0; call < in.size(); ++call) {
+        const std::int64_t n = c.n_per_call[call];
+        Tensor x = Tensor::from_doubles(in[call][me], {c.ranks * n}, c.dtype, Device::host());
+        Tensor all = ag(x.slice(0, 0, n));
+        Tensor out = Tensor::empty({n}, c.dtype, Device::host());
+        out.fill_bits(0x7fc0);
+        rs(x, out, c.op);
+        std::lock_guard<std::mutex> lock(mu);
+        gathered[call][me] = all.to_doubles();
+        scattered[call][me] = out.to_doubles();
+        if (me == 0) {
+          plans.push_back(ag.plan(n));
+          plans.push_back(rs.plan(n));
+        }
+      }
+    });
+    for (std::size_t call = 0; call < in.size(); ++call) {
+      const auto n = static_cast<std::size_t>(c.n_per_call[call]);
+      const bool kernel = n * c.dtype.bytes() % 16 == 0;
+      INFO(plans[2 * call] << " / " << plans[2 * call + 1]);
+      CHECK(plans[2 * call].find(kernel ? "all_gather" : "nccl") == 0);
+      CHECK(plans[2 * call + 1].find(kernel ? "reduce_scatter" : "nccl") == 0);
+      for (std::size_t r = 0; r < R; ++r) {
+        // The gather is exact: rank q's first n values at [q n, (q + 1) n).
+        const auto& all = gathered[call][r];
+        REQUIRE(all.size() == R * n);
+        for (std::size_t q = 0; q < R; ++q)
+          for (std::size_t i = 0; i < n; ++i) REQUIRE(all[q * n + i] == in[call][q][i]);
+        const auto& out = scattered[call][r];
+        REQUIRE(out.size() == n);
+        for (std::size_t i = 0; i < n; ++i) {
+          double want = in[call][0][r * n + i];
+          for (std::size_t q = 1; q < R; ++q) {
+            const double v = in[call][q][r * n + i];
+            want = c.op == dist::ReduceOp::sum ? want + v : std::max(want, v);
+          }
+          const double bound = c.ranks * 8.0 * std::ldexp(1.0, -24) +
+                               std::abs(want) * unit_roundoff(c.dtype) * 1.0001;
+          INFO("call " << call << " rank " << r << " element " << i);
+          REQUIRE(std::abs(out[i] - want) <= bound);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("dist all_gather and reduce_scatter errors name the operand") {
+  dist::Group::run_local(2, [&](dist::Group& g) {
+    ops::AllGather ag(g, 16, f32);
+    ops::ReduceScatter rs(g, 16, f32);
+    if (g.rank() != 0) return;  // raised before any rank waits
+    Tensor x = Tensor::empty({17}, f32, Device::host());
+    check_error([&] { ag(x); }, "tx.ops.all_gather", "x", "more than the 16");
+    Tensor small = Tensor::empty({8}, f32, Device::host());
+    Tensor wrong = Tensor::empty({15}, f32, Device::host());
+    check_error([&] { ag(small, wrong); }, "tx.ops.all_gather", "out", "2 x 8");
+    check_error([&] { rs(wrong, small); }, "tx.ops.reduce_scatter", "x", "2 x out's 8");
+    Tensor half = Tensor::empty({8}, f16, Device::host());
+    check_error([&] { rs(Tensor::empty({16}, f32, Device::host()), half); },
+                "tx.ops.reduce_scatter", "out", "built for float32");
+  });
+}

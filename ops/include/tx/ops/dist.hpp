@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <source_location>
 #include <string>
 
@@ -69,6 +70,49 @@ class AllReduce {
   Tensor flags_;             // symmetric: two rounds of a flag per (rank, CTA)
   std::uint32_t epoch_ = 0;  // calls made (the staging half is its parity)
   std::uint32_t steps_ = 0;  // steps of the calls made: the flags' base
+};
+
+// The all-gather and the reduce-scatter written in tx (ops/src/
+// dist_collectives.cpp): one kernel each, in the all-reduce's manner (16-byte
+// chunks staged into a symmetric copy double-buffered by the call's parity,
+// a round of flags per CTA and step, the peers' copies read through
+// T::peer). Segments that are not whole 16-byte chunks, or tensors not
+// 16-byte aligned, go to NCCL's collective (host ranks: the host's); plan()
+// says which. f32, f16, bf16. Building one and every call are collective.
+//
+//   tx::ops::AllGather ag(group, /*max_elems=*/1 << 20, bf16);
+//   Tensor all = ag(x);                     // (ranks * n): rank r's x at [r n, (r + 1) n)
+//   tx::ops::ReduceScatter rs(group, /*max_elems=*/1 << 20, bf16);
+//   rs(x, out);                             // x (ranks * n), out (n): the reduction of
+//                                           // every rank's x[rank n, (rank + 1) n)
+struct CollectiveState;
+
+class AllGather {
+ public:
+  // max_elems: the most elements of x a call passes.
+  AllGather(const dist::Group& group, std::int64_t max_elems, DType dtype,
+            std::source_location loc = std::source_location::current());
+  Tensor operator()(const Tensor& x, std::source_location loc = std::source_location::current());
+  void operator()(const Tensor& x, Tensor& out,
+                  std::source_location loc = std::source_location::current());
+  std::string plan(std::int64_t n) const;
+
+ private:
+  std::shared_ptr<CollectiveState> state_;
+};
+
+class ReduceScatter {
+ public:
+  // max_elems: the most elements of out a call passes. The sum is in f32, in
+  // rank order, rounded once: every rank's bits are what any rank would get.
+  ReduceScatter(const dist::Group& group, std::int64_t max_elems, DType dtype,
+                std::source_location loc = std::source_location::current());
+  void operator()(const Tensor& x, Tensor& out, dist::ReduceOp op = dist::ReduceOp::sum,
+                  std::source_location loc = std::source_location::current());
+  std::string plan(std::int64_t n) const;
+
+ private:
+  std::shared_ptr<CollectiveState> state_;
 };
 
 // all_gather(a) @ b, the GEMM of a tensor-parallel layer whose activations
