@@ -43,15 +43,44 @@
 
 namespace tx::ops {
 
-struct AllGatherMatmul::State {
+// What both fused ops keep: the group, the symmetric buffer that peers'
+// copy engines fill (`buffer`: ranks * max_rows * extent elements), the
+// flags (u32: a first round [ranks] -- ready / arrived -- then done
+// [ranks]), the copy stream and its completion event, the calls made.
+struct FusedCommState {
   dist::Group group;
-  std::int64_t max_rows = 0, K = 0;
+  std::int64_t max_rows = 0, extent = 0;  // extent: K (all-gather) or N (reduce-scatter)
   DType dtype = bf16;
-  Tensor gathered;  // symmetric: ranks * max_rows * K elements
-  Tensor flags;     // symmetric u32: ready[ranks], then done[ranks]
-  Stream copy;      // GPU ranks: the copy engine's stream
-  std::optional<Event> start, copied;
+  Tensor buffer, flags;
+  Stream copy;  // GPU ranks: the copy engine's stream
+  std::optional<Event> copied;
   std::uint32_t epoch = 0;
+
+  FusedCommState(const dist::Group& g, std::int64_t rows, const char* extent_name, std::int64_t ext,
+                 DType t, const char* op, SourceLoc at)
+      : group(g), max_rows(rows), extent(ext), dtype(t) {
+    if (!g.defined()) fail(op, "group", at, "is not a group (a default-constructed Group)");
+    if (rows < 1) fail(op, "max_rows", at, "is " + std::to_string(rows) + "; at least 1");
+    if (ext < 1) fail(op, extent_name, at, "is " + std::to_string(ext) + "; at least 1");
+    if (!(t == f16 || t == bf16))
+      fail(op, "dtype", at, "is " + t.name() + "; f16 and bf16 are multiplied");
+    buffer = g.empty_symmetric({g.size() * rows * ext}, t);
+    flags = g.symmetric_flags(2 * g.size());
+    if (g.device().is_cuda()) {
+      copy = Stream::create(g.device());
+      copied.emplace(g.device(), false);
+    }
+  }
+  // The device address of flag `index` in rank `owner`'s copy.
+  runtime::DevicePtr flag(int owner, int index) const {
+    return reinterpret_cast<runtime::DevicePtr>(flags.symmetric()->peers[owner]) +
+           4u * static_cast<unsigned>(index);
+  }
+};
+
+struct AllGatherMatmul::State : FusedCommState {
+  using FusedCommState::FusedCommState;
+  std::optional<Event> start;  // the caller's stream reached the call
 };
 
 namespace {
@@ -132,25 +161,8 @@ PathChoice choose_path(FusionPath asked, bool fusable, const std::string& unfusa
 
 AllGatherMatmul::AllGatherMatmul(const dist::Group& group, std::int64_t max_rows, std::int64_t K,
                                  DType dtype, std::source_location loc)
-    : state_(std::make_shared<State>()) {
-  const SourceLoc at(loc);
-  if (!group.defined()) fail(kOp, "group", at, "is not a group (a default-constructed Group)");
-  if (max_rows < 1) fail(kOp, "max_rows", at, "is " + std::to_string(max_rows) + "; at least 1");
-  if (K < 1) fail(kOp, "K", at, "is " + std::to_string(K) + "; at least 1");
-  if (!(dtype == f16 || dtype == bf16))
-    fail(kOp, "dtype", at, "is " + dtype.name() + "; f16 and bf16 are multiplied");
-  State& s = *state_;
-  s.group = group;
-  s.max_rows = max_rows;
-  s.K = K;
-  s.dtype = dtype;
-  s.gathered = group.empty_symmetric({group.size() * max_rows * K}, dtype);
-  s.flags = group.symmetric_flags(2 * group.size());
-  if (group.device().is_cuda()) {
-    s.copy = Stream::create(group.device());
-    s.start.emplace(group.device(), false);
-    s.copied.emplace(group.device(), false);
-  }
+    : state_(std::make_shared<State>(group, max_rows, "K", K, dtype, kOp, SourceLoc(loc))) {
+  if (group.device().is_cuda()) state_->start.emplace(group.device(), false);
 }
 
 std::string AllGatherMatmul::plan(std::int64_t m, std::int64_t N,
@@ -158,8 +170,8 @@ std::string AllGatherMatmul::plan(std::int64_t m, std::int64_t N,
   const State& s = *state_;
   const Device d = s.group.device();
   const std::string ranks = std::to_string(s.group.size()) + " ranks";
-  const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.K, s.dtype, d);
-  const double flops = 2.0 * static_cast<double>(s.group.size() * m) * N * s.K;
+  const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.extent, s.dtype, d);
+  const double flops = 2.0 * static_cast<double>(s.group.size() * m) * N * s.extent;
   const PathChoice c = choose_path(opt.path, tiling != nullptr || !d.is_cuda(),
                                    "no wgmma tiling divides the rows", flops, d);
   if (!c.fused)
@@ -185,11 +197,11 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
          "holds " + (a.dtype() != s.dtype ? a.dtype() : b.dtype()).name() +
              " but this AllGatherMatmul was built for " + s.dtype.name());
   const std::int64_t m = a.shape()[0], N = b.shape()[1];
-  if (a.shape()[1] != s.K || b.shape()[0] != s.K)
-    fail(kOp, a.shape()[1] != s.K ? "a" : "b", at,
+  if (a.shape()[1] != s.extent || b.shape()[0] != s.extent)
+    fail(kOp, a.shape()[1] != s.extent ? "a" : "b", at,
          "has an inner extent of " +
-             std::to_string(a.shape()[1] != s.K ? a.shape()[1] : b.shape()[0]) +
-             "; this AllGatherMatmul was built for K = " + std::to_string(s.K));
+             std::to_string(a.shape()[1] != s.extent ? a.shape()[1] : b.shape()[0]) +
+             "; this AllGatherMatmul was built for K = " + std::to_string(s.extent));
   if (m > s.max_rows)
     fail(kOp, "a", at,
          "has " + std::to_string(m) + " rows, more than the " + std::to_string(s.max_rows) +
@@ -207,25 +219,25 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
   Tensor c = Tensor::empty({M, N}, s.dtype, d);
   if (m == 0 || N == 0) return c;
 
-  const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.K, s.dtype, d);
+  const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.extent, s.dtype, d);
   const bool fused =
-      choose_path(opt.path, tiling != nullptr || !d.is_cuda(), "", 2.0 * M * N * s.K, d).fused;
+      choose_path(opt.path, tiling != nullptr || !d.is_cuda(), "", 2.0 * M * N * s.extent, d).fused;
   if (!fused) {
-    Tensor gathered = Tensor::empty({M, s.K}, s.dtype, d);
+    Tensor gathered = Tensor::empty({M, s.extent}, s.dtype, d);
     g.nccl_all_gather(a, gathered);
     return matmul(gathered, b, {}, loc);
   }
 
   const std::uint32_t e = ++s.epoch;
-  const std::int64_t block = m * s.K;  // elements of one rank's rows
+  const std::int64_t block = m * s.extent;  // elements of one rank's rows
   const std::size_t block_bytes = static_cast<std::size_t>(block) * s.dtype.bytes();
-  const auto& sym = *s.gathered.symmetric();
+  const auto& sym = *s.buffer.symmetric();
   const auto& fl = *s.flags.symmetric();
-  Tensor gathered = s.gathered.slice(0, 0, M * s.K).reshape({M, s.K});
+  Tensor gathered = s.buffer.slice(0, 0, M * s.extent).reshape({M, s.extent});
   Tensor ready = s.flags.slice(0, 0, W);
   // The SIMT kernel reads B as (K, N).
   const Tensor bk = tiling ? (b_nk ? b.transpose(0, 1) : b) : (b_nk ? b.contiguous() : b);
-  const Kernel& k = fused_kernel(M, N, s.K, s.dtype, tiling, tiling && b_nk, W, d);
+  const Kernel& k = fused_kernel(M, N, s.extent, s.dtype, tiling, tiling && b_nk, W, d);
   auto peer_at = [](void* base, std::size_t offset) { return static_cast<char*>(base) + offset; };
   const std::size_t rows_at = static_cast<std::size_t>(r) * block_bytes;
 
@@ -246,10 +258,7 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
 
   const int ordinal = d.index;
   const Stream S = current_stream(d);
-  auto flag = [&](int owner, int index) {
-    return reinterpret_cast<runtime::DevicePtr>(fl.peers[owner]) +
-           4u * static_cast<unsigned>(index);
-  };
+  auto flag = [&](int owner, int index) { return s.flag(owner, index); };
   // Loaded before anything on this GPU waits for a peer: a module load may
   // wait for the device to go idle (the driver's lazy loading).
   k.prepare_gpu();
@@ -290,16 +299,9 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
 // The partials stay alive until C has copied them (S waits for C before the
 // call's tensors are freed in S's order).
 
-struct MatmulReduceScatter::State {
-  dist::Group group;
-  std::int64_t max_rows = 0, N = 0;
-  DType dtype = bf16;
-  Tensor received;  // symmetric: ranks slots of max_rows * N
-  Tensor flags;     // symmetric u32: arrived[ranks], then done[ranks]
-  Stream copy;
+struct MatmulReduceScatter::State : FusedCommState {
+  using FusedCommState::FusedCommState;
   std::vector<Event> block_done;  // per peer: its partial is complete on S
-  std::optional<Event> copied;
-  std::uint32_t epoch = 0;
 };
 
 namespace {
@@ -357,25 +359,9 @@ const Kernel& rank_sum(DType t, int ranks, Device device) {
 
 MatmulReduceScatter::MatmulReduceScatter(const dist::Group& group, std::int64_t max_rows,
                                          std::int64_t N, DType dtype, std::source_location loc)
-    : state_(std::make_shared<State>()) {
-  const SourceLoc at(loc);
-  if (!group.defined()) fail(kRsOp, "group", at, "is not a group (a default-constructed Group)");
-  if (max_rows < 1) fail(kRsOp, "max_rows", at, "is " + std::to_string(max_rows) + "; at least 1");
-  if (N < 1) fail(kRsOp, "N", at, "is " + std::to_string(N) + "; at least 1");
-  if (!(dtype == f16 || dtype == bf16))
-    fail(kRsOp, "dtype", at, "is " + dtype.name() + "; f16 and bf16 are multiplied");
-  State& s = *state_;
-  s.group = group;
-  s.max_rows = max_rows;
-  s.N = N;
-  s.dtype = dtype;
-  s.received = group.empty_symmetric({group.size() * max_rows * N}, dtype);
-  s.flags = group.symmetric_flags(2 * group.size());
-  if (group.device().is_cuda()) {
-    s.copy = Stream::create(group.device());
-    for (int i = 0; i < group.size(); ++i) s.block_done.emplace_back(group.device(), false);
-    s.copied.emplace(group.device(), false);
-  }
+    : state_(std::make_shared<State>(group, max_rows, "N", N, dtype, kRsOp, SourceLoc(loc))) {
+  if (group.device().is_cuda())
+    for (int i = 0; i < group.size(); ++i) state_->block_done.emplace_back(group.device(), false);
 }
 
 namespace {
@@ -392,9 +378,9 @@ std::string MatmulReduceScatter::plan(std::int64_t m, std::int64_t K,
   const State& s = *state_;
   const Device d = s.group.device();
   const std::string ranks = std::to_string(s.group.size()) + " ranks";
-  if (opt.path == FusionPath::fused && s.N * s.dtype.bytes() % 16 != 0)
+  if (opt.path == FusionPath::fused && s.extent * s.dtype.bytes() % 16 != 0)
     return "fused: not possible (N * element bytes is not a multiple of 16)";
-  const PathChoice c = rs_path(opt, s.group.size() * m, K, s.N, s.dtype, d);
+  const PathChoice c = rs_path(opt, s.group.size() * m, K, s.extent, s.dtype, d);
   if (!c.fused)
     return "sequential (" + c.why + "): matmul, then " + (d.is_cuda() ? "NCCL" : "host") +
            " reduce-scatter, " + ranks;
@@ -418,10 +404,10 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
     fail(kRsOp, a.dtype() != s.dtype ? "a" : "b", at,
          "holds " + (a.dtype() != s.dtype ? a.dtype() : b.dtype()).name() +
              " but this MatmulReduceScatter was built for " + s.dtype.name());
-  if (b.shape()[1] != s.N)
+  if (b.shape()[1] != s.extent)
     fail(kRsOp, "b", at,
          "has " + std::to_string(b.shape()[1]) +
-             " columns; this MatmulReduceScatter was built for N = " + std::to_string(s.N));
+             " columns; this MatmulReduceScatter was built for N = " + std::to_string(s.extent));
   if (a.shape()[1] != b.shape()[0])
     fail(kRsOp, "b", at,
          "has " + std::to_string(b.shape()[0]) + " rows but a has " + std::to_string(a.shape()[1]) +
@@ -440,23 +426,23 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
     fail(kRsOp, a.device() == d ? "b" : "a", at,
          "is on " + (a.device() == d ? b.device() : a.device()).str() +
              " but this rank's device is " + d.str());
-  if (opt.path == FusionPath::fused && s.N * s.dtype.bytes() % 16 != 0)
+  if (opt.path == FusionPath::fused && s.extent * s.dtype.bytes() % 16 != 0)
     fail(kRsOp, "b", at,
-         "has N = " + std::to_string(s.N) +
+         "has N = " + std::to_string(s.extent) +
              ": the fused path sums 16-byte chunks (N * element bytes % 16 == 0); use "
              "FusionPath::automatic or sequential");
-  Tensor c = Tensor::empty({m, s.N}, s.dtype, d);
+  Tensor c = Tensor::empty({m, s.extent}, s.dtype, d);
   if (m == 0) return c;
-  if (!rs_path(opt, W * m, a.shape()[1], s.N, s.dtype, d).fused) {
+  if (!rs_path(opt, W * m, a.shape()[1], s.extent, s.dtype, d).fused) {
     Tensor full = matmul(a, b, {}, loc);
     g.nccl_reduce_scatter(full, c);
     return c;
   }
 
   const std::uint32_t e = ++s.epoch;
-  const std::int64_t V = 16 / s.dtype.bytes(), chunks = m * s.N / V;
-  const std::size_t slot_bytes = static_cast<std::size_t>(m * s.N) * s.dtype.bytes();
-  const auto& sym = *s.received.symmetric();
+  const std::int64_t V = 16 / s.dtype.bytes(), chunks = m * s.extent / V;
+  const std::size_t slot_bytes = static_cast<std::size_t>(m * s.extent) * s.dtype.bytes();
+  const auto& sym = *s.buffer.symmetric();
   const auto& fl = *s.flags.symmetric();
   // Slot i of every rank's receive buffer: what rank i sent (calls of m rows
   // use the first ranks * m * N elements).
@@ -465,7 +451,7 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
   };
   auto rows_of = [&](int j) { return a.slice(0, j * m, (j + 1) * m); };
   const Kernel& sum = rank_sum(s.dtype, W, d);
-  Tensor received = s.received.slice(0, 0, W * m * s.N).reshape({W * chunks, V});
+  Tensor received = s.buffer.slice(0, 0, W * m * s.extent).reshape({W * chunks, V});
   std::vector<Tensor> partials(static_cast<std::size_t>(W));
 
   if (!d.is_cuda()) {
@@ -487,10 +473,7 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
 
   const int ordinal = d.index;
   const Stream S = current_stream(d);
-  auto flag = [&](int owner, int index) {
-    return reinterpret_cast<runtime::DevicePtr>(fl.peers[owner]) +
-           4u * static_cast<unsigned>(index);
-  };
+  auto flag = [&](int owner, int index) { return s.flag(owner, index); };
   // Loaded before this GPU's streams wait for a peer (see AllGatherMatmul).
   sum.prepare_gpu();
   for (int step = 1; step < W; ++step) {
