@@ -221,3 +221,29 @@ TEST_CASE("comparing two T::let variables builds a DSL comparison, not a C++ boo
   auto got = a.to_doubles();
   for (int i = 0; i < 8; ++i) CHECK(got[static_cast<std::size_t>(i)] == (i / 4 == 1 ? 1 : 2));
 }
+
+// A reduction's axis out of range is an error where the call is written,
+// even in a branch the lowering proves dead (it was dropped unchecked:
+// found by fuzz/tile_fuzzer, fuzz/corpus/regression-dead-branch-axes).
+TEST_CASE("a reduction axis out of range is an error, reachable or not") {
+  std::string message;
+  try {
+    T::prim_func("dead_axes", [&](Handle a, Handle b) {
+      auto A = T::match_buffer(a, {4, 8}, f32, std::nullopt, "A");
+      auto B = T::match_buffer(b, {4}, f32, std::nullopt, "B");
+      T::cta_id({1});
+      auto tid = T::thread_id({32});
+      auto R = T::alloc_buffer({4, 8}, f32, scope::shared, std::nullopt, "R");
+      auto S = T::alloc_buffer({4}, f32, scope::shared, std::nullopt, "S");
+      Tx::cta::copy(R, A);
+      T::if_(tid < 0, [&] { Tx::cta::sum(S, R, {.axes = {5}}); });
+      Tx::cta::copy(B, S);
+    });
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find("Tx.cta.sum") != std::string::npos);
+  CHECK(message.find("R") != std::string::npos);
+  CHECK(message.find("axis 5 is out of range for a rank-2 source") != std::string::npos);
+}

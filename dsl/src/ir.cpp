@@ -973,6 +973,20 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
       fail(qn, "", loc, "undefined scalar operand");
     }
   }
+  // A reduction's axes name dimensions of its source (args[1]). Checked
+  // here, not only when a variant is chosen: a call in a branch the
+  // lowering proves dead (if (warp < 0) ...) is never dispatched, and a
+  // wrong program must not pass because of where it sits (found by
+  // fuzz/tile_fuzzer).
+  if (!attrs.axes.empty() && args.size() >= 2)
+    if (auto* src = std::get_if<BufferRegion>(&args[1])) {
+      const int rank = static_cast<int>(src->ranges.size());
+      for (int a : attrs.axes)
+        if (a < -rank || a >= rank)
+          fail(qn, src->buffer->name, loc,
+               "axis " + std::to_string(a) + " is out of range for a rank-" +
+                   std::to_string(rank) + " source");
+    }
   return Stmt(std::make_shared<const TileCallNode>(std::move(op), scope, std::move(args),
                                                    std::move(attrs), loc));
 }
