@@ -6,11 +6,14 @@
 // Skipped (exit 77) without a GPU.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test_support.hpp"
@@ -353,6 +356,131 @@ TEST_CASE("gpu dist all_gather and reduce_scatter written in tx against float64"
           }
         }
       }
+    }
+  }
+}
+
+// A rank's first launch of a kernel right after a multi-GPU op, with nothing
+// synchronized: the module load may wait for the rank's GPU to go idle while
+// holding a lock the process shares, and that GPU waits for the peers' side
+// of the op. Before Group::enqueue_barrier a rank could take that lock before
+// a peer had enqueued its side: both stopped (the tensor-parallel sample on 2
+// H200, 2026-11-28). A watchdog turns a deadlock into a failure.
+TEST_CASE("gpu dist a first kernel load after each multi-GPU op does not stop the peers") {
+  std::atomic<bool> finished{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 1200 && !finished.load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!finished.load()) {
+      std::fprintf(stderr, "gpu_dist_ops: deadlock (no progress in 120 s)\n");
+      std::_Exit(1);
+    }
+  });
+  // A kernel no process has loaded before: its name (hence its module) is
+  // fresh in every run.
+  const std::string fresh = "first_load_" + std::to_string(tx::test::rng()() % 1000000000u);
+  int step = 0;
+  auto fresh_kernel = [&] {
+    return T::prim_func(fresh + "_" + std::to_string(step++), [&](Handle X_ptr, Handle Y_ptr) {
+      auto n = T::dim("n");
+      auto X = T::match_buffer(X_ptr, {n}, f32);
+      auto Y = T::match_buffer(Y_ptr, {n}, f32);
+      auto bx = T::cta_id({ceildiv(n, 128)});
+      auto tid = T::thread_id({128});
+      auto i = T::let(bx * 128 + tid, "i");
+      T::if_(i < n, [&] { Y(i) = X(i) * 2.0f + 1.0f; });
+    });
+  };
+  // One kernel per op and rank, compiled before the ranks start (the load,
+  // not the compile, is what may block).
+  constexpr int kOps = 4;
+  std::vector<std::vector<Kernel>> kernels(kOps);
+  for (int op = 0; op < kOps; ++op)
+    for (int r = 0; r < 2; ++r) kernels[op].push_back(compile(fresh_kernel()));
+  const std::int64_t m = 256, K = 512, N = 512, n = 4096;
+  const std::uint64_t seed = tx::test::rng()();
+  std::vector<std::vector<double>> xs, as;
+  for (int r = 0; r < 2; ++r) {
+    xs.push_back(random_values(n, seed + static_cast<std::uint64_t>(r), f32));
+    as.push_back(random_values(m * K, seed + 10 + static_cast<std::uint64_t>(r), bf16));
+  }
+  const std::vector<double> b1 = random_values(K * N, seed + 20, bf16),
+                            b2 = random_values(N * N, seed + 21, bf16);
+  struct Out {
+    std::vector<double> y, sum, all, c, e;
+  };
+  std::vector<Out> out(2);
+  dist::Group::run_local(rank_devices(2), [&](dist::Group& g) {
+    const int r = g.rank();
+    const Device d = g.device();
+    const auto& xr = xs[static_cast<std::size_t>(r)];
+    Tensor x = Tensor::from_doubles(xr, {n}, f32, d);
+    Tensor s = Tensor::from_doubles(xr, {n}, f32, d);
+    Tensor y = Tensor::empty({n}, f32, d);
+    Tensor a = Tensor::from_doubles(as[static_cast<std::size_t>(r)], {m, K}, bf16, d);
+    Tensor w1 = Tensor::from_doubles(b1, {K, N}, bf16, d);
+    Tensor w2 = Tensor::from_doubles(b2, {N, N}, bf16, d);
+    ops::AllGatherMatmul agm(g, m, K, bf16);
+    ops::MatmulReduceScatter mrs(g, m, N, bf16);
+    ops::AllReduce ar(g, n, f32);
+    ops::AllGather ag(g, n, f32);
+    const auto& k = kernels;
+    Tensor c = agm(a, w1, {.path = ops::FusionPath::fused});  // (2m, N)
+    k[0][static_cast<std::size_t>(r)].launch({x, y}, {.device = d});
+    Tensor e = mrs(c, w2, {.path = ops::FusionPath::fused});  // (m, N)
+    k[1][static_cast<std::size_t>(r)].launch({x, y}, {.device = d});
+    ar(s);
+    k[2][static_cast<std::size_t>(r)].launch({x, y}, {.device = d});
+    Tensor all = ag(x);
+    k[3][static_cast<std::size_t>(r)].launch({x, y}, {.device = d});
+    Out& o = out[static_cast<std::size_t>(r)];
+    o.y = y.to_doubles();
+    o.sum = s.to_doubles();
+    o.all = all.to_doubles();
+    o.c = c.to_doubles();
+    o.e = e.to_doubles();
+  });
+  finished = true;
+  watchdog.join();
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const Out& o = out[static_cast<std::size_t>(r)];
+    int bad = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      bad += o.y[u] != static_cast<double>(static_cast<float>(2 * xs[r][u] + 1));
+      bad += o.sum[u] != static_cast<double>(static_cast<float>(xs[0][u] + xs[1][u]));
+      for (int q = 0; q < 2; ++q) bad += o.all[static_cast<std::size_t>(q * n + i)] != xs[q][u];
+    }
+    CHECK(bad == 0);
+    // C = [A_0; A_1] B1 (a row of each rank's block), and E = rows r of
+    // C B2 summed over ranks -- both ranks compute the same C, so E is 2 C B2
+    // at the rank's rows (one row checked).
+    for (int q = 0; q < 2; ++q) {
+      const std::int64_t row = q * m + 3;
+      for (std::int64_t j = 0; j < N; j += 61) {
+        double want = 0, scale = 0;
+        for (std::int64_t t = 0; t < K; ++t) {
+          const double p =
+              as[q][static_cast<std::size_t>(3 * K + t)] * b1[static_cast<std::size_t>(t * N + j)];
+          want += p;
+          scale += std::abs(p);
+        }
+        CHECK(std::abs(o.c[static_cast<std::size_t>(row * N + j)] - want) <=
+              scale * std::ldexp(1.0, -7));
+      }
+    }
+    const std::int64_t row = r * m + 5;  // E's row 5 on this rank
+    for (std::int64_t j = 0; j < N; j += 67) {
+      double want = 0, scale = 0;
+      for (std::int64_t t = 0; t < N; ++t) {
+        const double p = out[static_cast<std::size_t>(r)].c[static_cast<std::size_t>(row * N + t)] *
+                         b2[static_cast<std::size_t>(t * N + j)];
+        want += 2 * p;
+        scale += 2 * std::abs(p);
+      }
+      CHECK(std::abs(o.e[static_cast<std::size_t>(5 * N + j)] - want) <=
+            scale * std::ldexp(1.0, -7));
     }
   }
 }

@@ -344,6 +344,8 @@ void AllReduce::operator()(const Tensor& x, Tensor& out, AllReduceOptions opt,
             static_cast<std::int64_t>(steps_)},
            {.device = group_.device()});
   steps_ += static_cast<std::uint32_t>(steps);  // modulo 2^32, as the flags compare
+  // Every rank's kernel enqueued before this thread may block in the driver.
+  group_.enqueue_barrier();
 }
 
 }  // namespace tx::ops

@@ -212,6 +212,8 @@ struct CollectiveState {
               static_cast<std::int64_t>(epoch), static_cast<std::int64_t>(steps)},
              {.device = group.device()});
     steps += static_cast<std::uint32_t>((m + per_step - 1) / per_step);
+    // Every rank's kernel enqueued before this thread may block in the driver.
+    group.enqueue_barrier();
   }
 };
 

@@ -280,6 +280,8 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
     runtime::stream_write_value32(ordinal, S.handle(), flag(j, W + r), e);
   }
   s.copied->wait(S);
+  // Every rank's pushes enqueued before this thread may block in the driver.
+  g.enqueue_barrier();
   return c;
 }
 
@@ -499,6 +501,8 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
     runtime::stream_write_value32(ordinal, S.handle(), flag((r + step) % W, W + r), e);
   // The partials are freed in S's order after this: once C has copied them.
   s.copied->wait(S);
+  // Every rank's pushes enqueued before this thread may block in the driver.
+  g.enqueue_barrier();
   return c;
 }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -158,6 +159,12 @@ struct LocalWorld {
   int failed_rank = -1;
   std::string failure;
   std::vector<std::vector<unsigned char>> slots;
+  // enqueue_barrier's: a spinning barrier (it runs on every multi-GPU op
+  // call, where a condition variable's wake-up would cost more than a small
+  // all-reduce). `aborted` mirrored for it without the lock.
+  std::atomic<int> spin_arrived{0};
+  std::atomic<std::uint64_t> spin_generation{0};
+  std::atomic<bool> spin_aborted{false};
   // Every rank's symmetric memory, freed with the world.
   std::vector<std::pair<int, DevicePtr>> device_blocks;  // (ordinal, address)
   std::vector<void*> host_blocks;
@@ -203,7 +210,24 @@ struct LocalWorld {
         failure = what;
       }
     }
+    spin_aborted.store(true, std::memory_order_release);
     cv.notify_all();
+  }
+
+  void spin_barrier(int rank, const char* op) {
+    const std::uint64_t gen = spin_generation.load(std::memory_order_acquire);
+    if (spin_arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == world) {
+      spin_arrived.store(0, std::memory_order_relaxed);
+      spin_generation.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    while (spin_generation.load(std::memory_order_acquire) == gen) {
+      if (spin_aborted.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(mu);
+        throw_aborted(op, rank);
+      }
+      std::this_thread::yield();
+    }
   }
 
   void barrier(int rank, const char* op) {
@@ -428,6 +452,12 @@ void* Group::nccl_comm() const { return need(state_, "tx.dist.Group.nccl_comm").
 
 void Group::barrier() const {
   need(state_, "tx.dist.Group.barrier").barrier("tx.dist.Group.barrier");
+}
+
+void Group::enqueue_barrier() const {
+  State& s = need(state_, "tx.dist.Group.enqueue_barrier");
+  if (s.local && s.local->gpu && s.world > 1)
+    s.local->spin_barrier(s.rank, "tx.dist.Group.enqueue_barrier");
 }
 
 namespace {

@@ -85,6 +85,20 @@ class Group {
   // stream, then a wait for it). Host-side: GPU work queued before it is not
   // waited for. Collective.
   void barrier() const;
+  // GPU ranks of one process (run_local): returns once every rank has
+  // reached it, spinning (a few microseconds). Call it after enqueuing GPU
+  // work that waits for a peer's (a kernel spinning on T::dist::wait_until,
+  // a stream wait on a peer's flag) and before this thread does anything
+  // that may block in the CUDA driver: a module load (a kernel's first
+  // launch) or an allocation may wait for its GPU to go idle while holding
+  // a lock the whole process shares, so a rank whose GPU waits for a peer
+  // that has not enqueued its side yet stops that peer too: a deadlock
+  // (docs/dist_kernels.md). Once every rank is past this point, every side
+  // of the exchange is enqueued and the GPUs finish it on their own. tx's
+  // multi-GPU ops call it; a hand-written kernel that waits for peers
+  // should too. Host ranks and process groups (one GPU per process: the
+  // driver's locks are per process): returns at once. Collective.
+  void enqueue_barrier() const;
 
   // A tensor of this rank's copy of a new symmetric allocation, zero-filled,
   // with Tensor::symmetric() set. Collective: every rank passes the same
