@@ -229,11 +229,6 @@ HostForm lower_host_form(const LoweredKernel& k, bool checked,
     // mbarrier phase and wgmma group (runtime/src/host/checked_mode.hpp).
     h.fibers = true;
     h.body = k.lowered->body;
-    if (checked && has_peer_view(k.lowered->body))
-      fail("tx.check", k.lowered->name, k.lowered->loc,
-           "the checked host mode does not model several ranks yet (T::peer, T::dist flags); run "
-           "this kernel "
-           "on host ranks without TX_CHECK");
     if (checked) {
       auto plan = std::make_shared<CheckPlan>();
       h.body = instrument_checks(k, plan.get());

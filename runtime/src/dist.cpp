@@ -24,10 +24,12 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <type_traits>
 
+#include "dist_check.hpp"
 #include "nccl.hpp"
 #include "tx/error.hpp"
 #include "tx/expr.hpp"
@@ -235,6 +237,9 @@ struct LocalWorld {
     if (aborted) throw_aborted(op, rank);
     const std::uint64_t gen = generation;
     if (++arrived == world) {
+      // The checked mode across host ranks: what every rank did before the
+      // barrier happens before what any does after it.
+      if (!gpu) runtime::host::dist_check_rendezvous(this);
       arrived = 0;
       ++generation;
       cv.notify_all();
@@ -263,6 +268,7 @@ struct LocalWorld {
 };
 
 LocalWorld::~LocalWorld() {
+  if (!gpu) runtime::host::dist_check_end_world(this);
   // No handle of any rank is left, but kernels may still run: wait for every
   // GPU before freeing what a peer's kernel might read.
   std::vector<int> ordinals;
@@ -587,6 +593,9 @@ void Group::run_local(const std::vector<Device>& devices, const std::function<vo
       st->device = d;
       st->local = world;
       Group g(std::move(st));
+      // Host ranks: the checked mode's kernels know which rank runs them.
+      std::optional<runtime::host::DistRankScope> checked_rank;
+      if (!d.is_cuda()) checked_rank.emplace(world.get(), r, n);
       body(g);
     } catch (...) {
       std::string what = "an exception that is not a std::exception";
@@ -675,6 +684,7 @@ Tensor Group::empty_symmetric(std::vector<std::int64_t> shape, DType dtype) cons
       s.local->host_blocks.push_back(mine);
     }
     std::memset(mine, 0, total);
+    runtime::host::dist_check_register(s.local.get(), s.rank, mine, bytes);
   }
 
   AllocRecord rec{};

@@ -857,6 +857,16 @@ class Emitter {
         const auto* ld = n->args[0].as<LoadNode>();
         Value* at = address(ld->buffer, ld->indices[0], n->loc);
         Value* v = cast(emit(n->args[1]), n->args[1].dtype(), tx::u32);
+        if (checked_ && fibers_) {
+          // Checked: the checker stores it, recording what it publishes.
+          llvm::Type* i32t = B.getInt32Ty();
+          B.CreateCall(check_fn("tx_host_check_signal", B.getVoidTy(),
+                                {llvm::PointerType::getUnqual(C), i32t, i32t, i32t}),
+                       {checker_, at, v,
+                        B.getInt32(static_cast<std::int32_t>(as_const_int(n->args[2]).value_or(0))),
+                        current_thread()});
+          return B.getInt32(0);
+        }
         if (as_const_int(n->args[2]).value_or(0)) {
           B.CreateAtomicRMW(llvm::AtomicRMWInst::Add, at, v, llvm::MaybeAlign(4),
                             llvm::AtomicOrdering::SequentiallyConsistent);
@@ -927,7 +937,26 @@ class Emitter {
                                          {i32t, B.getInt64Ty(), i32t, i32t, i32t, i32t}),
                                 {checker_, i32v(n->args[0]), index64(n->args[1]), i32v(n->args[2]),
                                  i32v(n->args[3]), i32v(n->args[4]), current_thread()});
-        return B.CreateICmpNE(r, B.getInt8(0));
+        Value* ok = B.CreateICmpNE(r, B.getInt8(0));
+        // Symmetric memory (flags & 2): its address, for the record across
+        // ranks (runtime/src/host/dist_check.hpp). Such kernels run as fibers.
+        const auto slot = as_const_int(n->args[0]);
+        if (fibers_ && plan_ && slot && (as_const_int(n->args[3]).value_or(0) & 2)) {
+          const CheckBuffer& cb = plan_->buffers[static_cast<std::size_t>(*slot)];
+          auto it = bases_.find(static_cast<const VarNode*>(cb.data));
+          if (it != bases_.end()) {
+            Value* at =
+                B.CreateInBoundsGEP(B.getInt8Ty(), it->second,
+                                    {B.CreateMul(index64(n->args[1]), B.getInt64(cb.elem_bytes))});
+            llvm::Type* ptr = llvm::PointerType::getUnqual(C);
+            B.CreateCall(check_fn("tx_host_check_dist", B.getVoidTy(),
+                                  {ptr, B.getInt64Ty(), i32t, i32t, i32t, i32t, i32t}),
+                         {checker_, at, B.CreateIntCast(emit(n->args[2]), B.getInt64Ty(), true),
+                          B.getInt32(cb.elem_bytes), i32v(n->args[3]), i32v(n->args[4]),
+                          current_thread(), B.CreateZExt(ok, i32t)});
+          }
+        }
+        return ok;
       }
       case Intrinsic::check_barrier: {
         if (!checked_) internal("check_barrier outside the checked mode", n->loc);

@@ -4,6 +4,8 @@
 //
 //   A[i]            -> select(check_access(slot_A, i, 1, read, site), A[i], 0)
 //   A[i] = v        -> if check_access(slot_A, i, 1, write, site): A[i] = v
+//                      (flags: 1 a write, 2 symmetric memory or a peer's view
+//                      of it, which the checker also records across ranks)
 //   copy_bytes      -> the same for the source range, then the destination range
 //   barrier         -> barrier; check_barrier(scope, site)   (each thread, after it)
 //   x / y (integer) -> x / check_divisor(y, site)
@@ -34,6 +36,8 @@ class Instrument : public IRMutator {
       if (const Buffer& b = k.lowered->params[i].buffer) {
         add_buffer(b);
         plan_->buffers.back().param = static_cast<int>(i);
+        plan_->buffers.back().dist = k.lowered->params[i].symmetric;
+        if (k.lowered->params[i].symmetric) plan_->buffers.back().symmetric = b->name;
       }
   }
 
@@ -100,6 +104,16 @@ class Instrument : public IRMutator {
     return make_seq({make_evaluate(mark, st->loc), out}, st->loc);
   }
 
+  // A peer's copy of a symmetric buffer: its accesses are checked across
+  // ranks too (check_access's flags & 2: the code generator passes their
+  // addresses to the checker).
+  Stmt mutate_node(const Stmt& self, const PeerViewNode* n) override {
+    add_buffer(n->view);
+    CheckBuffer& cb = plan_->buffers[static_cast<std::size_t>(slots_[n->view->data.get()])];
+    cb.dist = true;
+    cb.symmetric = n->of->name;
+    return IRMutator::mutate_node(self, n);
+  }
   Stmt mutate_node(const Stmt& self, const AllocateNode* n) override {
     add_buffer(n->buffer);
     return IRMutator::mutate_node(self, n);
@@ -130,8 +144,11 @@ class Instrument : public IRMutator {
     // An mbarrier's operand names the barrier (its address), and
     // register_fence / keep_before name a register without reading it:
     // none is an access. The mbarrier model checks the barrier's use.
+    // T::dist::signal / wait_until: the flag operand is the flag's address;
+    // the checker orders the ranks by them (dist_check.hpp).
     if (is_sm90_async_intrinsic(n->op) || n->op == Intrinsic::keep_before ||
-        n->op == Intrinsic::named_barrier_sync || n->op == Intrinsic::named_barrier_arrive) {
+        n->op == Intrinsic::named_barrier_sync || n->op == Intrinsic::named_barrier_arrive ||
+        n->op == Intrinsic::signal || n->op == Intrinsic::wait_until) {
       if (n->args.empty()) return self;
       std::vector<Expr> args = n->args;
       for (std::size_t i = 1; i < args.size(); ++i) args[i] = mutate(args[i]);
@@ -204,10 +221,11 @@ class Instrument : public IRMutator {
     } strip;
     Expr plain = strip.mutate(index);
     Expr i = plain.dtype() == i64 ? plain : make_cast(i64, plain, index->loc);
-    return make_call(
-        Intrinsic::check_access,
-        {make_int(it->second), i, make_int(count), make_int(write ? 1 : 0), make_int(s)},
-        index->loc);
+    const bool dist = plan_->buffers[static_cast<std::size_t>(it->second)].dist;
+    return make_call(Intrinsic::check_access,
+                     {make_int(it->second), i, make_int(count),
+                      make_int((write ? 1 : 0) | (dist ? 2 : 0)), make_int(s)},
+                     index->loc);
   }
 
   // One site per distinct (op, operand, line): an unrolled loop's copies of

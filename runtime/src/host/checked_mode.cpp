@@ -160,6 +160,25 @@ struct Checker::State {
   };
   std::vector<WgmmaThread> wgmma;
 
+  // Across ranks (dist_check.hpp): the rank this launch runs, its launch
+  // number, what it knew when it began, and what its CTAs learned.
+  Checker* owner = nullptr;
+  const DistRank* rank = nullptr;
+  std::uint32_t launch_no = 0;
+  Knowledge carried, learned;
+  // The earlier access of another rank (or launch) is ordered before the
+  // current thread's.
+  int dist_thread = -1;
+  bool ordered_across(const DistAccess& a) const {
+    if (a.rank == rank->rank) return true;  // one rank's stream orders its launches
+    const Knowledge& k = clocks[static_cast<std::size_t>(dist_thread)].remote;
+    const auto r = static_cast<std::size_t>(a.rank);
+    if (r < k.horizon.size() && k.horizon[r] > a.launch) return true;
+    auto it = k.ctas.find(CtaKey::of(a.rank, a.launch, a.cta));
+    return it != k.ctas.end() && static_cast<std::size_t>(a.actor) < it->second.size() &&
+           it->second[static_cast<std::size_t>(a.actor)] >= a.clock;
+  }
+
   int block() const { return launch.block; }
   // A finding of the model: one per site and kind of sentence (its first 40
   // characters); `site` as an Access's.
@@ -429,8 +448,20 @@ Checker::Checker(const CheckPlan& plan, const lowering::LaunchConfig& launch,
     if (plan.buffers[k].param >= 0 && param_elems)
       state_->slots[k].bound = param_elems[plan.buffers[k].param];
   state_->place_buffers(args);
+  state_->owner = this;
+  // A rank of a group of host ranks: its launches are numbered, and begin
+  // knowing what the rank's earlier launches learned.
+  if (const DistRank* r = current_dist_rank(); r && r->size > 1) {
+    state_->rank = r;
+    state_->launch_no = dist_check_begin_launch(*r, &state_->carried);
+  }
 }
-Checker::~Checker() = default;
+Checker::~Checker() {
+  State& s = *state_;
+  if (!s.rank) return;
+  for (const Clock& c : s.clocks) s.learned.join(c.remote);
+  dist_check_end_launch(*s.rank, s.learned);
+}
 
 // ---------------------------------------------- the vector-clock mode (fibers)
 
@@ -451,10 +482,16 @@ bool Checker::clocks() const { return state_->vc; }
 
 void Checker::begin_cta(std::int64_t cta) {
   State& s = *state_;
+  // What the previous CTA's actors learned of other ranks outlives it: the
+  // rank's next launch starts knowing it.
+  for (const Clock& c : s.clocks) s.learned.join(c.remote);
   s.cta = cta;
   const auto n = static_cast<std::size_t>(s.block());
   s.clocks.assign(n, Clock(n, 0));
-  for (std::size_t t = 0; t < n; ++t) s.clocks[t][t] = 1;
+  for (std::size_t t = 0; t < n; ++t) {
+    s.clocks[t][t] = 1;
+    if (s.rank) s.clocks[t].remote = s.carried;
+  }
   s.agents.clear();
   s.fences.assign(n, {});
   s.wgmma.assign(n, {});
@@ -476,6 +513,7 @@ namespace {
 void join_into(Checker::Clock& into, const Checker::Clock& from) {
   if (into.size() < from.size()) into.resize(from.size(), 0);
   for (std::size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
+  if (!from.remote.empty()) into.remote.join(from.remote);
 }
 }  // namespace
 
@@ -522,6 +560,89 @@ bool Checker::access(int actor, std::int32_t slot, std::int64_t index, bool writ
   }
   if (sl.races) s.access(slot, index, write, a);
   return true;
+}
+
+// ------------------------------------------------------------ across ranks
+
+void Checker::dist_access(int thread, const void* addr, std::int64_t count, int elem_bytes,
+                          bool write, std::int32_t site) {
+  State& s = *state_;
+  if (!s.rank || !s.vc || thread < 0 || thread >= s.block()) return;
+  const CheckSite& cs = s.plan.sites[static_cast<std::size_t>(site)];
+  DistAccess a;
+  a.rank = s.rank->rank;
+  a.launch = s.launch_no;
+  a.cta = s.cta;
+  a.actor = thread;
+  a.clock = clock_of(thread);
+  a.write = write;
+  a.site = dist_check_site(cs.op + " " + cs.what + " at " + cs.loc.str());
+  s.dist_thread = thread;
+  auto ordered = [](const DistAccess& e, const void* who) {
+    return static_cast<const State*>(who)->ordered_across(e);
+  };
+  // The buffer as the user declared it, and the peer view it was reached
+  // through, if any.
+  const CheckBuffer* cb = nullptr;
+  for (const CheckBuffer& b : s.plan.buffers)
+    if (b.name == cs.what && b.dist) cb = &b;
+  const std::string buffer = cb && !cb->symmetric.empty() && cb->symmetric != cs.what
+                                 ? cb->symmetric + " (through the peer view " + cs.what + ")"
+                                 : cs.what;
+  for (const DistConflict& c :
+       dist_check_access(*s.rank, addr, count, elem_bytes, a, ordered, &s)) {
+    auto verb = [](bool w) { return w ? "writes" : "reads"; };
+    const std::string text =
+        "race across ranks on element " + std::to_string(c.element) + " of rank " +
+        std::to_string(c.owner) + "'s copy of " + buffer + ": rank " +
+        std::to_string(c.first.rank) + " " + verb(c.first.write) + " it (" +
+        dist_check_site_text(c.first.site) + ", CTA " + std::to_string(c.first.cta) + " thread " +
+        std::to_string(c.first.actor) + ") and rank " + std::to_string(a.rank) + " " + verb(write) +
+        " it (" + cs.op + " " + cs.what + " at " + cs.loc.str() + ", CTA " + std::to_string(a.cta) +
+        " thread " + std::to_string(thread) +
+        ") with no T::dist::signal / wait_until (or host barrier) ordering them";
+    s.model(cs.what, text, site);
+  }
+}
+
+void Checker::dist_signal(int thread, std::uint32_t* flag, std::uint32_t value, bool add) {
+  State& s = *state_;
+  if (!s.rank || !s.vc || thread < 0 || thread >= s.block()) {
+    if (add)
+      __atomic_fetch_add(flag, value, __ATOMIC_SEQ_CST);
+    else
+      __atomic_store_n(flag, value, __ATOMIC_SEQ_CST);
+    return;
+  }
+  Clock& c = s.clock(thread);
+  // What the signal publishes: what the thread knows of other ranks, and of
+  // its own CTA's actors (as this CTA's entry).
+  Knowledge published = c.remote;
+  published.ctas[CtaKey::of(s.rank->rank, s.launch_no, s.cta)] = c.v;
+  // And every earlier launch of this rank: its stream ran them before this
+  // one (a peer that acquires this signal knows them too).
+  const auto me = static_cast<std::size_t>(s.rank->rank);
+  if (published.horizon.size() <= me) published.horizon.resize(me + 1, 0);
+  published.horizon[me] = std::max(published.horizon[me], s.launch_no);
+  ++c[static_cast<std::size_t>(thread)];  // later accesses are not published
+  dist_check_signal(*s.rank, flag, value, add, published);
+}
+
+void Checker::dist_acquire(int thread, const std::uint32_t* flag, std::uint32_t value) {
+  State& s = *state_;
+  if (!s.rank || !s.vc || thread < 0 || thread >= s.block()) return;
+  Knowledge got;
+  if (!dist_check_acquire(*s.rank, flag, value, &got)) return;
+  Clock& c = s.clock(thread);
+  // This CTA's own entry (a signal of a thread of this CTA, come back
+  // through a peer) joins the local clock.
+  auto own = got.ctas.find(CtaKey::of(s.rank->rank, s.launch_no, s.cta));
+  if (own != got.ctas.end()) {
+    if (c.v.size() < own->second.size()) c.v.resize(own->second.size(), 0);
+    for (std::size_t i = 0; i < own->second.size(); ++i) c.v[i] = std::max(c.v[i], own->second[i]);
+    got.ctas.erase(own);
+  }
+  c.remote.join(got);
 }
 
 void Checker::fence_proxy(int thread) {
@@ -867,4 +988,22 @@ extern "C" void tx_host_check_divzero(void* checker, std::int32_t site, std::int
   tx::runtime::host::Finding f{
       tx::runtime::host::Kind::div_zero, -1, 0, 1, {}, s.now(thread, site), false, false, 1};
   s.add(f);
+}
+
+// Symmetric memory (check_access with flags & 2): the access's address, for
+// the record across ranks; `ok`: the access was in bounds (else skipped).
+extern "C" void tx_host_check_dist(void* checker, void* addr, std::int64_t count,
+                                   std::int32_t elem_bytes, std::int32_t flags, std::int32_t site,
+                                   std::int32_t thread, std::int32_t ok) {
+  if (!ok) return;
+  auto& s = *static_cast<Checker::State*>(checker);
+  s.owner->dist_access(thread, addr, count, elem_bytes, flags & 1, site);
+}
+
+// T::dist::signal in a checked kernel: the store (or add), recorded with what
+// it publishes.
+extern "C" void tx_host_check_signal(void* checker, void* flag, std::uint32_t value,
+                                     std::int32_t add, std::int32_t thread) {
+  auto& s = *static_cast<Checker::State*>(checker);
+  s.owner->dist_signal(thread, static_cast<std::uint32_t*>(flag), value, add != 0);
 }

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "../dist_check.hpp"
 #include "tx/ir.hpp"
 #include "tx/lowering/host_form.hpp"
 
@@ -78,7 +79,22 @@ class Checker {
   [[noreturn]] void report(const std::string& kernel, SourceLoc launch_loc, const Error& stop);
 
   // ---- the fiber schedule's ordering (vector clocks)
-  using Clock = std::vector<std::uint32_t>;
+  // An actor's vector clock over this CTA's actors, and what it knows of
+  // other ranks' (dist_check.hpp): both travel through barriers and phases.
+  struct Clock {
+    std::vector<std::uint32_t> v;
+    Knowledge remote;
+    Clock() = default;
+    Clock(std::size_t n, std::uint32_t x) : v(n, x) {}
+    std::size_t size() const { return v.size(); }
+    void resize(std::size_t n, std::uint32_t x) { v.resize(n, x); }
+    std::uint32_t& operator[](std::size_t i) { return v[i]; }
+    std::uint32_t operator[](std::size_t i) const { return v[i]; }
+    void clear() {
+      v.clear();
+      remote = {};
+    }
+  };
   struct FiberSite {
     std::string op, operand;
     SourceLoc loc;
@@ -108,6 +124,16 @@ class Checker {
                    std::int64_t hi, std::int32_t fiber_site);
   void wgmma_commit(int thread);
   void wgmma_wait(int thread, int pending);
+  // ---- across ranks (host ranks of Group::run_local; dist_check.hpp)
+  // An access of `thread` to [addr, addr + count elements) of symmetric
+  // memory at plan site `site`.
+  void dist_access(int thread, const void* addr, std::int64_t count, int elem_bytes, bool write,
+                   std::int32_t site);
+  // T::dist::signal by `thread` (performs the store or add), and the acquire
+  // of a T::dist::wait_until that saw `value`.
+  void dist_signal(int thread, std::uint32_t* flag, std::uint32_t value, bool add);
+  void dist_acquire(int thread, const std::uint32_t* flag, std::uint32_t value);
+
   // A misuse the model found; reported with the races after the launch.
   void problem(const std::string& operand, const std::string& text, std::int32_t fiber_site);
   bool clocks() const;
@@ -131,6 +157,11 @@ bool tx_host_check_access(void* checker, std::int32_t slot, std::int64_t index, 
 void tx_host_check_barrier(void* checker, std::int32_t scope, std::int32_t thread);
 void tx_host_check_cta(void* checker, std::int64_t cta);
 void tx_host_check_divzero(void* checker, std::int32_t site, std::int32_t thread);
+void tx_host_check_dist(void* checker, void* addr, std::int64_t count, std::int32_t elem_bytes,
+                        std::int32_t flags, std::int32_t site, std::int32_t thread,
+                        std::int32_t ok);
+void tx_host_check_signal(void* checker, void* flag, std::uint32_t value, std::int32_t add,
+                          std::int32_t thread);
 void tx_host_check_index(void* checker, std::int64_t index, std::int64_t extent, std::int32_t dim,
                          std::int32_t site, std::int32_t thread);
 }

@@ -251,6 +251,9 @@ class Scheduler {
     }
     f.flag = nullptr;
     ++progress_;
+    // Checked: the acquire, across ranks (what the signal that reached
+    // `value` published).
+    if (chk_) chk_->dist_acquire(current_, flag, value);
   }
 
   void named_barrier(int id, int threads, bool wait, int where) {

@@ -177,6 +177,8 @@ Jit& jit() {
     helper("tx_host_check_cta", &tx_host_check_cta);
     helper("tx_host_check_divzero", &tx_host_check_divzero);
     helper("tx_host_check_index", &tx_host_check_index);
+    helper("tx_host_check_dist", &tx_host_check_dist);
+    helper("tx_host_check_signal", &tx_host_check_signal);
     helper("tx_fiber_sync", &tx_fiber_sync);
     helper("tx_fiber_mbarrier_init", &tx_fiber_mbarrier_init);
     helper("tx_fiber_mbarrier_arrive", &tx_fiber_mbarrier_arrive);

@@ -55,6 +55,8 @@ struct CheckBuffer {
   std::vector<std::int64_t> shape;  // the user's shape, when row-major (coordinates)
   std::int64_t stages = 0;          // else a shared buffer's leading extent (its stages)
   bool races = false;               // shared and global buffers are tracked
+  bool dist = false;      // symmetric memory (or a peer's view of it): checked across ranks
+  std::string symmetric;  // then: the symmetric parameter (a view's `of`)
 };
 
 // Where a check sits: the op the user wrote and its line.

@@ -1,0 +1,149 @@
+// The checked host mode across ranks (issue 43): kernels of host ranks
+// (Group::run_local, threads of this process) that exchange data through
+// symmetric memory, checked with {.checked = true}. The correct exchange
+// (write, signal, wait, read, and a second round of flags before the next
+// call overwrites) runs clean over several calls; each deliberately broken
+// variant is reported as a race across ranks naming both ranks and both
+// lines: a read with no wait, a wait for a value the flag already holds, a
+// signal before the other threads' writes reach the signalling thread (no
+// cta_sync), and a buffer overwritten while the peer may still read it.
+// tx's multi-GPU ops run under TX_CHECK=1 in host_dist_checked (ctest).
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "test_support.hpp"
+#include "tx/ops/dist.hpp"
+#include "tx/tx.hpp"
+
+using namespace tx;
+
+namespace {
+
+enum class Bug { none, no_wait, wrong_value, no_cta_sync, early_reuse };
+
+int g_write_line = 0, g_read_line = 0;
+
+// Each rank writes its copy of Buf, signals the next rank and waits for the
+// previous rank's signal, reads the previous rank's copy into Out, then
+// tells the previous rank it is done reading (Flags[ranks + r] on the
+// previous rank). Call `epoch` (1, 2, ...) waits, before writing, until the
+// next rank has read the previous call's data.
+PrimFunc exchange(int ranks, int n, Bug bug) {
+  return T::prim_func("exchange", [&](Handle buf_ptr, Handle flags_ptr, Handle out_ptr,
+                                      Handle rank_ptr, Handle epoch_ptr) {
+    auto Buf = T::match_symmetric(buf_ptr, {n}, f32);
+    auto Flags = T::match_symmetric(flags_ptr, {2 * ranks}, u32);
+    auto Out = T::match_buffer(out_ptr, {n}, f32);
+    Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
+    Var epoch = T::match_scalar(epoch_ptr, i32, "epoch", DimFacts{.min = 1, .max = 1000});
+    T::device_entry();
+    T::cta_id({1});
+    auto tid = T::thread_id({32});
+    Var next = T::let((rank + 1) % ranks, "next");
+    Var prev = T::let((rank + ranks - 1) % ranks, "prev");
+    if (bug != Bug::early_reuse) {
+      T::if_(tid == 0, [&] { T::dist::wait_until(Flags(ranks + next), epoch - 1); });
+      T::cuda::cta_sync();
+    }
+    for (Var k : T::serial((n + 31) / 32, "k")) {
+      Var i = T::let(k * 32 + tid, "i");
+      T::if_(i < n, [&] {
+        g_write_line = __LINE__ + 1;  // the store's line
+        Buf(i) = cast(rank * 1000 + i + epoch, f32);
+      });
+    }
+    if (bug != Bug::no_cta_sync) T::cuda::cta_sync();
+    T::if_(tid == 0, [&] {
+      auto next_flags = T::peer(Flags, next, "next_flags");
+      T::dist::signal(next_flags(rank), epoch);
+      // The wrong value: 0, which the flag holds before any signal.
+      if (bug == Bug::wrong_value) T::dist::wait_until(Flags(prev), 0);
+      if (bug != Bug::wrong_value && bug != Bug::no_wait) T::dist::wait_until(Flags(prev), epoch);
+    });
+    T::cuda::cta_sync();
+    auto from = T::peer(Buf, prev, "from");
+    for (Var k : T::serial((n + 31) / 32, "k")) {
+      Var i = T::let(k * 32 + tid, "i");
+      T::if_(i < n, [&] {
+        g_read_line = __LINE__ + 1;  // the load's line
+        Out(i) = from(i);
+      });
+    }
+    T::cuda::cta_sync();
+    T::if_(tid == 0, [&] {
+      auto prev_flags = T::peer(Flags, prev, "prev_flags");
+      T::dist::signal(prev_flags(ranks + rank), epoch);
+    });
+  });
+}
+
+// Runs `calls` calls of the exchange on `ranks` host ranks, checked; returns
+// the error's message ("" when none) and checks the outputs of clean runs.
+std::string run(int ranks, Bug bug, int calls) {
+  const int n = 100;
+  Kernel k = compile(exchange(ranks, n, bug), {.device = Device::host(), .checked = true});
+  std::mutex mu;
+  std::vector<std::vector<double>> outs(static_cast<std::size_t>(ranks));
+  try {
+    dist::Group::run_local(ranks, [&](dist::Group& g) {
+      Tensor buf = g.empty_symmetric({n}, f32);
+      Tensor flags = g.symmetric_flags(2 * ranks);
+      Tensor out = Tensor::empty({n}, f32, Device::host());
+      for (int e = 1; e <= calls; ++e) {
+        out.fill_bits(0x7fc0dead);
+        k(buf, flags, out, g.rank(), e);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      outs[static_cast<std::size_t>(g.rank())] = out.to_doubles();
+    });
+  } catch (const Error& e) {
+    return e.what();
+  }
+  for (int r = 0; r < ranks; ++r) {
+    const int prev = (r + ranks - 1) % ranks;
+    for (int i = 0; i < n; ++i)
+      CHECK(outs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] ==
+            prev * 1000 + i + calls);
+  }
+  return "";
+}
+
+std::string at_line(int line) { return "host_dist_races.cpp:" + std::to_string(line); }
+
+}  // namespace
+
+TEST_CASE("dist checked: the exchange with its flags is clean over several calls") {
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    CHECK(run(ranks, Bug::none, 3) == "");
+  }
+}
+
+TEST_CASE("dist checked: each broken exchange is a race across ranks naming both") {
+  setenv("TX_DIST_TIMEOUT", "5", 1);
+  struct Case {
+    Bug bug;
+    int calls;
+    bool write_first;  // the earlier access is the write (else the peer's read)
+  };
+  for (Case c : {Case{Bug::no_wait, 1, true}, Case{Bug::wrong_value, 1, true},
+                 Case{Bug::no_cta_sync, 1, true}, Case{Bug::early_reuse, 2, false}}) {
+    for (int ranks : {2, 4}) {
+      CAPTURE(static_cast<int>(c.bug));
+      CAPTURE(ranks);
+      const std::string m = run(ranks, c.bug, c.calls);
+      INFO(m);
+      CHECK(m.find("race across ranks") != std::string::npos);
+      CHECK(m.find("copy of Buf") != std::string::npos);
+      CHECK(m.find(at_line(g_write_line)) != std::string::npos);
+      CHECK(m.find(at_line(g_read_line)) != std::string::npos);
+      CHECK(m.find("with no T::dist::signal / wait_until") != std::string::npos);
+      // Both ranks named: the writer and the reader of one copy.
+      CHECK(m.find(c.write_first ? "writes it (T.store" : "reads it (T.load") != std::string::npos);
+    }
+  }
+}
