@@ -3,7 +3,9 @@
 //   - tx's all-reduce (written in tx: ops::AllReduce) against NCCL's
 //     (Group::nccl_all_reduce, on the same group), bf16 sum, per call,
 //     back to back: small messages (latency) and large ones (bus bandwidth,
-//     2 (n - 1) / n bytes / time, NCCL's definition);
+//     2 (n - 1) / n bytes / time, NCCL's definition); tx's all-gather and
+//     reduce-scatter (ops::AllGather / ReduceScatter) against NCCL's, bus
+//     bandwidth (n - 1) / n of the gathered bytes / time;
 //   - all_gather(A) @ B (ops::AllGatherMatmul), fused against the sequential
 //     NCCL all-gather + tx matmul and the GEMM alone, at the shapes
 //     (M rows split over the ranks, K 8192, N 28672 split over the ranks)
@@ -55,8 +57,9 @@ struct GemmRow {
 
 struct Row {
   std::string what;
-  std::int64_t bytes = 0;
+  std::int64_t bytes = 0;  // all-reduce: the tensor; all-gather / reduce-scatter: the gathered one
   double tx_us = 0, nccl_us = 0;
+  double bus = 2.0;  // bus bytes per byte, times ranks / (ranks - 1): 2 all-reduce, 1 the others
 };
 
 // Microseconds per call of fn on this rank's stream: `iters` calls between
@@ -117,6 +120,45 @@ int main(int argc, char** argv) {
       r.nccl_us = std::max(r.nccl_us, t_nccl);
     }
   });
+  // tx's all-gather and reduce-scatter against NCCL's, the gathered size
+  // from 16 KiB to 64 MiB on 2 ranks.
+  const std::vector<std::int64_t> part_sizes = {8 << 10,  32 << 10, 128 << 10, 512 << 10,
+                                                2 << 20,  8 << 20,  32 << 20};
+  std::vector<Row> coll_rows(2 * part_sizes.size());
+  dist::Group::run_local(devices, [&](dist::Group& g) {
+    Stream s = Stream::create(g.device());
+    StreamGuard on(s);
+    const std::int64_t max_elems = part_sizes.back() / 2;
+    ops::AllGather ag(g, max_elems, bf16);
+    ops::ReduceScatter rs(g, max_elems, bf16);
+    for (std::size_t k = 0; k < part_sizes.size(); ++k) {
+      const std::int64_t n = part_sizes[k] / 2, total = n * ranks;
+      Tensor x = Tensor::empty({n}, bf16, g.device());
+      x.fill_bits(0x3f80);
+      Tensor all = Tensor::empty({total}, bf16, g.device());
+      all.fill_bits(0x3f80);
+      Tensor part = Tensor::empty({n}, bf16, g.device());
+      const int it = part_sizes[k] >= (8 << 20) ? std::max(5, iters / 5) : iters;
+      const double ag_tx = time_calls(g, s, it, [&] { ag(x, all); });
+      const double ag_nccl = time_calls(g, s, it, [&] { g.nccl_all_gather(x, all); });
+      const double rs_tx = time_calls(g, s, it, [&] { rs(all, part); });
+      const double rs_nccl = time_calls(g, s, it, [&] { g.nccl_reduce_scatter(all, part); });
+      std::lock_guard<std::mutex> lock(mu);
+      Row& a = coll_rows[2 * k];
+      a.what = "all_gather bf16";
+      Row& r = coll_rows[2 * k + 1];
+      r.what = "reduce_scatter bf16 sum";
+      for (Row* row : {&a, &r}) {
+        row->bytes = total * 2;
+        row->bus = 1.0;
+      }
+      a.tx_us = std::max(a.tx_us, ag_tx);
+      a.nccl_us = std::max(a.nccl_us, ag_nccl);
+      r.tx_us = std::max(r.tx_us, rs_tx);
+      r.nccl_us = std::max(r.nccl_us, rs_nccl);
+    }
+  });
+  rows.insert(rows.end(), coll_rows.begin(), coll_rows.end());
   // all_gather(A) @ B: (M total rows, K, N total columns split over the ranks).
   struct Shape {
     std::int64_t M, K, N;
@@ -183,7 +225,7 @@ int main(int argc, char** argv) {
   std::printf("%-22s %10s %10s %10s %9s %12s %12s\n", "what", "bytes", "tx us", "NCCL us",
               "tx/NCCL", "tx busbw", "NCCL busbw");
   for (const Row& r : rows) {
-    const double f = 2.0 * (ranks - 1) / ranks * static_cast<double>(r.bytes) / 1e3;  // GB/s * us
+    const double f = r.bus * (ranks - 1) / ranks * static_cast<double>(r.bytes) / 1e3;  // GB/s * us
     std::printf("%-22s %10lld %10.2f %10.2f %9.3f %9.1f GB/s %9.1f GB/s\n", r.what.c_str(),
                 static_cast<long long>(r.bytes), r.tx_us, r.nccl_us, r.nccl_us / r.tx_us,
                 f / r.tx_us, f / r.nccl_us);
