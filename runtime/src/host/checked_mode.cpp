@@ -164,6 +164,7 @@ struct Checker::State {
   // number, what it knew when it began, and what its CTAs learned.
   Checker* owner = nullptr;
   const DistRank* rank = nullptr;
+  std::vector<int> dist_sites;  // per plan site: its interned text (dist_check_site), or -1
   std::uint32_t launch_no = 0;
   Knowledge carried, learned;
   // The earlier access of another rank (or launch) is ordered before the
@@ -576,7 +577,11 @@ void Checker::dist_access(int thread, const void* addr, std::int64_t count, int 
   a.actor = thread;
   a.clock = clock_of(thread);
   a.write = write;
-  a.site = dist_check_site(cs.op + " " + cs.what + " at " + cs.loc.str());
+  if (s.dist_sites.size() <= static_cast<std::size_t>(site))
+    s.dist_sites.resize(static_cast<std::size_t>(site) + 1, -1);
+  int& interned = s.dist_sites[static_cast<std::size_t>(site)];
+  if (interned < 0) interned = dist_check_site(cs.op + " " + cs.what + " at " + cs.loc.str());
+  a.site = interned;
   s.dist_thread = thread;
   auto ordered = [](const DistAccess& e, const void* who) {
     return static_cast<const State*>(who)->ordered_across(e);
