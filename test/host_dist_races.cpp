@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "test_support.hpp"
+#include "tx/group_barrier.hpp"
 #include "tx/ops/dist.hpp"
+#include "tx/runtime/nvrtc.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -112,6 +114,43 @@ std::string run(int ranks, Bug bug, int calls) {
   return "";
 }
 
+int g_barrier_write_line = 0, g_barrier_read_line = 0;
+
+// The same exchange with T::dist::barrier: write, meet, read the previous
+// rank's copy, meet again (so that the next call's writes come after every
+// rank's reads) -- unless `second_barrier` is false.
+PrimFunc barrier_exchange(int ranks, int n, bool second_barrier) {
+  return T::prim_func("barrier_exchange", [&](Handle buf_ptr, Handle flags_ptr, Handle out_ptr,
+                                              Handle rank_ptr, Handle epoch_ptr) {
+    auto Buf = T::match_symmetric(buf_ptr, {n}, f32);
+    auto Flags = T::match_symmetric(flags_ptr, {ranks}, u32);
+    auto Out = T::match_buffer(out_ptr, {n}, f32);
+    Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
+    Var epoch = T::match_scalar(epoch_ptr, i32, "epoch", DimFacts{.min = 1, .max = 1000});
+    T::device_entry();
+    T::cta_id({1});
+    auto tid = T::thread_id({32});
+    for (Var k : T::serial((n + 31) / 32, "k")) {
+      Var i = T::let(k * 32 + tid, "i");
+      T::if_(i < n, [&] {
+        g_barrier_write_line = __LINE__ + 1;
+        Buf(i) = cast(rank * 1000 + i + epoch, f32);
+      });
+    }
+    T::dist::barrier(Flags, {.rank = rank, .ranks = ranks, .value = 2 * epoch - 1, .thread = tid});
+    auto from = T::peer(Buf, (rank + ranks - 1) % ranks, "from");
+    for (Var k : T::serial((n + 31) / 32, "k")) {
+      Var i = T::let(k * 32 + tid, "i");
+      T::if_(i < n, [&] {
+        g_barrier_read_line = __LINE__ + 1;
+        Out(i) = from(i);
+      });
+    }
+    if (second_barrier)
+      T::dist::barrier(Flags, {.rank = rank, .ranks = ranks, .value = 2 * epoch, .thread = tid});
+  });
+}
+
 std::string at_line(int line) { return "host_dist_races.cpp:" + std::to_string(line); }
 
 }  // namespace
@@ -146,4 +185,60 @@ TEST_CASE("dist checked: each broken exchange is a race across ranks naming both
       CHECK(m.find(c.write_first ? "writes it (T.store" : "reads it (T.load") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("dist checked: T::dist::barrier orders an exchange; without its second use, a race") {
+  setenv("TX_DIST_TIMEOUT", "5", 1);
+  const int n = 70;
+  for (int ranks : {2, 4}) {
+    for (bool second : {true, false}) {
+      CAPTURE(ranks);
+      CAPTURE(second);
+      Kernel k =
+          compile(barrier_exchange(ranks, n, second), {.device = Device::host(), .checked = true});
+      std::mutex mu;
+      std::vector<std::vector<double>> outs(static_cast<std::size_t>(ranks));
+      std::string message;
+      const int calls = 3;
+      try {
+        dist::Group::run_local(ranks, [&](dist::Group& g) {
+          Tensor buf = g.empty_symmetric({n}, f32);
+          Tensor flags = g.symmetric_flags(ranks);
+          Tensor out = Tensor::empty({n}, f32, Device::host());
+          for (int e = 1; e <= calls; ++e) {
+            out.fill_bits(0x7fc0dead);
+            k(buf, flags, out, g.rank(), e);
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          outs[static_cast<std::size_t>(g.rank())] = out.to_doubles();
+        });
+      } catch (const Error& e) {
+        message = e.what();
+      }
+      INFO(message);
+      if (second) {
+        CHECK(message == "");
+        for (int r = 0; r < ranks && message.empty(); ++r)
+          for (int i = 0; i < n; ++i)
+            CHECK(outs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] ==
+                  ((r + ranks - 1) % ranks) * 1000 + i + calls);
+      } else {
+        CHECK(message.find("race across ranks") != std::string::npos);
+        CHECK(message.find(at_line(g_barrier_write_line)) != std::string::npos);
+        CHECK(message.find(at_line(g_barrier_read_line)) != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("dist T::dist::barrier in CUDA: system-scope flags on every peer, PTX for sm_90a") {
+  Kernel k = compile(barrier_exchange(4, 64, true), {.device = Device::host()});
+  const std::string cuda = k.cuda_source();
+  CHECK(cuda.find("st.release.sys.global.u32") != std::string::npos);
+  CHECK(cuda.find("ld.acquire.sys.global.u32") != std::string::npos);
+  CHECK(cuda.find("= tx_peers_Flags[") != std::string::npos);
+  const auto out =
+      runtime::nvrtc_compile(cuda, "barrier_exchange.cu", "sm_90a", runtime::NvrtcTarget::ptx);
+  CHECK(out.ptx.find(".entry barrier_exchange(") != std::string::npos);
+  CHECK(out.ptx.find("st.release.sys.global.u32") != std::string::npos);
 }
