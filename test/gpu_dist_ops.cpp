@@ -62,7 +62,8 @@ TEST_CASE("gpu dist one-shot all-reduce against float64") {
         for (auto [op, algorithm] :
              {std::pair{dist::ReduceOp::sum, ops::AllReduceAlgorithm::one_shot},
               std::pair{dist::ReduceOp::max, ops::AllReduceAlgorithm::one_shot},
-              std::pair{dist::ReduceOp::sum, ops::AllReduceAlgorithm::two_shot}}) {
+              std::pair{dist::ReduceOp::sum, ops::AllReduceAlgorithm::two_shot},
+              std::pair{dist::ReduceOp::sum, ops::AllReduceAlgorithm::nccl}}) {
           CAPTURE(ranks);
           CAPTURE(static_cast<int>(algorithm));
           CAPTURE(dtype.name());

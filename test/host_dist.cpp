@@ -247,6 +247,51 @@ TEST_CASE("dist all-reduce calls of changing sizes on one AllReduce") {
       }
 }
 
+TEST_CASE("dist all-reduce through NCCL's path (the host's collective on host ranks)") {
+  // AllReduceAlgorithm::nccl, in place and into another tensor; automatic
+  // keeps tx's kernels on host ranks (they have no communicator).
+  const int ranks = 3;
+  const std::int64_t n = 5000;
+  std::mutex mu;
+  std::vector<std::vector<double>> in(ranks), in_place(ranks), into(ranks);
+  for (int r = 0; r < ranks; ++r)
+    in[static_cast<std::size_t>(r)] = random_values(n, tx::test::rng()());
+  std::string plan_nccl, plan_auto;
+  dist::Group::run_local(ranks, [&](dist::Group& g) {
+    const auto r = static_cast<std::size_t>(g.rank());
+    ops::AllReduce ar(g, 1 << 20, f32);
+    const ops::AllReduceOptions nccl{.algorithm = ops::AllReduceAlgorithm::nccl};
+    Tensor x = Tensor::from_doubles(in[r], {n}, f32, Device::host());
+    Tensor y = Tensor::from_doubles(in[r], {n}, f32, Device::host());
+    Tensor out = Tensor::empty({n}, f32, Device::host());
+    out.fill_bits(0x7fc0dead);
+    ar(x, nccl);
+    ar(y, out, nccl);
+    std::lock_guard<std::mutex> lock(mu);
+    in_place[r] = x.to_doubles();
+    into[r] = out.to_doubles();
+    if (r == 0) {
+      plan_nccl = ar.plan(n, nccl);
+      plan_auto = ar.plan(1 << 20);
+    }
+  });
+  CHECK(plan_nccl.find("nccl 3 ranks float32 sum n 5000 (asked)") == 0);
+  CHECK(plan_auto.find("two_shot 3 ranks") == 0);
+  for (int r = 0; r < ranks; ++r)
+    for (std::int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int q = 0; q < ranks; ++q)
+        want += quantize(in[static_cast<std::size_t>(q)][static_cast<std::size_t>(i)], f32);
+      for (const auto* got : {&in_place, &into}) {
+        const double v = (*got)[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)];
+        if (!(std::abs(v - want) <= 1e-6 * (std::abs(want) + 1))) {
+          INFO("rank " << r << " element " << i);
+          REQUIRE(v == want);
+        }
+      }
+    }
+}
+
 TEST_CASE("dist IR and CUDA of a peer view and its flags") {
   PrimFunc f = ring_copy(2, 64);
   std::string ir = to_string(f);

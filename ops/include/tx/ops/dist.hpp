@@ -28,9 +28,14 @@ namespace tx::ops {
 // x the data over the links, two rounds of flags): small messages.
 // two_shot: reduce-scatter then all-gather inside one kernel (2 (ranks - 1) /
 // ranks x the data, three rounds): large messages on 3 ranks or more.
-// automatic: two_shot from 1 MiB per rank on 3 ranks or more
-// (TX_ALL_REDUCE_TWO_SHOT_BYTES changes the size), one_shot below.
-enum class AllReduceAlgorithm { automatic, one_shot, two_shot };
+// nccl: the group's NCCL all-reduce (Group::nccl_all_reduce; host ranks: the
+// host's collective), into `out` through a copy when out is not x.
+// automatic: one_shot below 1 MiB per rank (TX_ALL_REDUCE_TWO_SHOT_BYTES
+// changes the size); from it, one_shot on 2 ranks, and on 3 ranks or more
+// nccl where the group has a communicator (on 4 H200 tx's two_shot ran at
+// 0.47-0.64x NCCL's bus bandwidth from 2 MiB to 256 MiB: docs/dist.md),
+// two_shot where it has none (host ranks, ranks sharing a GPU).
+enum class AllReduceAlgorithm { automatic, one_shot, two_shot, nccl };
 
 struct AllReduceOptions {
   dist::ReduceOp op = dist::ReduceOp::sum;
