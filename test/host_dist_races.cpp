@@ -242,3 +242,81 @@ TEST_CASE("dist T::dist::barrier in CUDA: system-scope flags on every peer, PTX 
   CHECK(out.ptx.find(".entry barrier_exchange(") != std::string::npos);
   CHECK(out.ptx.find("st.release.sys.global.u32") != std::string::npos);
 }
+
+namespace {
+int g_plain_write_line = 0, g_plain_read_line = 0;
+// A kernel that writes only its own copy (no peer view, no flags), and one
+// that reads the previous rank's copy: ordered by the host, or not at all.
+PrimFunc write_own(int n) {
+  return T::prim_func("write_own", [&](Handle buf_ptr, Handle rank_ptr) {
+    auto Buf = T::match_symmetric(buf_ptr, {n}, f32);
+    Var rank = T::match_scalar(rank_ptr, i32, "rank");
+    T::cta_id({1});
+    auto tid = T::thread_id({32});
+    for (Var k : T::serial((n + 31) / 32, "k")) {
+      Var i = T::let(k * 32 + tid, "i");
+      T::if_(i < n, [&] {
+        g_plain_write_line = __LINE__ + 1;
+        Buf(i) = cast(rank * 1000 + i, f32);
+      });
+    }
+  });
+}
+PrimFunc read_previous(int ranks, int n) {
+  return T::prim_func("read_previous", [&](Handle buf_ptr, Handle out_ptr, Handle rank_ptr) {
+    auto Buf = T::match_symmetric(buf_ptr, {n}, f32);
+    auto Out = T::match_buffer(out_ptr, {n}, f32);
+    Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
+    T::cta_id({1});
+    auto tid = T::thread_id({32});
+    auto from = T::peer(Buf, (rank + ranks - 1) % ranks, "from");
+    for (Var k : T::serial((n + 31) / 32, "k")) {
+      Var i = T::let(k * 32 + tid, "i");
+      T::if_(i < n, [&] {
+        g_plain_read_line = __LINE__ + 1;
+        Out(i) = from(i);
+      });
+    }
+  });
+}
+}  // namespace
+
+TEST_CASE("dist checked: a host barrier orders two launches across ranks; without it, a race") {
+  const int n = 64;
+  for (int ranks : {2, 3}) {
+    for (bool barrier : {true, false}) {
+      CAPTURE(ranks);
+      CAPTURE(barrier);
+      Kernel w = compile(write_own(n), {.device = Device::host(), .checked = true});
+      Kernel rd = compile(read_previous(ranks, n), {.device = Device::host(), .checked = true});
+      std::string message;
+      std::mutex mu;
+      std::vector<std::vector<double>> outs(static_cast<std::size_t>(ranks));
+      try {
+        dist::Group::run_local(ranks, [&](dist::Group& g) {
+          Tensor buf = g.empty_symmetric({n}, f32);
+          Tensor out = Tensor::empty({n}, f32, Device::host());
+          w(buf, g.rank());
+          if (barrier) g.barrier();
+          rd(buf, out, g.rank());
+          std::lock_guard<std::mutex> lock(mu);
+          outs[static_cast<std::size_t>(g.rank())] = out.to_doubles();
+        });
+      } catch (const Error& e) {
+        message = e.what();
+      }
+      INFO(message);
+      if (barrier) {
+        REQUIRE(message == "");
+        for (int r = 0; r < ranks; ++r)
+          for (int i = 0; i < n; ++i)
+            CHECK(outs[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] ==
+                  ((r + ranks - 1) % ranks) * 1000 + i);
+      } else {
+        CHECK(message.find("race across ranks") != std::string::npos);
+        CHECK(message.find(at_line(g_plain_write_line)) != std::string::npos);
+        CHECK(message.find(at_line(g_plain_read_line)) != std::string::npos);
+      }
+    }
+  }
+}

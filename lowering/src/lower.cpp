@@ -3,6 +3,7 @@
 // configuration, parameter alignment, shared-memory offsets).
 #include "tx/lowering/lower.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <iostream>
@@ -222,8 +223,14 @@ HostForm lower_host_form(const LoweredKernel& k, bool checked,
   };
   HostForm h;
   h.checked = checked;
+  // Checked, a kernel with a symmetric parameter runs as fibers too: the
+  // record across ranks (runtime/src/dist_check.hpp) rides on the fibers'
+  // vector clocks, and a kernel that only writes its own copy races with a
+  // peer that reads it as much as one with a peer view does.
+  const bool symmetric = std::any_of(k.lowered->params.begin(), k.lowered->params.end(),
+                                     [](const Param& p) { return p.symmetric; });
   if (first_mbarrier_call(k.lowered->body) || has_async_instruction(k.lowered->body) ||
-      has_peer_view(k.lowered->body)) {
+      has_peer_view(k.lowered->body) || (checked && symmetric)) {
     // Fibers: one per thread. Checked, the accesses carry their checks and
     // the scheduler orders them by vector clocks through every barrier,
     // mbarrier phase and wgmma group (runtime/src/host/checked_mode.hpp).
