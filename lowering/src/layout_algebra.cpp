@@ -198,6 +198,7 @@ std::optional<RegionLayout> broadcast_to(const RegionLayout& l, const Extents& t
   out.replica = l.replica;
   out.mem_offset = l.mem_offset;
   out.thread_offset = l.thread_offset;
+  out.swizzle = l.swizzle;  // the places are the same elements' (leading 1s dropped)
   std::ptrdiff_t shift =
       static_cast<std::ptrdiff_t>(target.size()) - static_cast<std::ptrdiff_t>(l.extents.size());
   for (std::size_t i = 0; i < target.size(); ++i) {

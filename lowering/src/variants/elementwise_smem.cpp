@@ -15,6 +15,11 @@
 // guarded, so any N works. The op ends with the scope's barrier so that the
 // result is visible to every thread of the scope. With where=, accesses are
 // single elements and each keeps its old value where the condition fails.
+// Swizzled operands (layouts::swizzled_tiles, the tiles TMA writes and wgmma
+// reads) are addressed through their swizzle, each access at most one
+// 16-byte chunk wide (the swizzle moves whole chunks): a kernel can widen an
+// fp8 tile into a 16-bit one, or zero a tile's tail rows, in place between
+// the TMA and the MMA.
 #include "common.hpp"
 
 namespace tx::lowering::variants {
@@ -27,14 +32,14 @@ Plan plan(const DispatchContext& ctx) {
   ElementwisePlan& ep = std::get<ElementwisePlan>(parsed);
   const BufferRegion& dst = ep.dst;
   std::string why;
-  auto ld = region_layout(dst, *ctx.env, &why);
+  auto ld = region_layout(dst, *ctx.env, &why, {.allow_swizzle = true});
   if (!ld) return operand_reason(dst, why);
   Extents target = dst.extents();
   std::vector<const BufferRegion*> srcs;
   std::vector<RegionLayout> layouts{*ld};
   for (const TileArg& in : ep.inputs)
     if (auto* r = std::get_if<BufferRegion>(&in)) {
-      auto l = region_layout(*r, *ctx.env, &why);
+      auto l = region_layout(*r, *ctx.env, &why, {.allow_swizzle = true});
       if (!l) return operand_reason(*r, why);
       auto b = broadcast_to(*l, target, &why);
       if (!b) return operand_reason(*r, why + " (destination " + dst.buffer->name + ")");
@@ -68,9 +73,13 @@ Plan plan(const DispatchContext& ctx) {
   for (const BufferRegion* s : srcs) esize = std::max(esize, s->buffer->dtype.bytes());
   // where= decides per element: one element per access.
   const bool where = static_cast<bool>(ctx.call->attrs.where);
-  int vec = inner_strided || where ? 1
-                                   : widest_vector(iters, vectorized, bases, esize, *ctx.env,
-                                                   [&](int v) { return n % v == 0; });
+  int vec = inner_strided || where
+                ? 1
+                : widest_vector(iters, vectorized, bases, esize, *ctx.env, [&](int v) {
+                    for (std::size_t i : vectorized)
+                      if (v > swizzle_vector_cap(layouts[i])) return false;
+                    return n % v == 0;
+                  });
   // Element counts per vector for each operand's own dtype (cast may change sizes).
   std::int64_t rounds = (n + threads * vec - 1) / (threads * vec);
   bool guarded = rounds * threads * vec != n;
@@ -83,8 +92,12 @@ Plan plan(const DispatchContext& ctx) {
   auto round_body = [&](Expr f) -> Stmt {
     Expr idx = simplify(mul(add(mul(f, c32(threads)), rel), c32(vec)), ctx.env);
     std::vector<Expr> offs;
-    for (std::size_t i = 0; i < layouts.size(); ++i)
-      offs.push_back(simplify(add(bases[i], joint_offset(iters, i, idx)), ctx.env));
+    for (std::size_t i = 0; i < layouts.size(); ++i) {
+      // The swizzle applies to the whole pre-swizzle offset.
+      Expr o = simplify(add(bases[i], joint_offset(iters, i, idx)), ctx.env);
+      offs.push_back(layouts[i].swizzle ? simplify(swizzle_expr(*layouts[i].swizzle, o), ctx.env)
+                                        : o);
+    }
     if (vec == 1) {
       std::vector<Expr> loaded;
       std::size_t si = 0;
@@ -108,7 +121,7 @@ Plan plan(const DispatchContext& ctx) {
         value = make_select(simplify(where_condition(ctx.call, coords), ctx.env), value,
                             make_load(fd, {offs[0]}));
       }
-      return make_store(fd, value, {offs[0]});
+      return make_store(fd, value, {offs[0]}, ctx.call->loc);
     }
     // Vector path: stage each vectorized input in registers.
     std::vector<Stmt> body;
