@@ -30,3 +30,38 @@ TEST_CASE("paged_attention's kernels lower for sm_90a: TMA page loads, wgmma, PT
               .ptx.find(".entry") != std::string::npos);
   }
 }
+
+TEST_CASE("elementwise/smem on swizzled tiles: an fp8 tile widened to bf16, tail rows zeroed") {
+  using namespace tx;
+  // What the decode kernel does between the TMA and the MMA, on its own:
+  // both tiles in layouts::swizzled_tiles (fp8: 64-byte rows, bf16: 128-byte).
+  const std::int64_t R = 64, C = 64, keep = 41;
+  PrimFunc f = T::prim_func("widen_and_zero", [&](Handle src, Handle dst) {
+    auto S = T::match_buffer(src, {R, C}, f8e4m3);
+    auto D = T::match_buffer(dst, {R, C}, bf16);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto S8 = T::alloc_buffer({2, R, C}, f8e4m3, scope::shared,
+                              layouts::swizzled_tiles({2, R, C}, f8e4m3));
+    auto S16 = T::alloc_buffer({R, C}, bf16, scope::shared, layouts::swizzled_tiles({R, C}, bf16));
+    Tx::cta::copy(S8[region({1, 2}, {0, R}, {0, C})], S.all());
+    Tx::cta::cast(S16, S8[region({1, 2}, {0, R}, {0, C})]);  // a 3-D stage into a 2-D tile
+    Tx::cta::fill(S16, 0.0f, {.where = [&](Expr i, Expr) { return i >= keep; }});
+    Tx::cta::copy(D.all(), S16);
+  });
+  auto vals = test::random_values(static_cast<std::size_t>(R * C), f8e4m3, -100, 100);
+  Tensor src = Tensor::from_doubles(vals, {R, C}, f8e4m3, Device::host());
+  Tensor dst = Tensor::empty({R, C}, bf16, Device::host());
+  dst.fill_bits(0x7fc0);
+  compile(f, {.device = Device::host()})(src, dst);
+  auto got = dst.to_doubles();
+  for (std::int64_t i = 0; i < R; ++i)
+    for (std::int64_t j = 0; j < C; ++j)
+      REQUIRE(got[static_cast<std::size_t>(i * C + j)] ==
+              (i >= keep ? 0.0 : vals[static_cast<std::size_t>(i * C + j)]));
+  // The same call lowers for sm_90a through elementwise/smem, swizzled addresses.
+  const std::string cuda = lowering::codegen_cuda(lowering::lower(f, {.arch = "sm_90a"}));
+  CHECK(cuda.find("elementwise/smem") != std::string::npos);
+  CHECK(cuda.find(" ^ ") != std::string::npos);
+}
