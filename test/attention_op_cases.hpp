@@ -6,6 +6,7 @@
 // attention_cases.hpp, on fresh random inputs with poisoned outputs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -231,6 +232,103 @@ TEST_CASE("ops::attention on variable-length batches (cu_seqlens), causal and no
     CHECK(e.out <= 1.0);
     CHECK(e.lse <= 1.0);
   }
+}
+
+TEST_CASE("ops::attention over a paged KV cache (block_table, seqused_k): chunked prefill") {
+  for (bool causal : {false, true}) {
+    for (std::int64_t P : {16, 64}) {
+      CAPTURE(causal);
+      CAPTURE(P);
+      // Queries are the last lq of each sequence's lk keys (a chunk of a
+      // prefill, its keys already in the cache); sequence 3 has none.
+      const std::vector<std::int32_t> lq = {5, 130, 1, 3}, lk = {40, 200, 17, 0};
+      const std::int64_t H = 4, Hk = 2, D = 64, nb = 4;
+      std::vector<std::int32_t> cq = {0};
+      for (std::int64_t b = 0; b < nb; ++b)
+        cq.push_back(cq.back() + lq[static_cast<std::size_t>(b)]);
+      const std::int64_t tq = cq.back(), max_pages = (200 + P - 1) / P, pages = nb * max_pages + 1;
+      // Pages scattered in random order; every row no sequence uses is NaN.
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
+      for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>(i);
+      std::shuffle(ids.begin(), ids.end(), tx::test::rng());
+      auto q = random_values(static_cast<std::size_t>(tq * H * D), bf16, -2, 2);
+      auto kc = random_values(static_cast<std::size_t>(pages * P * Hk * D), bf16, -2, 2);
+      auto vc = random_values(static_cast<std::size_t>(pages * P * Hk * D), bf16, -1, 1);
+      std::vector<char> used(static_cast<std::size_t>(pages * P), 0);
+      for (std::int64_t b = 0; b < nb; ++b)
+        for (std::int64_t j = 0; j < lk[static_cast<std::size_t>(b)]; ++j)
+          used[static_cast<std::size_t>(ids[static_cast<std::size_t>(b * max_pages + j / P)] * P +
+                                        j % P)] = 1;
+      for (std::size_t r = 0; r < used.size(); ++r)
+        if (!used[r])
+          for (std::size_t e = 0; e < static_cast<std::size_t>(Hk * D); ++e)
+            kc[r * static_cast<std::size_t>(Hk * D) + e] =
+                vc[r * static_cast<std::size_t>(Hk * D) + e] =
+                    std::numeric_limits<double>::quiet_NaN();
+      Tensor Q = Tensor::from_doubles(q, {tq, H, D}, bf16, device());
+      Tensor KC = Tensor::from_doubles(kc, {pages, P, Hk, D}, bf16, device());
+      Tensor VC = Tensor::from_doubles(vc, {pages, P, Hk, D}, bf16, device());
+      Tensor CQ = Tensor::from_vector(cq, {nb + 1}, device());
+      Tensor BT =
+          Tensor::from_vector(std::vector<std::int32_t>(ids.begin(), ids.begin() + nb * max_pages),
+                              {nb, max_pages}, device());
+      Tensor SK = Tensor::from_vector(lk, {nb}, device());
+      ops::AttentionOptions opt{.causal = causal,
+                                .bottom_right = causal,
+                                .cu_seqlens_q = &CQ,
+                                .max_seqlen_q = 130,
+                                .block_table = &BT,
+                                .seqused_k = &SK};
+      CHECK(
+          ops::attention_plan(Q, KC, VC, opt).find("paged cache (pages of " + std::to_string(P)) !=
+          std::string::npos);
+      auto [O, L] = ops::attention(Q, KC, VC, opt);
+      CHECK(O.shape() == std::vector<std::int64_t>{tq, H, D});
+      CHECK(L.shape() == std::vector<std::int64_t>{H, tq});
+      tx::test::AttentionRef want{std::vector<double>(q.size()),
+                                  std::vector<double>(static_cast<std::size_t>(H * tq))};
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const std::int64_t q0 = cq[static_cast<std::size_t>(b)];
+        auto cache = [&](const std::vector<double>& x) {
+          return
+              [&x, b, max_pages, P, Hk, D, &ids](std::int64_t h, std::int64_t j, std::int64_t d) {
+                const std::int64_t id = ids[static_cast<std::size_t>(b * max_pages + j / P)];
+                return x[static_cast<std::size_t>(((id * P + j % P) * Hk + h) * D + d)];
+              };
+        };
+        reference(
+            {H, Hk, lq[static_cast<std::size_t>(b)], lk[static_cast<std::size_t>(b)], D}, causal,
+            true, 1.0 / std::sqrt(static_cast<double>(D)),
+            [&](std::int64_t h, std::int64_t i, std::int64_t d) {
+              return q[static_cast<std::size_t>(((q0 + i) * H + h) * D + d)];
+            },
+            cache(kc), cache(vc),
+            [&](std::int64_t h, std::int64_t i, std::int64_t d) -> double& {
+              return want.out[static_cast<std::size_t>(((q0 + i) * H + h) * D + d)];
+            },
+            [&](std::int64_t h, std::int64_t i) -> double& {
+              return want.lse[static_cast<std::size_t>(h * tq + q0 + i)];
+            });
+      }
+      auto e = tx::test::attention_error(want, O.to_doubles(), L.to_doubles(), bf16, 1.0);
+      CHECK(e.out <= 1.0);
+      CHECK(e.lse <= 1.0);
+    }
+  }
+  // What a paged cache needs, as errors.
+  Tensor Q = Tensor::from_doubles(random_values(4 * 2 * 64, bf16), {4, 2, 64}, bf16, device());
+  Tensor KC = Tensor::empty({3, 16, 1, 64}, bf16, device());
+  Tensor CQ = Tensor::from_vector(std::vector<std::int32_t>{0, 4}, {2}, device());
+  Tensor BT = Tensor::from_vector(std::vector<std::int32_t>{0, 1}, {1, 2}, device());
+  ops::AttentionOptions no_lengths{.cu_seqlens_q = &CQ, .max_seqlen_q = 4, .block_table = &BT};
+  CHECK_THROWS_WITH_AS(ops::attention(Q, KC, KC, no_lengths), doctest::Contains("seqused_k"),
+                       tx::Error);
+  Tensor K24 = Tensor::empty({3, 24, 1, 64}, bf16, device());
+  Tensor SK = Tensor::from_vector(std::vector<std::int32_t>{20}, {1}, device());
+  ops::AttentionOptions ok{
+      .cu_seqlens_q = &CQ, .max_seqlen_q = 4, .block_table = &BT, .seqused_k = &SK};
+  CHECK_THROWS_WITH_AS(ops::attention(Q, K24, K24, ok), doctest::Contains("page_size 24"),
+                       tx::Error);
 }
 
 TEST_CASE("ops::attention: empty sequences and NaN inputs give PyTorch's results") {

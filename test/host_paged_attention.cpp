@@ -46,6 +46,7 @@ TEST_CASE("elementwise/smem on swizzled tiles: an fp8 tile widened to bf16, tail
                               layouts::swizzled_tiles({2, R, C}, f8e4m3));
     auto S16 = T::alloc_buffer({R, C}, bf16, scope::shared, layouts::swizzled_tiles({R, C}, bf16));
     Tx::cta::copy(S8[region({1, 2}, {0, R}, {0, C})], S.all());
+    T::cuda::cta_sync();
     Tx::cta::cast(S16, S8[region({1, 2}, {0, R}, {0, C})]);  // a 3-D stage into a 2-D tile
     Tx::cta::fill(S16, 0.0f, {.where = [&](Expr i, Expr) { return i >= keep; }});
     Tx::cta::copy(D.all(), S16);

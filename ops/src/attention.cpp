@@ -33,6 +33,7 @@ struct AttnConfig {
   std::int64_t D = 128, heads = 1, kv_heads = 1;
   DType t = bf16;
   bool causal = false, bottom_right = false, varlen = false;
+  std::int64_t page = 0;  // > 0: K and V are a paged cache read through a block table
   bool q_heads_major = false, kv_heads_major = false;  // (B, H, S, D) storage
   double scale = 0;
   std::int64_t bn = 128, stages = 2, ctas = 132;
@@ -40,11 +41,12 @@ struct AttnConfig {
     char s[320];
     std::uint64_t bits = 0;
     std::memcpy(&bits, &scale, sizeof bits);
-    std::snprintf(s, sizeof s, "attention|d%lld|h%lld/%lld|%s|c%d%d|v%d|l%d%d|s%llx|bn%lld|%lld|%s",
-                  static_cast<long long>(D), static_cast<long long>(heads),
-                  static_cast<long long>(kv_heads), t.name().c_str(), causal, bottom_right, varlen,
-                  q_heads_major, kv_heads_major, static_cast<unsigned long long>(bits),
-                  static_cast<long long>(bn), static_cast<long long>(ctas), d.str().c_str());
+    std::snprintf(
+        s, sizeof s, "attention|d%lld|h%lld/%lld|%s|c%d%d|v%d|p%lld|l%d%d|s%llx|bn%lld|%lld|%s",
+        static_cast<long long>(D), static_cast<long long>(heads), static_cast<long long>(kv_heads),
+        t.name().c_str(), causal, bottom_right, varlen, static_cast<long long>(page), q_heads_major,
+        kv_heads_major, static_cast<unsigned long long>(bits), static_cast<long long>(bn),
+        static_cast<long long>(ctas), d.str().c_str());
     return s;
   }
 };
@@ -65,10 +67,16 @@ PrimFunc attention_kernel(const AttnConfig& c) {
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(D));
   const double c2 = scale * std::numbers::log2e;
   std::vector<std::string> names = {"q", "k", "v", "o", "lse"};
-  if (c.varlen) names.insert(names.end(), {"cu_seqlens_q", "cu_seqlens_k"});
+  const bool paged = c.page > 0;
+  if (paged)
+    names.insert(names.end(), {"cu_seqlens_q", "block_table", "seqused_k"});
+  else if (c.varlen)
+    names.insert(names.end(), {"cu_seqlens_q", "cu_seqlens_k"});
   names.insert(names.end(), {"batch", "seq_q", "seq_k"});
-  const std::string name =
-      "attention_d" + std::to_string(D) + (c.causal ? "_causal" : "") + (c.varlen ? "_varlen" : "");
+  const std::string name = "attention_d" + std::to_string(D) + (c.causal ? "_causal" : "") +
+                           (paged      ? "_paged"
+                            : c.varlen ? "_varlen"
+                                       : "");
   return T::prim_func_n(name, names, [&](const std::vector<Handle>& h) {
     // Storage: (tokens, heads, D), or (batch * heads * seq, D).
     auto tokens = [&](const Handle& p, bool heads_major, std::int64_t nh, const char* dim) {
@@ -76,17 +84,34 @@ PrimFunc attention_kernel(const AttnConfig& c) {
       return heads_major ? T::match_buffer(p, {n, D}, t) : T::match_buffer(p, {n, nh, D}, t);
     };
     auto Q = tokens(h[0], c.q_heads_major, H, "q_rows");
-    auto K = tokens(h[1], c.kv_heads_major, HK, "kv_rows");
-    auto V = T::match_buffer(
-        h[2], c.kv_heads_major ? Extents{K->dims[0], D} : Extents{K->dims[0], HK, D}, t);
+    // A paged cache: (pages, page, kv_heads, D), read page by page through
+    // the block table.
+    Var pages;
+    if (paged) pages = T::dim("pages", {.max = 1 << 24});
+    auto K = paged ? T::match_buffer(h[1], {pages, c.page, HK, D}, t)
+                   : tokens(h[1], c.kv_heads_major, HK, "kv_rows");
+    auto V = paged ? T::match_buffer(h[2], {pages, c.page, HK, D}, t)
+                   : T::match_buffer(
+                         h[2],
+                         c.kv_heads_major ? Extents{K->dims[0], D} : Extents{K->dims[0], HK, D}, t);
     auto O = T::match_buffer(
         h[3], c.q_heads_major ? Extents{Q->dims[0], D} : Extents{Q->dims[0], H, D}, t);
     // (rows, 1) rather than flat: a flat buffer known at launch takes the
     // element-by-element masked copy, which register tiles do not have.
     auto LSE = T::match_buffer(h[4], {Q->dims[0], c.q_heads_major ? 1 : H}, f32);
     std::size_t at = 5;
-    TileBuffer cu_q, cu_k;
-    if (c.varlen) {
+    TileBuffer cu_q, cu_k, BT, SK;
+    Var max_pages;
+    if (paged) {
+      max_pages = T::dim("max_pages", {.max = 1 << 20});
+      Var nb = T::dim("batch_plus_1", {.min = 2, .max = (1 << 20) + 1});
+      cu_q = T::match_buffer(h[at++], {nb}, i32);
+      // (batch rows: the host checks they are cu_seqlens_q's batch; the
+      // kernel reads them at min(b, rows - 1), which it can prove inside.)
+      Var bt_rows = T::dim("table_rows", {.max = 1 << 20});
+      BT = T::match_buffer(h[at++], {bt_rows, max_pages}, i32);
+      SK = T::match_buffer(h[at++], {bt_rows}, i32);
+    } else if (c.varlen) {
       Var nb = T::dim("batch_plus_1");
       cu_q = T::match_buffer(h[at++], {nb}, i32);
       cu_k = T::match_buffer(h[at++], {nb}, i32);
@@ -123,7 +148,7 @@ PrimFunc attention_kernel(const AttnConfig& c) {
     auto heads_total = T::let(batch * H, "heads_total");
     auto rounds = T::let(ceildiv(tiles_m * heads_total, c.ctas), "rounds");
     struct Tile {
-      Var live, m0, b, h, q0, lq, k0, lk, n_end, diagonal;
+      Var live, m0, b, h, q0, lq, k0, lk, n_end, diagonal, bt;
     };
     auto tile_of = [&](Var r) {
       Tile x;
@@ -139,7 +164,14 @@ PrimFunc attention_kernel(const AttnConfig& c) {
       x.b = T::let(max(bh / H, 0), "b");
       x.h = T::let(max(bh % H, 0), "h");
       x.m0 = T::let(max(mb, 0) * BM, "m0");
-      if (c.varlen) {
+      if (paged) {
+        // The keys: the sequence's length, cut to its table's width.
+        x.q0 = T::let(max(cu_q(x.b), 0), "q0");
+        x.lq = T::let(max(cu_q(x.b + 1) - x.q0, 0), "lq");
+        x.k0 = T::let(Expr(0), "k0");
+        x.bt = T::let(min(x.b, BT->dims[0] - 1), "bt");
+        x.lk = T::let(max(min(SK(x.bt), max_pages * c.page), 0), "lk");
+      } else if (c.varlen) {
         x.q0 = T::let(max(cu_q(x.b), 0), "q0");
         x.lq = T::let(max(cu_q(x.b + 1) - x.q0, 0), "lq");
         x.k0 = T::let(max(cu_k(x.b), 0), "k0");
@@ -175,19 +207,40 @@ PrimFunc attention_kernel(const AttnConfig& c) {
                      Qs, rows(Q, c.q_heads_major, H, x.b, x.h, x.q0, x.m0, seq_q, BM),
                      {.barrier = qpipe.full(qi), .partial = true});
                  T::if_(tid == 0, [&] { qpipe.producer_commit(qi); });
+                 // A key block: BN rows of the sequence, or -- paged -- its
+                 // BN / page pages, each a box into consecutive rows of the
+                 // stage (pages past the keys are not loaded: their rows are
+                 // masked, and V's zeroed; an id outside the cache starts
+                 // past its end, which the TMA fills with zeros).
+                 auto load = [&](const T::Pipeline& pipe, const TileBuffer& X,
+                                 const TileBuffer& ring, Var it, Var j, Var s) {
+                   if (!paged) {
+                     Tx::warpgroup::copy_async(
+                         ring[region(span(s, 1), {0, BN}, {0, D})],
+                         rows(X, c.kv_heads_major, HK, x.b, hk, x.k0, j * BN, seq_k, BN),
+                         {.barrier = pipe.full(it), .partial = true});
+                     return;
+                   }
+                   for (std::int64_t i = 0; i < BN / c.page; ++i) {
+                     auto logical = T::let(j * (BN / c.page) + i, "logical_page");
+                     T::if_(logical * c.page < x.lk, [&] {
+                       auto id = T::let(BT(x.bt, logical), "page_id");
+                       auto page = T::let(
+                           max(select(id < 0 || id >= pages, Expr(pages), Expr(id)), 0), "page");
+                       Tx::warpgroup::copy_async(
+                           ring[region(span(s, 1), span(i * c.page, c.page), {0, D})],
+                           X[region(span(page, 1), {0, c.page}, span(hk, 1), {0, D})],
+                           {.barrier = pipe.full(it), .partial = true});
+                     });
+                   }
+                 };
                  for (Var j : T::serial(x.n_end, "j")) {
                    auto it = T::let(kv(0) + j), s = T::let(kpipe.stage(it));
                    kpipe.producer_acquire(it);
-                   Tx::warpgroup::copy_async(
-                       Ks[region(span(s, 1), {0, BN}, {0, D})],
-                       rows(K, c.kv_heads_major, HK, x.b, hk, x.k0, j * BN, seq_k, BN),
-                       {.barrier = kpipe.full(it), .partial = true});
+                   load(kpipe, K, Ks, it, j, s);
                    T::if_(tid == 0, [&] { kpipe.producer_commit(it); });
                    vpipe.producer_acquire(it);
-                   Tx::warpgroup::copy_async(
-                       Vs[region(span(s, 1), {0, BN}, {0, D})],
-                       rows(V, c.kv_heads_major, HK, x.b, hk, x.k0, j * BN, seq_k, BN),
-                       {.barrier = vpipe.full(it), .partial = true});
+                   load(vpipe, V, Vs, it, j, s);
                    T::if_(tid == 0, [&] { vpipe.producer_commit(it); });
                  }
                  kv(0) = kv(0) + x.n_end;
@@ -215,6 +268,8 @@ PrimFunc attention_kernel(const AttnConfig& c) {
           auto release = [&](const T::Pipeline& pipe, Expr it) {
             T::if_(tid == 0, [&] { pipe.consumer_release(it); });
           };
+          auto me = T::let(max(wg - 1, 0), "me");
+          auto tail = T::named_barriers({.count = 1, .threads = 256});
           for (Var r : T::serial(rounds, "r")) {
             Tile x = tile_of(r);
             T::if_(x.live, [&] {
@@ -269,6 +324,21 @@ PrimFunc attention_kernel(const AttnConfig& c) {
                 release(qpipe, qi);
                 auto last = T::let(kv(0) + x.n_end - 1);
                 vpipe.consumer_wait(last);
+                if (paged) {
+                  // The last block's value rows past the keys hold what their
+                  // page held (or an earlier block's): zeroed, as a NaN there
+                  // would survive P = 0. Each consumer zeroes half the rows;
+                  // both meet before either's MMA reads them.
+                  auto key0 = T::let((x.n_end - 1) * BN, "key0");
+                  T::if_(key0 + BN > x.lk, [&] {
+                    auto half = T::let(me * (BN / 2), "half");
+                    Tx::warpgroup::fill(
+                        Vs[region(span(vpipe.stage(last), 1), span(half, BN / 2), {0, D})], 0.0f,
+                        {.where = [&](Expr, Expr k, Expr) { return key0 + half + k >= x.lk; }});
+                    T::cuda::fence_proxy_async();
+                    tail.sync(0);
+                  });
+                }
                 Tx::warpgroup::mul(Oacc, Oacc, alpha);
                 Tx::warpgroup::gemm(Oacc, P, V_at(last), {.accum = true});
                 release(vpipe, last);
@@ -319,9 +389,113 @@ bool tokens_major(const Tensor& x) {  // (B, H, S, D) seen on (B, S, H, D) stora
   return x.transpose(1, 2).is_contiguous();
 }
 
+void check_device(Checked& c, const Device& d, const std::string& op, SourceLoc loc) {
+  if (d.is_cuda()) {
+    const runtime::DeviceInfo& info = runtime::device_info(d.index);
+    if (info.cc_major != 9)
+      fail(op, "q", loc,
+           "the attention kernel is for sm_90 (H100 / H200: TMA, wgmma); this GPU is " + info.name +
+               " (" + info.arch() + "); run it on the host (Device::host()) instead");
+    c.config.ctas = info.sm_count;
+  } else {
+    c.config.ctas = std::max(4u, 2 * std::thread::hardware_concurrency());
+  }
+}
+
+// Prefill over a paged KV cache: q packed (total_q, heads, D) with
+// cu_seqlens_q; k and v caches (num_pages, page, kv_heads, D) read through
+// block_table; seqused_k each sequence's key count.
+Checked check_paged(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
+                    SourceLoc loc) {
+  const std::string op = "tx.ops.attention";
+  Checked c;
+  for (auto [x, n] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
+    if (!x->defined()) fail(op, n, loc, "an undefined tensor");
+    if (x->dtype() != bf16 && x->dtype() != f16)
+      fail(op, n, loc, "dtype " + x->dtype().name() + ": attention takes bfloat16 or float16");
+    if (x->dtype() != q.dtype())
+      fail(op, n, loc, "dtype " + x->dtype().name() + " differs from q's " + q.dtype().name());
+    if (!(x->device() == q.device()))
+      fail(op, n, loc, "on " + x->device().str() + ", q on " + q.device().str());
+  }
+  if (q.shape().size() != 3)
+    fail(op, "q", loc,
+         "rank " + std::to_string(q.shape().size()) +
+             ": with a block table q is (tokens, heads, head_dim), cu_seqlens_q");
+  for (auto [x, n] : {std::pair{&k, "k"}, {&v, "v"}})
+    if (x->shape().size() != 4 || !x->is_contiguous())
+      fail(op, n, loc,
+           "with a block table k and v are contiguous paged caches (num_pages, page_size, "
+           "kv_heads, head_dim)");
+  if (v.shape() != k.shape()) fail(op, "v", loc, "shape differs from k's");
+  const std::int64_t H = q.shape()[1], D = q.shape()[2], P = k.shape()[1], HK = k.shape()[2];
+  if (D != 64 && D != 128 && D != 256)
+    fail(op, "q", loc, "head_dim " + std::to_string(D) + ": the kernel takes 64, 128 or 256");
+  if (k.shape()[3] != D)
+    fail(op, "k", loc,
+         "head_dim " + std::to_string(k.shape()[3]) + " differs from q's " + std::to_string(D));
+  if (P != 16 && P != 32 && P != 64)
+    fail(op, "k", loc, "page_size " + std::to_string(P) + ": the kernel takes 16, 32 or 64");
+  if (HK < 1 || H % HK != 0)
+    fail(op, "k", loc,
+         std::to_string(HK) + " K/V heads do not divide q's " + std::to_string(H) +
+             " heads (grouped-query attention needs heads % kv_heads == 0)");
+  if (k.shape()[0] > (1 << 24)) fail(op, "k", loc, "more than 2^24 pages");
+  if (!opt.cu_seqlens_q || opt.cu_seqlens_k)
+    fail(op, opt.cu_seqlens_k ? "cu_seqlens_k" : "cu_seqlens_q", loc,
+         "a paged cache takes cu_seqlens_q (the packed queries) and seqused_k (each sequence's "
+         "keys), not cu_seqlens_k");
+  const Tensor& cq = *opt.cu_seqlens_q;
+  if (!cq.defined() || cq.shape().size() != 1 || cq.dtype() != i32 || cq.shape()[0] < 2 ||
+      !cq.is_contiguous() || !(cq.device() == q.device()))
+    fail(op, "cu_seqlens_q", loc,
+         "an int32 (batch + 1) tensor of cumulative offsets, on q's device");
+  const std::int64_t B = cq.shape()[0] - 1;
+  const Tensor& bt = *opt.block_table;
+  if (!bt.defined() || bt.shape().size() != 2 || bt.dtype() != i32 || !bt.is_contiguous() ||
+      bt.shape()[0] != B || bt.shape()[1] < 1 || bt.shape()[1] > (1 << 20) ||
+      !(bt.device() == q.device()))
+    fail(op, "block_table", loc,
+         "a contiguous int32 (batch, max_pages) tensor on q's device (batch " + std::to_string(B) +
+             " from cu_seqlens_q)");
+  if (!opt.seqused_k || !opt.seqused_k->defined() || opt.seqused_k->shape() != std::vector{B} ||
+      opt.seqused_k->dtype() != i32 || !opt.seqused_k->is_contiguous() ||
+      !(opt.seqused_k->device() == q.device()))
+    fail(op, "seqused_k", loc,
+         "a paged cache needs seqused_k: int32 (batch), each sequence's key count");
+  if (opt.max_seqlen_q < 1)
+    fail(op, "max_seqlen_q", loc, "variable-length batches need max_seqlen_q (it sizes the grid)");
+  if (opt.bottom_right && !opt.causal)
+    fail(op, "bottom_right", loc, "applies to causal masking (.causal = true)");
+  if (!(opt.scale >= 0) || std::isinf(opt.scale))
+    fail(op, "scale", loc, "must be finite and positive (0: 1 / sqrt(head_dim))");
+  c.config.D = D;
+  c.config.heads = H;
+  c.config.kv_heads = HK;
+  c.config.t = q.dtype();
+  c.config.causal = opt.causal;
+  c.config.bottom_right = opt.bottom_right;
+  c.config.scale = opt.scale;
+  c.config.varlen = true;
+  c.config.page = P;
+  c.batch = B;
+  c.seq_q = opt.max_seqlen_q;
+  c.seq_k = 1;  // not read: the keys are seqused_k's
+  c.q = q.is_contiguous() ? q : q.contiguous();
+  if (!q.is_contiguous()) c.copies = ", q copied to contiguous first";
+  c.k = k;
+  c.v = v;
+  check_device(c, q.device(), op, loc);
+  // Key blocks of whole pages: 128 keys (64 at head_dim 256, for shared memory).
+  c.config.bn = D == 256 ? 64 : 128;
+  return c;
+}
+
 Checked check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
               SourceLoc loc) {
+  if (opt.block_table) return check_paged(q, k, v, opt, loc);
   const std::string op = "tx.ops.attention";
+  if (opt.seqused_k) fail(op, "seqused_k", loc, "applies to a paged cache (with .block_table)");
   Checked c;
   c.config.varlen = opt.cu_seqlens_q || opt.cu_seqlens_k;
   const std::size_t rank = c.config.varlen ? 3 : 4;
@@ -419,17 +593,7 @@ Checked check(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
       c.copies += ", k and v copied to (batch, seq, heads, dim)";
     }
   }
-  const Device d = q.device();
-  if (d.is_cuda()) {
-    const runtime::DeviceInfo& info = runtime::device_info(d.index);
-    if (info.cc_major != 9)
-      fail(op, "q", loc,
-           "the attention kernel is for sm_90 (H100 / H200: TMA, wgmma); this GPU is " + info.name +
-               " (" + info.arch() + "); run it on the host (Device::host()) instead");
-    c.config.ctas = info.sm_count;
-  } else {
-    c.config.ctas = std::max(4u, 2 * std::thread::hardware_concurrency());
-  }
+  check_device(c, q.device(), op, loc);
   c.config.bn = key_block(D, opt.causal);
   return c;
 }
@@ -457,7 +621,10 @@ std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
   std::string where = q.device().is_cuda() ? "wgmma" : "host";
   std::string s = where + ", key blocks of " + std::to_string(c.config.bn) + ", " +
                   std::to_string(c.config.ctas) + " persistent CTAs";
-  if (c.config.varlen)
+  if (c.config.page > 0)
+    s += ", variable lengths (packed tokens), K/V from a paged cache (pages of " +
+         std::to_string(c.config.page) + ")";
+  else if (c.config.varlen)
     s += ", variable lengths (packed tokens)";
   else
     s += ", q " + layout_words(c.config.q_heads_major) + ", k/v " +
@@ -471,6 +638,18 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
   const Device d = q.device();
   const std::int64_t D = c.config.D, H = c.config.heads, HK = c.config.kv_heads;
   AttentionResult r;
+  if (c.config.page > 0) {
+    const std::int64_t tq = q.shape()[0];
+    r.out = Tensor::empty({tq, H, D}, q.dtype(), d);
+    Tensor lse = Tensor::empty({std::max<std::int64_t>(tq, 1), H}, f32, d);
+    if (tq > 0)
+      kernel_for(c.config, d)
+          .launch({c.q, c.k, c.v, r.out, lse, *opt.cu_seqlens_q, *opt.block_table, *opt.seqused_k,
+                   c.batch, c.seq_q, c.seq_k},
+                  loc);
+    r.lse = tq > 0 ? lse.transpose(0, 1) : lse.slice(0, 0, 0).transpose(0, 1);
+    return r;
+  }
   if (c.config.varlen) {
     const std::int64_t tq = q.shape()[0], tk = k.shape()[0];
     r.out = Tensor::empty({tq, H, D}, q.dtype(), d);

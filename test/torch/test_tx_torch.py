@@ -596,6 +596,105 @@ def test_attention_opcheck_and_compile(device, seed):
                                    msg=lambda s: f"compiled != eager seed={seed}: {s}")
 
 
+# ------------------------------------------------------- paged decode
+
+def _paged_cache(b, ctx, hk, d, page, device, dtype=torch.bfloat16):
+    """A paged cache filled by tx.reshape_and_cache from contiguous K/V, the
+    pages of every sequence scattered; the unused rows NaN."""
+    max_pages = (max(ctx) + page - 1) // page
+    pages = b * max_pages + 2
+    table = torch.randperm(pages, dtype=torch.int32)[: b * max_pages].view(b, max_pages)
+    kc = torch.full((pages, page, hk, d), float("nan"), dtype=torch.bfloat16,
+                    device=device).to(dtype)
+    vc = kc.clone()
+    ks, vs = [], []
+    for i, n in enumerate(ctx):
+        k = torch.rand(n, hk, d, device=device, dtype=torch.bfloat16) * 4 - 2
+        v = torch.rand(n, hk, d, device=device, dtype=torch.bfloat16) * 2 - 1
+        pos = torch.arange(n)
+        slots = (table[i, pos // page].long() * page + pos % page).to(device)
+        tx.reshape_and_cache(k, v, kc, vc, slots)
+        ks.append(k)
+        vs.append(v)
+    return kc, vc, table.to(device), ks, vs
+
+
+def _decode_f64(q, ks, vs):
+    """float64: token t of sequence b at ctx - T + t sees keys <= its position."""
+    out = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    tq, h = q.shape[1], q.shape[2]
+    for b, (k, v) in enumerate(zip(ks, vs)):
+        n, hk = k.shape[0], k.shape[1]
+        kk = k.double().repeat_interleave(h // hk, 1).transpose(0, 1)  # (H, n, D)
+        vv = v.double().repeat_interleave(h // hk, 1).transpose(0, 1)
+        s = q[b].double().transpose(0, 1) @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        t = torch.arange(tq, device=q.device)[:, None]
+        j = torch.arange(n, device=q.device)[None, :]
+        s = s.masked_fill(j > n - tq + t, float("-inf"))
+        out[b] = (torch.softmax(s, -1) @ vv).transpose(0, 1)
+    return out
+
+
+@pytest.mark.parametrize("tq", [1, 3])
+def test_paged_attention(tq, device, seed):
+    b, h, hk, d, page = 3, 8, 2, 64, 16
+    ctx = [1, 17, 150] if device == "cpu" else [1, 1000, 3000]
+    kc, vc, table, ks, vs = _paged_cache(b, ctx, hk, d, page, device)
+    q = torch.rand(b, tq, h, d, device=device, dtype=torch.bfloat16) * 4 - 2
+    lens = torch.tensor(ctx, dtype=torch.int32, device=device)
+    out = tx.paged_attention(q, kc, vc, table, lens)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    want = _decode_f64(q, ks, vs)
+    # bf16: P and O rounded once each (docs/attention.md derives the bound).
+    torch.testing.assert_close(out.double(), want, rtol=2 * 2**-8, atol=2 * 2**-8,
+                               msg=lambda s: f"seed={seed}: {s}")
+    split = tx.paged_attention(q, kc, vc, table, lens, splits=3)
+    torch.testing.assert_close(split.double(), want, rtol=2 * 2**-8, atol=2 * 2**-8)
+
+
+def test_paged_attention_fp8_opcheck_and_compile(device, seed):
+    b, h, hk, d, page = 2, 4, 1, 64, 16
+    ctx = [20, 45]
+    kc, vc, table, ks, vs = _paged_cache(b, ctx, hk, d, page, device, torch.float8_e4m3fn)
+    lens = torch.tensor(ctx, dtype=torch.int32, device=device)
+    q = torch.rand(b, 1, h, d, device=device, dtype=torch.bfloat16) * 4 - 2
+    out = tx.paged_attention(q, kc, vc, table, lens)
+    # The reference reads the cache as stored (fp8-rounded keys and values).
+    want = _decode_f64(q, [k.to(torch.float8_e4m3fn).double() for k in ks],
+                       [v.to(torch.float8_e4m3fn).double() for v in vs])
+    torch.testing.assert_close(out.double(), want, rtol=2 * 2**-8, atol=2 * 2**-8)
+    torch.library.opcheck(tx.paged_attention.default, (q, kc, vc, table, lens), {})
+    k_new = torch.randn(3, hk, d, device=device, dtype=torch.bfloat16)
+    torch.library.opcheck(tx.reshape_and_cache.default,
+                          (k_new, k_new, kc.clone(), vc.clone(),
+                           torch.tensor([0, 5, -1], device=device)), {})
+
+    def step(q, k_new, v_new, slots):  # write the new token, then attend: one graph
+        tx.reshape_and_cache(k_new, v_new, kc, vc, slots)
+        return tx.paged_attention(q, kc, vc, table, lens + 1)
+
+    torch._dynamo.reset()
+    slots = (table[:, torch.tensor(ctx) // page].diagonal().long() * page +
+             torch.tensor(ctx, device=device) % page)
+    args = (q, torch.randn(b, hk, d, device=device, dtype=torch.bfloat16),
+            torch.randn(b, hk, d, device=device, dtype=torch.bfloat16), slots)
+    got = torch.compile(step, fullgraph=True)(*args)  # a graph break is an error
+    want = tx.paged_attention(q, kc, vc, table, lens + 1)
+    torch.testing.assert_close(got, want)
+
+
+def test_paged_attention_errors(device):
+    q = torch.randn(1, 1, 4, 64, device=device, dtype=torch.bfloat16)
+    kc = torch.randn(4, 24, 2, 64, device=device, dtype=torch.bfloat16)
+    table = torch.zeros(1, 2, dtype=torch.int32, device=device)
+    lens = torch.ones(1, dtype=torch.int32, device=device)
+    with pytest.raises(RuntimeError, match="page_size 24"):
+        tx.paged_attention(q, kc, kc, table, lens)
+    kc = torch.randn(4, 16, 3, 64, device=device, dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match="do not divide"):
+        tx.paged_attention(q, kc, kc, table, lens)
+
+
 def test_attention_errors(device):
     q = torch.randn(1, 4, 8, 96, device=device, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="head_dim 96"):

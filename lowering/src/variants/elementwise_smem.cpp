@@ -14,7 +14,8 @@
 // the bundle with one vector access. Rounds that would run past N are
 // guarded, so any N works. The op ends with the scope's barrier so that the
 // result is visible to every thread of the scope. With where=, accesses are
-// single elements and each keeps its old value where the condition fails.
+// single elements, each stored only where the condition holds (the others
+// are not written: two scopes may fill disjoint parts of one tile).
 // Swizzled operands (layouts::swizzled_tiles, the tiles TMA writes and wgmma
 // reads) are addressed through their swizzle, each access at most one
 // 16-byte chunk wide (the swizzle moves whole chunks): a kernel can widen an
@@ -118,8 +119,11 @@ Plan plan(const DispatchContext& ctx) {
           inner /= rg.extent;
           coords.push_back(rg.extent == 1 ? c32(0) : mod(div(idx, c32(inner)), c32(rg.extent)));
         }
-        value = make_select(simplify(where_condition(ctx.call, coords), ctx.env), value,
-                            make_load(fd, {offs[0]}));
+        // A guarded store, not a select that writes the old value back:
+        // elements outside the condition are not touched at all, so two
+        // scopes may fill disjoint parts of one tile at the same time.
+        return make_if(simplify(where_condition(ctx.call, coords), ctx.env),
+                       make_store(fd, value, {offs[0]}, ctx.call->loc));
       }
       return make_store(fd, value, {offs[0]}, ctx.call->loc);
     }

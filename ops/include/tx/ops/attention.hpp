@@ -62,6 +62,17 @@ struct AttentionOptions {
   const Tensor* cu_seqlens_k = nullptr;
   std::int64_t max_seqlen_q = 0;
   std::int64_t max_seqlen_k = 0;
+  // Prefill over a paged KV cache (the layout of tx::ops::paged_attention,
+  // so one cache serves prefill and decode): k and v are the caches
+  // (num_pages, page_size, kv_heads, head_dim), page_size 16 / 32 / 64;
+  // block_table int32 (batch, max_pages) addresses sequence b's pages and
+  // seqused_k int32 (batch) holds its key count (cut to the table's width;
+  // a page id outside the cache reads as zeros). q is packed (total_q,
+  // heads, head_dim) with cu_seqlens_q and max_seqlen_q; cu_seqlens_k is not
+  // given. Causal with .bottom_right puts the queries at the end of the keys
+  // (the new tokens of a chunked prefill, already in the cache).
+  const Tensor* block_table = nullptr;
+  const Tensor* seqused_k = nullptr;
 };
 
 struct AttentionResult {
