@@ -19,6 +19,7 @@
 #include "tx/error.hpp"
 #include "tx/expr.hpp"
 #include "tx/fragments.hpp"
+#include "tx/group_barrier.hpp"  // T::dist::barrier (ranks meeting inside a kernel)
 #include "tx/ir.hpp"
 #include "tx/layout.hpp"
 #include "tx/printer.hpp"

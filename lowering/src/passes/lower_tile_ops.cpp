@@ -19,6 +19,31 @@ class TileLowerer : public ScopedMutator {
       : ScopedMutator(launch), log_(log), target_(target) {}
   using ScopedMutator::mutate_node;
 
+  // A dropped branch's tile calls still answer to their op's rules (dtypes,
+  // operand kinds, extents that broadcast, reduction axes): what every
+  // variant of the family checks first, independent of where the call runs.
+  // `if (warp < 0) Tx::warp::exp2(u8_tile, ...)` is an error like the same
+  // call anywhere else (found by fuzz/tile_fuzzer).
+  void dead_branch(const Stmt& s) override {
+    struct Calls : IRVisitor {
+      TileLowerer* self;
+      using IRVisitor::visit_node;
+      void visit_node(const TileCallNode* n) override {
+        DispatchContext ctx;
+        ctx.call = n;
+        ctx.scope = n->scope;
+        ctx.cta_threads = self->launch_.block;
+        ctx.scope_threads = exec_scope_threads(n->scope, self->launch_.block);
+        ctx.env = &self->env_;
+        ctx.target = self->target_;
+        if (auto why = family_rules(ctx))
+          fail(n->qualified_name(), "", n->loc, *why + " (in a branch that never runs)");
+      }
+    } calls;
+    calls.self = this;
+    calls.visit(s);
+  }
+
   Stmt mutate_node(const Stmt& self, const TileCallNode*) override {
     // Region starts simplified with the ranges in scope: shorter to print,
     // tighter to bound.

@@ -211,10 +211,14 @@ Stmt ScopedMutator::mutate_node(const Stmt& self, const IfThenElseNode* n) {
   // than lowered under impossible facts.
   auto dead = [&](const Interval& r) { return f && r.lo > r.hi; };
   narrow(nar ? nar->then_range : Interval{});
-  Stmt t = nar && dead(nar->then_range) ? make_seq({}) : mutate(n->then_case);
+  const bool then_dead = nar && dead(nar->then_range);
+  if (then_dead) dead_branch(n->then_case);
+  Stmt t = then_dead ? make_seq({}) : mutate(n->then_case);
   guards_.back().text = "not (" + g.text + ")";
   narrow(nar ? nar->else_range : Interval{});
-  Stmt e = nar && dead(nar->else_range) && n->else_case ? make_seq({}) : mutate(n->else_case);
+  const bool else_dead = nar && dead(nar->else_range) && n->else_case;
+  if (else_dead) dead_branch(n->else_case);
+  Stmt e = else_dead ? make_seq({}) : mutate(n->else_case);
   narrow(saved.range);
   guards_.pop_back();
   if (c.same_as(n->cond) && t.same_as(n->then_case) && e.same_as(n->else_case)) return self;

@@ -1,4 +1,5 @@
 #include "common.hpp"
+#include "reduce_common.hpp"
 
 #include "tx/ir_functor.hpp"
 #include "tx/printer.hpp"
@@ -529,3 +530,46 @@ int widest_vector(const std::vector<JointIter>& iters, const std::vector<std::si
 }
 
 }  // namespace tx::lowering::variants
+
+namespace tx::lowering {
+
+Check family_rules(const DispatchContext& ctx) {
+  using namespace variants;
+  const TileCallNode* call = ctx.call;
+  if (find_elementwise(call->op)) {
+    auto parsed = parse_elementwise(ctx);
+    if (auto* why = std::get_if<std::string>(&parsed)) return *why;
+    // Every tile input broadcasts to the destination (NumPy's rule: leading
+    // extent-1 dimensions may be dropped, a 1 stretches).
+    const ElementwisePlan& ep = std::get<ElementwisePlan>(parsed);
+    const Extents target = ep.dst.extents();
+    for (const TileArg& in : ep.inputs) {
+      auto* r = std::get_if<BufferRegion>(&in);
+      if (!r) continue;
+      const Extents e = r->extents();
+      const std::size_t extra = e.size() > target.size() ? e.size() - target.size() : 0;
+      for (std::size_t j = 0; j < e.size(); ++j) {
+        if (j < extra) {
+          if (e[j] != 1)
+            return operand_reason(*r, "cannot broadcast a rank-" + std::to_string(e.size()) +
+                                          " operand to rank " + std::to_string(target.size()));
+          continue;
+        }
+        const std::int64_t t = target[target.size() - (e.size() - j)];
+        if (e[j] != t && e[j] != 1)
+          return operand_reason(*r, "extent " + std::to_string(e[j]) + " does not broadcast to " +
+                                        std::to_string(t));
+      }
+    }
+    return ok();
+  }
+  if (find_reduction(call->op)) {
+    auto parsed = parse_reduction(ctx);
+    if (auto* why = std::get_if<std::string>(&parsed)) return *why;
+    return ok();
+  }
+  if (call->op == "copy" || call->op == "copy_async") return copy_operands_match(ctx);
+  return ok();
+}
+
+}  // namespace tx::lowering

@@ -113,6 +113,12 @@ struct DispatchResult {
 // Chooses a variant and lowers the call; throws tx::Error when none applies.
 DispatchResult dispatch(const DispatchContext& ctx);
 
+// What every variant of the call's family checks before anything else --
+// the op's rules on dtypes, operand kinds, broadcasting extents, reduction
+// axes, copy extents -- as a reason, or ok. Independent of where the call
+// runs: lower_tile_ops applies it to the calls of a branch it drops.
+Check family_rules(const DispatchContext& ctx);
+
 // Registration entry points of the built-in variants (one file each).
 void register_copy_gmem_smem(Registry& r);
 void register_copy_reg(Registry& r);

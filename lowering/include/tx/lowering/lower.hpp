@@ -206,6 +206,11 @@ class ScopedMutator : public IRMutator {
   Stmt mutate_node(const Stmt& self, const IfThenElseNode* n) override;
 
  protected:
+  // A branch the ranges prove never runs is dropped, not mutated (its code
+  // would be lowered under impossible facts); a pass that must still judge
+  // what it holds (lower_tile_ops: a tile call breaking an op's rules is an
+  // error wherever it sits) looks at it here first.
+  virtual void dead_branch(const Stmt&) {}
   Env env_;
   std::vector<Guard> guards_;
   LaunchConfig launch_;
