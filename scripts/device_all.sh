@@ -31,6 +31,11 @@
 #   scripts/device_all.sh attention  gpu_attention, the attention sample,
 #                                 memcheck / racecheck / synccheck on it, then
 #                                 bench/attention (tx, cuDNN, flash, Triton)
+#   scripts/device_all.sh decode  decode over a paged KV cache: gpu_paged_attention,
+#                                 the paged prefill cases of gpu_attention_op,
+#                                 memcheck on both, then bench/paged_decode (tx,
+#                                 copy, PyTorch SDPA contiguous and gathered,
+#                                 CUDA-graph replay)
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -78,7 +83,7 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic | hopper | gemm | attention)
+races | shapes | interop | generic | hopper | gemm | attention | decode)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
@@ -88,6 +93,7 @@ races | shapes | interop | generic | hopper | gemm | attention)
   [ "$stage" = hopper ] && targets="gpu_hopper gpu_gemm bench_gemm tx_torch"
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
   [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
+  [ "$stage" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -156,6 +162,33 @@ attention)
   echo "run_attention exit $?"
   cp /tmp/a/attention.md /tmp/a/attention.json /tmp/a/attention_tx.txt "$FINAL/" 2>/dev/null
   cat /tmp/a/attention.md 2>/dev/null || tail -30 "$OUT/attention_log.txt"
+  ;;
+decode)
+  step "gpu_paged_attention, and the paged prefill of gpu_attention_op"
+  timeout 240 $B/test/gpu_paged_attention > "$FINAL/gpu_paged_attention.txt" 2>&1
+  echo "gpu_paged_attention exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_paged_attention.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE|values:|logged" "$FINAL/gpu_paged_attention.txt" | head -24
+  timeout 120 $B/test/gpu_attention_op -tc="*paged*" > "$FINAL/gpu_attention_op_paged.txt" 2>&1
+  echo "gpu_attention_op (paged) exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_attention_op_paged.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE|logged" "$FINAL/gpu_attention_op_paged.txt" | head -12
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step "memcheck on the decode, combine, cache-write and paged prefill kernels"
+  TX_SYNC=1 timeout 150 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_paged_attention \
+    -tce="*serving sizes*" > "$OUT/memcheck_paged.txt" 2>&1
+  echo "memcheck gpu_paged_attention exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_paged.txt" | tr '\n' ' ')"
+  TX_SYNC=1 timeout 100 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_attention_op \
+    -tc="*paged*" > "$OUT/memcheck_prefill.txt" 2>&1
+  echo "memcheck paged prefill exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_prefill.txt" | tr '\n' ' ')"
+  step "bench/paged_decode (tx, copy, PyTorch SDPA, graph replay)"
+  mkdir -p /tmp/p
+  $B/bench/bench_paged_decode --out /tmp/p/paged_tx.json > "$FINAL/paged_tx.txt" 2>&1
+  echo "bench_paged_decode exit $?"
+  cat "$FINAL/paged_tx.txt"
+  PYTHONUNBUFFERED=1 timeout 300 python3 bench/paged_decode.py /tmp/p/paged_tx.json /tmp/p/paged_decode \
+    > "$OUT/paged_torch_log.txt" 2>&1
+  echo "paged_decode.py exit $?"
+  cp /tmp/p/paged_decode.md /tmp/p/paged_decode.json "$FINAL/" 2>/dev/null
+  cat /tmp/p/paged_decode.md 2>/dev/null || tail -20 "$OUT/paged_torch_log.txt"
   ;;
 gemm)
   step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"
