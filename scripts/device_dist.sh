@@ -4,6 +4,7 @@
 # IPC; gpu_dist_ops: tx's all-reduce against float64), compute-sanitizer
 # memcheck on gpu_dist_ops, then bench_dist (tx against NCCL) and
 # bench/dist_torch.py (torch NCCL and symmetric memory) in the same run.
+# `scripts/device_dist.sh torch`: torch.ops.tx's multi-GPU ops (pytest).
 # NVLink multicast stays off. Back in $OUT: *.txt.
 set -uo pipefail
 FINAL=${OUT:-device-out}
@@ -15,7 +16,9 @@ step() { echo "== [$((SECONDS - t0)) s] $*"; }
 stage=${1:-all}
 step "configure and build (no host JIT)"
 TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > /tmp/configure.log 2>&1
-cmake --build $B -j 32 --target gpu_dist gpu_dist_ops bench_dist > /tmp/build.log 2>&1 || {
+targets="gpu_dist gpu_dist_ops bench_dist"
+[ "$stage" = torch ] && targets="tx_torch"
+cmake --build $B -j 32 --target $targets > /tmp/build.log 2>&1 || {
   tail -30 /tmp/build.log
   exit 1
 }
@@ -43,5 +46,13 @@ if [ "$stage" = all ] || [ "$stage" = bench ]; then
   timeout 200 $B/bench/bench_dist 2>&1 | grep -v "^tx warning" | tee "$FINAL/bench_dist.txt"
   step "bench/dist_torch.py"
   timeout 200 torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/dist_torch.py 2>&1 | grep -v "^W1\|Warning" | tee "$FINAL/bench_dist_torch.txt"
+fi
+if [ "$stage" = torch ]; then
+  # torch.ops.tx's multi-GPU ops on a torch.distributed NCCL group (two
+  # spawned ranks against float64): test/torch/test_dist_ops.py.
+  step "torch.ops.tx multi-GPU ops (pytest, 2 ranks)"
+  TX_TORCH_LIBRARY=$B/tx_torch/libtx_torch.so PYTHONPATH=tx_torch/python timeout 300 \
+    python3 -m pytest -q -p no:cacheprovider test/torch/test_dist_ops.py > "$FINAL/torch_dist_ops.txt" 2>&1
+  echo "exit $?"; tail -15 "$FINAL/torch_dist_ops.txt"
 fi
 step done

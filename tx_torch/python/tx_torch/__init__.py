@@ -14,7 +14,7 @@ import os
 
 import torch
 
-__all__ = ["library_path", "load"]
+__all__ = ["library_path", "load", "nccl_comm"]
 
 _loaded = None
 
@@ -47,6 +47,30 @@ def load(path=None):
         torch.ops.load_library(p)
         _loaded = p
     return _loaded
+
+
+def nccl_comm(group=None):
+    """(communicator, world_size) of a torch.distributed NCCL group (default:
+    the world), for torch.ops.tx's multi-GPU ops:
+
+        comm, n = tx_torch.nccl_comm(group)
+        torch.ops.tx.all_reduce_(x, comm, n)
+        y = torch.ops.tx.all_gather_matmul(a, w, comm, n)
+
+    The communicator is the address of the group's ncclComm_t (tx adopts it,
+    never destroys it); the group must be an NCCL group whose communicator
+    exists (after its first collective, or with device_id given to
+    init_process_group)."""
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.group.WORLD
+    backend = pg._get_backend(torch.device("cuda"))
+    comm = backend._comm_ptr()
+    if not comm:
+        raise RuntimeError("tx_torch.nccl_comm: the group's NCCL communicator does not exist yet "
+                           "(run one collective on it first, or pass device_id to "
+                           "init_process_group)")
+    return comm, dist.get_world_size(pg)
 
 
 load()
