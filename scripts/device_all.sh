@@ -33,9 +33,12 @@
 #                                 bench/attention (tx, cuDNN, flash, Triton)
 #   scripts/device_all.sh decode  decode over a paged KV cache: gpu_paged_attention,
 #                                 the paged prefill cases of gpu_attention_op,
-#                                 memcheck on both, then bench/paged_decode (tx,
+#                                 then bench/paged_decode (tx,
 #                                 copy, PyTorch SDPA contiguous and gathered,
 #                                 CUDA-graph replay)
+#   scripts/device_all.sh decode-memcheck  memcheck on the decode, combine,
+#                                 cache-write and paged prefill kernels (a
+#                                 second call: decode alone fills most of one)
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -83,7 +86,7 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic | hopper | gemm | attention | decode)
+races | shapes | interop | generic | hopper | gemm | attention | decode | decode-memcheck)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
@@ -93,7 +96,7 @@ races | shapes | interop | generic | hopper | gemm | attention | decode)
   [ "$stage" = hopper ] && targets="gpu_hopper gpu_gemm bench_gemm tx_torch"
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
   [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
-  [ "$stage" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
+  [ "${stage%-memcheck}" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -171,14 +174,6 @@ decode)
   timeout 120 $B/test/gpu_attention_op -tc="*paged*" > "$FINAL/gpu_attention_op_paged.txt" 2>&1
   echo "gpu_attention_op (paged) exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_attention_op_paged.txt" | tr '\n' ' ')"
   grep -E "ERROR:|MESSAGE|logged" "$FINAL/gpu_attention_op_paged.txt" | head -12
-  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  step "memcheck on the decode, combine, cache-write and paged prefill kernels"
-  TX_SYNC=1 timeout 150 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_paged_attention \
-    -tce="*serving sizes*" > "$OUT/memcheck_paged.txt" 2>&1
-  echo "memcheck gpu_paged_attention exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_paged.txt" | tr '\n' ' ')"
-  TX_SYNC=1 timeout 100 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_attention_op \
-    -tc="*paged*" > "$OUT/memcheck_prefill.txt" 2>&1
-  echo "memcheck paged prefill exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_prefill.txt" | tr '\n' ' ')"
   step "bench/paged_decode (tx, copy, PyTorch SDPA, graph replay)"
   mkdir -p /tmp/p
   $B/bench/bench_paged_decode --out /tmp/p/paged_tx.json > "$FINAL/paged_tx.txt" 2>&1
@@ -189,6 +184,16 @@ decode)
   echo "paged_decode.py exit $?"
   cp /tmp/p/paged_decode.md /tmp/p/paged_decode.json "$FINAL/" 2>/dev/null
   cat /tmp/p/paged_decode.md 2>/dev/null || tail -20 "$OUT/paged_torch_log.txt"
+  ;;
+decode-memcheck)
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step "memcheck on the decode, combine, cache-write and paged prefill kernels"
+  TX_SYNC=1 timeout 150 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_paged_attention \
+    -tce="*serving sizes*" > "$OUT/memcheck_paged.txt" 2>&1
+  echo "memcheck gpu_paged_attention exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_paged.txt" | tr '\n' ' ')"
+  TX_SYNC=1 timeout 100 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_attention_op \
+    -tc="*paged*" > "$OUT/memcheck_prefill.txt" 2>&1
+  echo "memcheck paged prefill exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_prefill.txt" | tr '\n' ' ')"
   ;;
 gemm)
   step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"
