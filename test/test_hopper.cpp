@@ -255,6 +255,39 @@ TEST_CASE("T::pipeline: stage and parity of a position, initialization by thread
   CHECK(k.shared[1].offset % 8 == 0);
 }
 
+TEST_CASE("a swizzled shared tile after a pipeline's barriers starts on its swizzle's period") {
+  // The hardware swizzles by address bits (TMA writes, wgmma reads), tx's
+  // own loads and stores by offsets from the tile's start: the two agree only
+  // when the tile starts on a multiple of the period (1 KiB for 128-byte
+  // rows). Flattening drops the layout, so the placement must read it first.
+  auto f = T::prim_func("after_barriers", [&](Handle o_ptr) {
+    auto O = T::match_buffer(o_ptr, {64, 64}, bf16);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto pipe = T::pipeline({.stages = 3, .consumer_arrivals = 1});
+    pipe.producer_acquire(0);
+    auto S8 = T::alloc_buffer({64, 128}, f8e4m3, scope::shared,
+                              layouts::swizzled_tiles({64, 128}, f8e4m3));
+    auto S16 =
+        T::alloc_buffer({64, 64}, bf16, scope::shared, layouts::swizzled_tiles({64, 64}, bf16));
+    Tx::cta::fill(S8, 1.0f);
+    T::cuda::cta_sync();
+    Tx::cta::cast(S16, S8[region({0, 64}, {0, 64})]);
+    T::cuda::cta_sync();
+    Tx::cta::copy(O.all(), S16);
+  });
+  auto k = lower90(f);
+  int swizzled = 0;
+  for (const auto& s : k.shared)
+    if (s.buffer->name == "S8" || s.buffer->name == "S16") {
+      CAPTURE(s.buffer->name);
+      CHECK(s.offset % 1024 == 0);
+      ++swizzled;
+    }
+  CHECK(swizzled == 2);
+}
+
 TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator checked") {
   // The sample's kernel: A K-major (one 128-byte row per 64 k), B N-major in
   // 64-column panels (LBO = the panel stride, 8 KiB at BK = 64).

@@ -101,6 +101,21 @@ std::int64_t shared_alignment(const Buffer& b) {
   return a;
 }
 
+// The alignment of every shared allocation of `s`, by its data variable.
+static std::unordered_map<const VarNode*, std::int64_t> shared_alignments(const Stmt& s) {
+  struct Collect : IRVisitor {
+    using IRVisitor::visit_node;
+    std::unordered_map<const VarNode*, std::int64_t> align;
+    void visit_node(const AllocateNode* n) override {
+      if (n->buffer->scope == MemScope::shared)
+        align[n->buffer->data.get()] = shared_alignment(n->buffer);
+      IRVisitor::visit_node(n);
+    }
+  } c;
+  c.visit(s);
+  return c.align;
+}
+
 bool LoweredKernel::shape_generic() const { return !dims.empty() || launch.symbolic_grid; }
 
 LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
@@ -129,6 +144,10 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
     s = guard_indices(s, k.launch);
     step("guard_indices", s);
   }
+  // Each shared tile's alignment, read while the tiles still carry their
+  // layouts (flattening leaves a 1-D view): the hardware swizzles by address
+  // bits, so a swizzled tile starts on a multiple of its swizzle's period.
+  const auto shared_align = shared_alignments(s);
   s = flatten_buffers(s);
   step("flatten_buffers", s);
   s = widen_indices(s);
@@ -154,7 +173,9 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt) {
   k.dims = f->dims;
   std::int64_t off = 0;
   for (const Buffer& b : facts.shared) {
-    const std::int64_t align = shared_alignment(b);
+    std::int64_t align = shared_alignment(b);
+    if (auto it = shared_align.find(b->data.get()); it != shared_align.end())
+      align = std::max(align, it->second);
     off = (off + align - 1) / align * align;
     std::int64_t bytes = b->storage_elems() * b->dtype.bytes();
     k.shared.push_back({b, off, bytes});
