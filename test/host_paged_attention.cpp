@@ -22,11 +22,15 @@ TEST_CASE("paged_attention's kernels lower for sm_90a: TMA page loads, wgmma, PT
     const std::string cuda = lowering::codegen_cuda(decode);
     // Every tile TMA writes or wgmma reads starts on a 1 KiB boundary (the
     // fp8 kernel's widened tiles follow the barriers).
+    int tiles = 0;
     for (const auto& s : decode.shared)
-      if (s.bytes >= 4096) {
+      if (s.buffer->name == "Qs" || s.buffer->name == "Ks" || s.buffer->name == "Vs" ||
+          s.buffer->name == "K16" || s.buffer->name == "V16") {
         CAPTURE(s.buffer->name);
         CHECK(s.offset % 1024 == 0);
+        ++tiles;
       }
+    CHECK(tiles == (ct == f8e4m3 ? 5 : 3));
     CHECK(cuda.find("tx_tma_load(") != std::string::npos);
     CHECK(cuda.find("wgmma.mma_async") != std::string::npos);
     const auto ptx =

@@ -150,7 +150,8 @@ TEST_CASE("copy_async/tma_store: shared -> global boxes, the fence, one commit, 
   CHECK(stores == 8);  // four boxes per tile, two tiles
   // The kernel's end waits for the TMA's reads of shared memory.
   CHECK(cuda.rfind("tx_tma_store_wait<0>();\n}") != std::string::npos);
-  const std::string ptx = runtime::nvrtc_compile(cuda, "tma_store_tiles.cu", "sm_90a", runtime::NvrtcTarget::ptx).ptx;
+  const std::string ptx =
+      runtime::nvrtc_compile(cuda, "tma_store_tiles.cu", "sm_90a", runtime::NvrtcTarget::ptx).ptx;
   CHECK(ptx.find("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") != std::string::npos);
   CHECK(ptx.find("cp.async.bulk.commit_group") != std::string::npos);
   CHECK(ptx.find("cp.async.bulk.wait_group.read 0") != std::string::npos);
@@ -161,15 +162,16 @@ TEST_CASE("copy_async/tma_store: shared -> global boxes, the fence, one commit, 
   CHECK(plain.tensor_maps[0].map.box == std::vector<std::int64_t>{16, 64});
 }
 
-TEST_CASE("copy_async/tma_store reasons: a barrier, older GPUs, and the host stores synchronously") {
+TEST_CASE(
+    "copy_async/tma_store reasons: a barrier, older GPUs, and the host stores synchronously") {
   auto with_barrier = T::prim_func("store_bar", [&](Handle g_ptr, Handle o_ptr) {
     auto G = T::match_buffer(g_ptr, {64, 64}, bf16);
     auto O = T::match_buffer(o_ptr, {64, 64}, bf16);
     T::device_entry();
     T::cta_id({1});
     T::thread_id({128});
-    auto S = T::alloc_buffer({64, 64}, bf16, scope::shared,
-                             layouts::swizzled_tiles({64, 64}, bf16));
+    auto S =
+        T::alloc_buffer({64, 64}, bf16, scope::shared, layouts::swizzled_tiles({64, 64}, bf16));
     auto bar = T::alloc_buffer({1}, u64, scope::shared);
     Tx::cta::copy(S.all(), G.all());
     Tx::cta::copy_async(O.all(), S.all(), {.variant = "tma_store", .barrier = bar(0)});

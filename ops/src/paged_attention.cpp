@@ -114,7 +114,7 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
     T::no_alias();
     T::device_entry();
     auto cta = T::cta_id({splits, kv_heads * RB, batch});
-    auto wg = T::warpgroup_id({2});
+    auto wg = T::warpgroup_id({3});
     auto tid = T::thread_id_in_wg({128});
     auto Qs = T::alloc_buffer({kRows, D}, t, scope::shared, layouts::swizzled_tiles({kRows, D}, t));
     auto Ks = T::alloc_buffer({STAGES, BN, D}, ct, scope::shared,
@@ -195,8 +195,13 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
                }
              });
            })
-        .else_([&] {  // the consumer: the 64 rows' online softmax
+        .else_([&] {
+          // Two consumers, each the 64 rows' online softmax over every other
+          // key block (warpgroup 1 the even ones, 2 the odd), merged at the
+          // end: one consumer left the copies waiting (its softmax and two
+          // MMAs per block are serial), two keep the ring draining.
           T::cuda::increase_registers(240);
+          auto half = T::let(wg / 2, "half");  // warpgroup 1 -> 0, 2 -> 1
           auto S = T::alloc_buffer({kRows, BN}, f32, scope::local, frag::wgmma_c(kRows, BN));
           auto Pr = T::alloc_buffer({kRows, BN}, t, scope::local, frag::wgmma_a(kRows, BN, t));
           auto Oacc = T::alloc_buffer({kRows, D}, f32, scope::local, frag::wgmma_c(kRows, D));
@@ -208,12 +213,23 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
           auto release = [&](const T::Pipeline& pipe, Expr it) {
             T::if_(tid == 0, [&] { pipe.consumer_release(it); });
           };
-          // An fp8 block is widened into a tile of q's dtype for wgmma.
+          // Consumer 2's state for the merge, and the barrier of the two.
+          auto Om = T::alloc_buffer({kRows, D}, f32, scope::shared, std::nullopt, "O_merge");
+          auto Mm = T::alloc_buffer({kRows, 1}, f32, scope::shared, std::nullopt, "m_merge");
+          auto Lm = T::alloc_buffer({kRows, 1}, f32, scope::shared, std::nullopt, "l_merge");
+          auto merge = T::named_barriers({.count = 1, .threads = 256});
+          // An fp8 block is widened into a tile of q's dtype for wgmma (one
+          // per consumer).
           TileBuffer K16, V16;
           if (c.fp8()) {
-            K16 = T::alloc_buffer({BN, D}, t, scope::shared, layouts::swizzled_tiles({BN, D}, t));
-            V16 = T::alloc_buffer({BN, D}, t, scope::shared, layouts::swizzled_tiles({BN, D}, t));
+            K16 = T::alloc_buffer({2, BN, D}, t, scope::shared,
+                                  layouts::swizzled_tiles({2, BN, D}, t));
+            V16 = T::alloc_buffer({2, BN, D}, t, scope::shared,
+                                  layouts::swizzled_tiles({2, BN, D}, t));
           }
+          auto mine = [&](const TileBuffer& wide) {
+            return wide[region(span(half, 1), {0, BN}, {0, D})];
+          };
           auto stage_of = [&](const TileBuffer& ring, const T::Pipeline& pipe, Expr j) {
             return ring[region(span(pipe.stage(j), 1), {0, BN}, {0, D})];
           };
@@ -221,17 +237,18 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
           // Finite: a row with no key keeps alpha = exp2(0), O = 0, l = 0.
           Tx::warpgroup::fill(m, -1e30f);
           Tx::warpgroup::fill(l, 0.0f);
-          T::if_(nblk > 0, [&] {
+          T::if_(nblk > half, [&] {
             qpipe.consumer_wait(0);
-            for (Var j : T::serial(nblk, "j")) {
+            for (Var jj : T::serial(ceildiv(nblk - half, 2), "jj")) {
+              auto j = T::let(2 * jj + half, "j");
               auto key0 = T::let((j0 + j) * BN, "key0");
               kpipe.consumer_wait(j);
               if (c.fp8()) {
-                Tx::warpgroup::cast(K16, stage_of(Ks, kpipe, j));
+                Tx::warpgroup::cast(mine(K16), stage_of(Ks, kpipe, j));
                 T::cuda::fence_proxy_async();
                 T::cuda::warpgroup_sync();
                 release(kpipe, j);
-                Tx::warpgroup::gemm(S, Qs, K16, {.transpose_b = true});
+                Tx::warpgroup::gemm(S, Qs, mine(K16), {.transpose_b = true});
               } else {
                 Tx::warpgroup::gemm(S, Qs, stage_of(Ks, kpipe, j), {.transpose_b = true});
                 release(kpipe, j);
@@ -260,15 +277,11 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
               // The value rows past the context hold whatever the page held
               // (or, for pages not loaded, an earlier block): zero them, as a
               // NaN there would survive P = 0.
-              auto vtile = c.fp8() ? V16.all() : stage_of(Vs, vpipe, j);
-              if (c.fp8()) Tx::warpgroup::cast(V16, stage_of(Vs, vpipe, j));
+              auto vtile = c.fp8() ? mine(V16) : stage_of(Vs, vpipe, j);
+              if (c.fp8()) Tx::warpgroup::cast(vtile, stage_of(Vs, vpipe, j));
               T::if_(key0 + BN > ctx, [&] {
-                if (c.fp8())
-                  Tx::warpgroup::fill(vtile, 0.0f,
-                                      {.where = [&](Expr k, Expr) { return key0 + k >= ctx; }});
-                else
-                  Tx::warpgroup::fill(
-                      vtile, 0.0f, {.where = [&](Expr, Expr k, Expr) { return key0 + k >= ctx; }});
+                Tx::warpgroup::fill(vtile, 0.0f,
+                                    {.where = [&](Expr, Expr k, Expr) { return key0 + k >= ctx; }});
               });
               if (c.fp8()) {
                 T::cuda::fence_proxy_async();
@@ -283,30 +296,55 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
               Tx::warpgroup::gemm(Oacc, Pr, vtile, {.accum = true});
               if (!c.fp8()) release(vpipe, j);
             }
-            release(qpipe, 0);
           });
-          // Epilogue: O / l (x v_scale), lse = (m c2 + log2 l) ln 2 (-inf, O 0
-          // for a row that saw no key).
-          Tx::warpgroup::log2(lse, l);
-          Tx::warpgroup::fma(lse, m, c2, lse);
-          Tx::warpgroup::mul(lse, lse, std::numbers::ln2);
-          Tx::warpgroup::maximum(l, l, 1e-30f);
-          Tx::warpgroup::reciprocal(l, l);
-          Tx::warpgroup::mul(l, l, v_scale);
-          Tx::warpgroup::mul(Oacc, Oacc, l);
-          auto mine = [&](Expr i, Expr) { return i < rows_here; };
-          if (c.split) {
-            auto base = T::let(sp * q_rows + row0, "base");
-            Tx::warpgroup::copy(OP[region(span(base, kRows), {0, D})], Oacc,
-                                {.partial = true, .where = mine});
-            Tx::warpgroup::copy(LP[region(span(base, kRows), {0, 1})], lse,
-                                {.partial = true, .where = mine});
-          } else {
-            auto Oout = T::alloc_buffer({kRows, D}, t, scope::local, frag::wgmma_c(kRows, D));
-            Tx::warpgroup::cast(Oout, Oacc);
-            Tx::warpgroup::copy(O[region(span(row0, kRows), {0, D})], Oout,
-                                {.partial = true, .where = mine});
-          }
+          // The merge: consumer 2 leaves (m, l, O) in shared memory, consumer
+          // 1 rescales both to the larger maximum and adds them up.
+          T::if_(half == 1, [&] {
+            Tx::warpgroup::copy(Om, Oacc);
+            Tx::warpgroup::copy(Mm, m);
+            Tx::warpgroup::copy(Lm, l);
+          });
+          merge.sync(0);
+          T::if_(half == 0, [&] {
+            auto O2 = T::alloc_buffer({kRows, D}, f32, scope::local, frag::wgmma_c(kRows, D));
+            auto m2 = row("m2"), l2 = row("l2");
+            Tx::warpgroup::copy(O2, Om);
+            Tx::warpgroup::copy(m2, Mm);
+            Tx::warpgroup::copy(l2, Lm);
+            Tx::warpgroup::maximum(m_new, m, m2);
+            Tx::warpgroup::sub(alpha, m, m_new);
+            Tx::warpgroup::exp2(alpha, alpha, {.scale = c2});
+            Tx::warpgroup::sub(m2, m2, m_new);
+            Tx::warpgroup::exp2(m2, m2, {.scale = c2});
+            Tx::warpgroup::maximum(m, m, m_new);  // = m_new
+            Tx::warpgroup::mul(l, l, alpha);
+            Tx::warpgroup::fma(l, l2, m2, l);
+            Tx::warpgroup::mul(Oacc, Oacc, alpha);
+            Tx::warpgroup::mul(O2, O2, m2);
+            Tx::warpgroup::add(Oacc, Oacc, O2);
+            // Epilogue: O / l (x v_scale), lse = (m c2 + log2 l) ln 2 (-inf, O 0
+            // for a row that saw no key).
+            Tx::warpgroup::log2(lse, l);
+            Tx::warpgroup::fma(lse, m, c2, lse);
+            Tx::warpgroup::mul(lse, lse, std::numbers::ln2);
+            Tx::warpgroup::maximum(l, l, 1e-30f);
+            Tx::warpgroup::reciprocal(l, l);
+            Tx::warpgroup::mul(l, l, v_scale);
+            Tx::warpgroup::mul(Oacc, Oacc, l);
+            auto here = [&](Expr i, Expr) { return i < rows_here; };
+            if (c.split) {
+              auto base = T::let(sp * q_rows + row0, "base");
+              Tx::warpgroup::copy(OP[region(span(base, kRows), {0, D})], Oacc,
+                                  {.partial = true, .where = here});
+              Tx::warpgroup::copy(LP[region(span(base, kRows), {0, 1})], lse,
+                                  {.partial = true, .where = here});
+            } else {
+              auto Oout = T::alloc_buffer({kRows, D}, t, scope::local, frag::wgmma_c(kRows, D));
+              Tx::warpgroup::cast(Oout, Oacc);
+              Tx::warpgroup::copy(O[region(span(row0, kRows), {0, D})], Oout,
+                                  {.partial = true, .where = here});
+            }
+          });
         });
   });
 }
@@ -507,16 +545,26 @@ Call check(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& bt
   } else {
     c.sms = std::max(4u, 2 * std::thread::hardware_concurrency());
   }
-  // Split-KV when the tiles leave SMs idle: about two CTAs per SM, each
-  // range at least two key blocks of the table's width (the lengths are on
-  // the device; the width bounds them).
+  // Split-KV when the tiles leave SMs idle. A CTA fills an SM (its shared
+  // memory and registers), so the grid runs in waves of `sms` CTAs; a range
+  // of n key blocks costs about n + 4 blocks' time (Q, the pipeline's fill,
+  // the epilogue), and a split adds the combine (about 2). The count is the
+  // cheapest of 1..32 by waves x (blocks per range + overhead), each range
+  // at least two blocks of the table's width (the lengths are on the device;
+  // the width bounds them). On an H200: batch 8 at 16384 keys takes 2 ranges
+  // (128 CTAs, one wave) where 5 (320 CTAs, 2.4 waves) ran at 0.69 of copy.
   const std::int64_t tiles = B * HK * k.row_blocks();
   const std::int64_t max_blocks = (c.max_pages * P + k.bn - 1) / k.bn;
   std::int64_t splits = opt.splits;
   if (splits == 0) {
-    splits = tiles >= c.sms ? 1 : (2 * c.sms + tiles - 1) / tiles;
-    splits = std::clamp<std::int64_t>(splits, 1, std::max<std::int64_t>(max_blocks / 2, 1));
-    splits = std::min<std::int64_t>(splits, 32);
+    auto cost = [&](std::int64_t s) {
+      const std::int64_t waves = (tiles * s + c.sms - 1) / c.sms;
+      return waves * ((max_blocks + s - 1) / s + 4 + (s > 1 ? 2 : 0));
+    };
+    splits = 1;
+    const std::int64_t most = std::min<std::int64_t>(32, std::max<std::int64_t>(max_blocks / 2, 1));
+    for (std::int64_t s = 2; s <= most; ++s)
+      if (cost(s) < cost(splits)) splits = s;
   }
   splits = std::min(splits, max_blocks);
   c.split_blocks = (max_blocks + splits - 1) / splits;
