@@ -8,6 +8,7 @@
 //
 //   bench_paged_decode --out paged_tx.json
 //   TX_PAGED_SPLITS=4 bench_paged_decode       (force the split count)
+//   TX_PAGED_BENCH_PAGE=64, TX_PAGED_BENCH_ONLY=b32ctx4096 (see below)
 //
 // Timing: CUDA events around 10 back-to-back calls, median of 30 groups.
 // Each case first checks 16 rows of O against float64.
@@ -30,7 +31,11 @@ struct Row {
   tx::DType cache_t = tx::bf16;
 };
 
-constexpr std::int64_t kHeads = 32, kKvHeads = 8, kDim = 128, kPage = 16;
+constexpr std::int64_t kHeads = 32, kKvHeads = 8, kDim = 128;
+// Pages of 16 (the shape); TX_PAGED_BENCH_PAGE=32 or 64 measures how
+// the page size (the size of each copy) moves the rate.
+const std::int64_t kPage =
+    std::getenv("TX_PAGED_BENCH_PAGE") ? std::atoll(std::getenv("TX_PAGED_BENCH_PAGE")) : 16;
 
 struct Inputs {
   tx::Tensor q, kc, vc, table, lens;
@@ -112,7 +117,12 @@ int main(int argc, char** argv) {
   js << "[\n";
   bool first = true;
   int bad = 0;
+  // TX_PAGED_BENCH_ONLY=b32ctx4096 runs one row (for a profiler).
+  const char* only = std::getenv("TX_PAGED_BENCH_ONLY");
   for (const Row& r : rows) {
+    const std::string tag = "b" + std::to_string(r.batch) + "ctx" + std::to_string(r.ctx) +
+                            (r.cache_t == tx::f8e4m3 ? "fp8" : "");
+    if (only && tag != only) continue;
     Inputs x = make(r);
     tx::Tensor o = tx::Tensor::empty({r.batch, 1, kHeads, kDim}, tx::bf16);
     tx::ops::PagedAttentionOptions opt{.splits = splits, .out = &o};

@@ -39,6 +39,8 @@
 #   scripts/device_all.sh decode-memcheck  memcheck on the decode, combine,
 #                                 cache-write and paged prefill kernels (a
 #                                 second call: decode alone fills most of one)
+#   scripts/device_all.sh decode-pages  the decode benchmark at pages of 16,
+#                                 32 and 64, Nsight Compute on one row
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -86,7 +88,7 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic | hopper | gemm | attention | decode | decode-memcheck)
+races | shapes | interop | generic | hopper | gemm | attention | decode | decode-memcheck | decode-pages)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
@@ -97,6 +99,7 @@ races | shapes | interop | generic | hopper | gemm | attention | decode | decode
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
   [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
   [ "${stage%-memcheck}" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
+  [ "$stage" = decode-pages ] && targets="bench_paged_decode"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -194,6 +197,27 @@ decode-memcheck)
   TX_SYNC=1 timeout 100 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_attention_op \
     -tc="*paged*" > "$OUT/memcheck_prefill.txt" 2>&1
   echo "memcheck paged prefill exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_prefill.txt" | tr '\n' ' ')"
+  ;;
+decode-pages)
+  # Where the decode kernel's time goes: the same rows with pages of 16, 32
+  # and 64 (each page is one copy per tensor: its size is the copy's), then
+  # Nsight Compute on batch 32 x 4096 keys at pages of 16 and 64.
+  for p in 16 32 64; do
+    step "bench_paged_decode, pages of $p"
+    TX_PAGED_BENCH_PAGE=$p timeout 120 $B/bench/bench_paged_decode --out /tmp/pages_$p.json \
+      > "$FINAL/paged_page$p.txt" 2>&1
+    cut -c1-110 "$FINAL/paged_page$p.txt"
+  done
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for p in 16 64; do
+    step "ncu, batch 32 x 4096, pages of $p"
+    TX_PAGED_BENCH_PAGE=$p TX_PAGED_BENCH_ONLY=b32ctx4096 timeout 150 "$NCU" --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      --section Occupancy -k regex:paged_decode -c 1 $B/bench/bench_paged_decode --out /tmp/x.json \
+      > "$OUT/ncu_page$p.txt" 2>&1
+    grep -E "Throughput|Duration|Stall|Issued|Eligible|Active Warps|Hit Rate|Bandwidth" \
+      "$OUT/ncu_page$p.txt" | head -30
+  done
   ;;
 gemm)
   step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"
