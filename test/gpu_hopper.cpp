@@ -81,7 +81,7 @@ TEST_CASE("copy_async/tma_store stores tiles through every swizzle mode, clipped
     DType t;
     bool swizzle;
   };
-  const Case cases[] = {{128, 64, bf16, true}, {64, 256, bf16, true}, {32, 32, bf16, true},
+  const Case cases[] = {{128, 64, bf16, true}, {64, 256, bf16, true},   {32, 32, bf16, true},
                         {16, 8, f32, true},    {64, 128, f8e4m3, true}, {16, 64, bf16, false},
                         {8, 256, f16, false}};
   for (const Case& c : cases) {
@@ -183,4 +183,10 @@ TEST_CASE("gemm/wgmma with A in registers: D = 0.5 A B against float64") {
       CHECK(tx::test::run_wgmma_register_a(n, K, t, Device::cuda(), fp8_extra) <= 1.0);
     }
   }
+}
+
+TEST_CASE("gemm/wgmma with A through TileBuffer::transposed (M-major): D = A B against float64") {
+  if (!hopper_gpu("wgmma")) return;
+  CHECK(tx::test::run_gemm_transposed_a(64, 64, 64, Device::cuda()) <= 1.0);
+  CHECK(tx::test::run_gemm_transposed_a(64, 128, 64, Device::cuda()) <= 1.0);
 }

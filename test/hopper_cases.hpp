@@ -116,6 +116,48 @@ inline double run_wgmma_register_a(std::int64_t N, std::int64_t K, DType t, Devi
   return gemm_error(half_a, b, D.to_doubles(), 64, N, K, 0x1p-24, mag_rel);
 }
 
+// D = A B with A given as its transpose At (K, M) in a swizzled shared tile
+// and read through TileBuffer::transposed: wgmma takes the view M-major (the
+// attention backward's dV = P^T dO and dK = dS^T Q).
+inline PrimFunc gemm_transposed_a(std::int64_t M, std::int64_t N, std::int64_t K) {
+  return T::prim_func("gemm_transposed_a", [&](Handle at_ptr, Handle b_ptr, Handle d_ptr) {
+    auto At = T::match_buffer(at_ptr, {K, M}, bf16);
+    auto B = T::match_buffer(b_ptr, {K, N}, bf16);
+    auto D = T::match_buffer(d_ptr, {M, N}, f32);
+    T::device_entry();
+    T::cta_id({1});
+    T::thread_id({128});
+    auto Ats = T::alloc_buffer({K, M}, bf16, scope::shared, layouts::swizzled_tiles({K, M}, bf16));
+    auto Bs = T::alloc_buffer({K, N}, bf16, scope::shared, layouts::swizzled_tiles({K, N}, bf16));
+    auto acc = T::alloc_buffer({M, N}, f32, scope::local, frag::wgmma_c(M, N));
+    Tx::cta::copy(Ats, At.all());
+    Tx::cta::copy(Bs, B.all());
+    T::cuda::fence_proxy_async();
+    T::cuda::cta_sync();
+    Tx::warpgroup::gemm(acc, Ats.transposed(), Bs);
+    Tx::warpgroup::copy(D.all(), acc);
+  });
+}
+
+// Runs gemm_transposed_a on device d (the checked host mode if `checked`)
+// with fresh random inputs; its gemm_error against float64 (<= 1 passes).
+inline double run_gemm_transposed_a(std::int64_t M, std::int64_t N, std::int64_t K, Device d,
+                                    bool checked = false) {
+  Kernel k = compile(gemm_transposed_a(M, N, K), {.device = d, .checked = checked});
+  auto at = random_values(static_cast<std::size_t>(K * M), bf16, -2, 2);
+  auto b = random_values(static_cast<std::size_t>(K * N), bf16, -2, 2);
+  std::vector<double> a(at.size());
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t p = 0; p < K; ++p)
+      a[static_cast<std::size_t>(i * K + p)] = at[static_cast<std::size_t>(p * M + i)];
+  Tensor At = Tensor::from_doubles(at, {K, M}, bf16, d);
+  Tensor B = Tensor::from_doubles(b, {K, N}, bf16, d);
+  Tensor D = Tensor::empty({M, N}, f32, d);
+  D.fill_bits(poison_bits(f32));
+  k(At, B, D);
+  return gemm_error(a, b, D.to_doubles(), M, N, K, 0x1p-24);
+}
+
 // TMA stores (copy_async/tma_store): each of `blocks` CTAs copies its R x C
 // tile of G1 into a shared tile of `layout` (a plain copy), stores it to O1
 // with copy_async, waits until the TMA has read it (tma_store_wait, then the

@@ -783,3 +783,36 @@ TEST_CASE("ops::matmul's wgmma kernel with B as (N, K): K-major tiles, fp8, a cu
     CHECK(tx::test::gemm_error(a, b, C.to_doubles(), M, N, K, t == bf16 ? 0x1p-8 : 0x1p-24) <= 1.0);
   }
 }
+
+TEST_CASE("TileBuffer::transposed: A stored (K, M) read M-major by wgmma, right on the host") {
+  auto k = lower90(test::gemm_transposed_a(64, 64, 64));
+  CHECK(variant_of(k, "gemm") == "gemm/wgmma");
+  CHECK(to_string(k.lowered).find("A M-major") != std::string::npos);
+  const std::string cuda = lowering::codegen_cuda(k);
+  REQUIRE(runtime::nvrtc_compile(cuda, "gemm_at.cu", "sm_90a", runtime::NvrtcTarget::cubin)
+              .cubin.size() > 4);
+
+  // The view's errors name the tile and the reason.
+  auto bad = [](MemScope sc, std::vector<std::int64_t> shape) {
+    return T::prim_func("bad_view", [&](Handle d_ptr) {
+      auto D = T::match_buffer(d_ptr, {4}, f32);
+      T::device_entry();
+      T::cta_id({1});
+      T::thread_id({128});
+      auto X = T::alloc_buffer(shape, bf16, sc, std::nullopt, "X");
+      (void)X.transposed();
+      (void)D;
+    });
+  };
+  CHECK_THROWS_WITH_AS(bad(scope::local, {8, 8}), doctest::Contains("T.transposed"), Error);
+  CHECK_THROWS_WITH_AS(bad(scope::shared, {2, 8, 8}), doctest::Contains("3 dimensions"), Error);
+
+  // On the host (gemm/fallback through the view's layout), and in the checked
+  // mode (the GPU's wgmma with an M-major descriptor, modelled).
+  if (!host_jit("a transposed view on the host")) return;
+  for (bool checked : {false, true}) {
+    CAPTURE(checked);
+    CHECK(test::run_gemm_transposed_a(64, 64, 64, Device::host(), checked) <= 1.0);
+    CHECK(test::run_gemm_transposed_a(64, 128, 64, Device::host(), checked) <= 1.0);
+  }
+}

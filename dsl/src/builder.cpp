@@ -411,6 +411,38 @@ TileBuffer TileBuffer::local(Loc loc) const {
   return TileBuffer(flat_view(*this));
 }
 
+TileBuffer TileBuffer::transposed(Loc loc) const {
+  const char* op = "T.transposed";
+  if (!get()) detail::fail_undefined_buffer(op, loc);
+  const BufferNode& b = *get();
+  if (b.scope != MemScope::shared)
+    fail(op, b.name, loc,
+         std::string("is a ") + mem_scope_name(b.scope) +
+             " buffer; the view is of a shared tile (an operand read from shared memory)");
+  if (b.shape.size() != 2)
+    fail(op, b.name, loc,
+         "has " + std::to_string(b.shape.size()) + " dimensions; the view is of a 2-D tile " +
+             "(take a 2-D region's buffer, or allocate the tile 2-D)");
+  // The layout's iterators of the rows, then those of the columns: the view
+  // puts the columns' first.
+  const std::vector<Iter>& it = b.layout.shard();
+  std::size_t k = 0;
+  std::int64_t rows = 1, cols = 1;
+  while (k < it.size() && rows < b.shape[0]) rows *= it[k++].extent;
+  for (std::size_t i = k; i < it.size(); ++i) cols *= it[i].extent;
+  if (rows != b.shape[0] || cols != b.shape[1])
+    fail(op, b.name, loc,
+         "its layout " + b.layout.str() + " does not split into rows of " +
+             std::to_string(b.shape[0]) + " and columns of " + std::to_string(b.shape[1]));
+  std::vector<Iter> view(it.begin() + static_cast<std::ptrdiff_t>(k), it.end());
+  view.insert(view.end(), it.begin(), it.begin() + static_cast<std::ptrdiff_t>(k));
+  TileLayout layout(view, b.layout.replica(), b.layout.offsets());
+  if (b.layout.swizzle()) layout = layout.swizzled(*b.layout.swizzle());
+  return TileBuffer(Buffer(std::make_shared<const BufferNode>(
+      b.name + "_T", b.dtype, std::vector<std::int64_t>{b.shape[1], b.shape[0]}, b.scope,
+      std::move(layout), b.data, SourceLoc(loc), std::vector<Expr>{})));
+}
+
 BufferRegion TileBuffer::all() const {
   if (!get()) detail::fail_undefined_buffer("T.region", detail::current_loc());
   BufferRegion out{*this, {}};

@@ -201,6 +201,12 @@ class TileBuffer : public Buffer {
   // element), but each thread can write its own part through this view --
   // its partial sum, say, before Tx::cta::sum folds the tile.
   TileBuffer local(Loc loc = Loc::current()) const;
+  // A 2-D shared tile read the other way round: the (C, R) view of an
+  // (R, C) tile over the same storage, element (j, i) of the view being
+  // (i, j) of the tile. For the operands the attention backward reads
+  // transposed: dV += P^T dO and dK += dS^T Q take A as a tile stored (K, M),
+  // which wgmma reads M-major from the view (no copy).
+  TileBuffer transposed(Loc loc = Loc::current()) const;
 
  private:
   BufferElem elem(std::vector<Idx> idx) const;
