@@ -8,10 +8,12 @@
 //   head) -- form one 64-row wgmma tile, so each page is read once for all of
 //   them (decode is bound by the cache bytes, not by the MMAs). Warpgroup 0
 //   loads Q once and then, for every key block of BN tokens, the block's pages
-//   by TMA (one box per page, its id read from the block table) into an
-//   mbarrier ring. Warpgroup 1 waits, computes S = Q K^T, masks the keys past
-//   the context and the future of each new token, folds S into the running max
-//   and sum, and adds P V. An fp8 cache is widened to the query's dtype in
+//   by TMA (one box per page, the ids read from the block table a block ahead)
+//   into an mbarrier ring. Warpgroups 1 and 2 take alternate blocks: each
+//   waits, computes S = Q K^T, masks the keys past the context and the future
+//   of each new token, folds S into its running max and sum, and adds P V; at
+//   the end warpgroup 1 merges warpgroup 2's state from shared memory and
+//   writes the result. An fp8 cache is widened to the query's dtype in
 //   shared memory first (wgmma takes no fp8 B with N-major V); its scales fold
 //   into the softmax's exponent (k) and the epilogue (v).
 // - paged_combine (split-KV only): each split wrote O_s / l_s and the

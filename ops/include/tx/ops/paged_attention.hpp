@@ -35,9 +35,9 @@
 // Kernels (ops/src/paged_attention.cpp): one CTA per (sequence, K/V head,
 // split), every query row of the K/V head in one tile (GQA packing: the
 // q_tokens x heads/kv_heads rows, up to 64, share each page read); a producer
-// warpgroup loads the pages by TMA into an mbarrier ring, a consumer
-// warpgroup runs S = Q K^T and O += P V on wgmma with the online softmax in
-// registers. Split-KV (flash-decoding): when batch x kv_heads leaves SMs idle,
+// warpgroup loads the pages by TMA into an mbarrier ring, two consumer
+// warpgroups (alternate key blocks, merged at the end) run S = Q K^T and
+// O += P V on wgmma with the online softmax in registers. Split-KV (flash-decoding): when batch x kv_heads leaves SMs idle,
 // each sequence's pages are cut into `splits` ranges, one CTA each, and a
 // second kernel combines their partial outputs by their log-sum-exps.
 // paged_attention_plan says which. On the host (Device::host()) the same
