@@ -41,6 +41,11 @@
 #                                 second call: decode alone fills most of one)
 #   scripts/device_all.sh decode-pages  the decode benchmark at pages of 16,
 #                                 32 and 64, Nsight Compute on one row
+#   scripts/device_all.sh backward  the attention backward: its cases of
+#                                 gpu_attention_op (float64, 10 runs' bits),
+#                                 gpu_hopper's transposed-A wgmma, memcheck on
+#                                 the small cases, then bench/attention_backward
+#                                 (tx, cuDNN, flash)
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -88,7 +93,7 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic | hopper | gemm | attention | decode | decode-memcheck | decode-pages)
+races | shapes | interop | generic | hopper | gemm | attention | backward | decode | decode-memcheck | decode-pages)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
@@ -100,6 +105,7 @@ races | shapes | interop | generic | hopper | gemm | attention | decode | decode
   [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
   [ "${stage%-memcheck}" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
   [ "$stage" = decode-pages ] && targets="bench_paged_decode"
+  [ "$stage" = backward ] && targets="gpu_attention_op gpu_hopper bench_attention_backward"
   # shellcheck disable=SC2086
   cmake --build $B -j 16 --target $targets > "$OUT/build.log" 2>&1 || {
     tail -30 "$OUT/build.log"
@@ -187,6 +193,32 @@ decode)
   echo "paged_decode.py exit $?"
   cp /tmp/p/paged_decode.md /tmp/p/paged_decode.json "$FINAL/" 2>/dev/null
   cat /tmp/p/paged_decode.md 2>/dev/null || tail -20 "$OUT/paged_torch_log.txt"
+  ;;
+backward)
+  step "gpu_attention_op: the backward cases"
+  timeout 200 $B/test/gpu_attention_op -tc="*backward*" > "$FINAL/gpu_attention_backward.txt" 2>&1
+  echo "gpu_attention_op (backward) exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_attention_backward.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE|logged|values:" "$FINAL/gpu_attention_backward.txt" | head -40
+  step "gpu_hopper: wgmma with A read transposed"
+  timeout 60 $B/test/gpu_hopper -tc="*transpos*" > "$OUT/gpu_hopper_transposed.txt" 2>&1
+  echo "gpu_hopper (transposed) exit $?: $(grep -E 'test cases|assertions' "$OUT/gpu_hopper_transposed.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|logged" "$OUT/gpu_hopper_transposed.txt" | head -10
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  step "memcheck on the backward kernels (the small cases)"
+  TX_SYNC=1 timeout 100 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_attention_op \
+    -tc="*attention_backward against*,*attention_backward on variable*" > "$OUT/memcheck_backward.txt" 2>&1
+  echo "memcheck backward exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_backward.txt" | tr '\n' ' ')"
+  grep -E "Invalid|at 0x|by thread" "$OUT/memcheck_backward.txt" | head -8
+  step "bench/attention_backward (tx, cuDNN, flash)"
+  mkdir -p /tmp/b
+  timeout "${BWD_TIMEOUT:-200}" $B/bench/bench_attention_backward --out /tmp/b/bwd_tx.json > "$FINAL/attention_backward_tx.txt" 2>&1
+  echo "bench_attention_backward exit $?"
+  cat "$FINAL/attention_backward_tx.txt"
+  PYTHONUNBUFFERED=1 PYTHONPATH=bench timeout 200 python3 bench/attention_backward.py /tmp/b/bwd_tx.json /tmp/b/attention_backward \
+    > "$OUT/bwd_torch_log.txt" 2>&1
+  echo "attention_backward.py exit $?"
+  cp /tmp/b/attention_backward.md /tmp/b/attention_backward.json "$FINAL/" 2>/dev/null
+  cat /tmp/b/attention_backward.md 2>/dev/null || tail -20 "$OUT/bwd_torch_log.txt"
   ;;
 decode-memcheck)
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

@@ -2,3 +2,4 @@
 // sample's, shape-generic) as fibers, against float64.
 #define TX_ATTN_DEVICE tx::Device::host()
 #include "attention_op_cases.hpp"
+#include "attention_backward_cases.hpp"

@@ -12,6 +12,8 @@
 #include "attention_cases.hpp"
 #include "test_support.hpp"
 #include "tx/lowering/codegen_cuda.hpp"
+#include "tx/ops/attention.hpp"
+#include "tx/runtime/nvrtc.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -118,11 +120,14 @@ TEST_CASE("where= errors name the op and the reason") {
                        doctest::Contains("takes 1 coordinates, but the destination region has 2"),
                        Error);
   // Ops that do not write elementwise refuse it.
-  CHECK_THROWS_WITH_AS(with_tile([](TileBuffer S, TileBuffer) {
-                         auto m = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64));
-                         Tx::warpgroup::max(m, S, {.where = [](Expr r, Expr) { return r > 1; }});
-                       }),
-                       doctest::Contains("where= (write only where a condition on the coordinates holds) applies to"), Error);
+  CHECK_THROWS_WITH_AS(
+      with_tile([](TileBuffer S, TileBuffer) {
+        auto m = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64));
+        Tx::warpgroup::max(m, S, {.where = [](Expr r, Expr) { return r > 1; }});
+      }),
+      doctest::Contains(
+          "where= (write only where a condition on the coordinates holds) applies to"),
+      Error);
   // A variant that does not implement it says so (never drops the condition).
   auto copy = with_tile([](TileBuffer, TileBuffer G) {
     auto Ssm = T::alloc_buffer({64, 64}, f32, scope::shared);
@@ -297,4 +302,23 @@ TEST_CASE("the attention sample lowers for sm_90a: wgmma from shared and from re
   CHECK(k.tensor_maps.size() == 3);
   CHECK(cuda.find("setmaxnreg.dec.sync.aligned.u32 %0;\" :: \"n\"(24)") != std::string::npos);
   CHECK(count(cuda, "A in registers") == 2);  // O += P V, in the loop and after it
+}
+
+TEST_CASE("ops::attention_backward's kernels lower for sm_90a and build as cubins") {
+  for (std::int64_t D : {64, 128})
+    for (bool causal : {false, true}) {
+      CAPTURE(D);
+      CAPTURE(causal);
+      auto cuda = ops::detail::attention_backward_cuda(D, 8, 2, bf16, causal, !causal);
+      REQUIRE(cuda.size() == 2);
+      // dq: S, dP from shared; dQ += dS K with dS in registers.
+      CHECK(count(cuda[0], "wgmma.mma_async") >= 3);
+      // dk/dv: P^T and dS^T read transposed from shared memory.
+      CHECK(count(cuda[1], "wgmma.mma_async") >= 4);
+      for (std::size_t i = 0; i < 2; ++i) {
+        auto out = runtime::nvrtc_compile(cuda[i], "attention_bwd.cu", "sm_90a",
+                                          runtime::NvrtcTarget::cubin);
+        CHECK(out.cubin.size() > 4);
+      }
+    }
 }

@@ -19,6 +19,7 @@
 #include <numbers>
 #include <thread>
 
+#include "attention_internal.hpp"
 #include "special_ops.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
@@ -27,29 +28,8 @@ namespace tx::ops {
 
 namespace {
 
-constexpr std::int64_t BM = 128;  // query rows per tile: two consumer warpgroups of 64
-
-struct AttnConfig {
-  std::int64_t D = 128, heads = 1, kv_heads = 1;
-  DType t = bf16;
-  bool causal = false, bottom_right = false, varlen = false;
-  std::int64_t page = 0;  // > 0: K and V are a paged cache read through a block table
-  bool q_heads_major = false, kv_heads_major = false;  // (B, H, S, D) storage
-  double scale = 0;
-  std::int64_t bn = 128, stages = 2, ctas = 132;
-  std::string key(const Device& d) const {
-    char s[320];
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &scale, sizeof bits);
-    std::snprintf(
-        s, sizeof s, "attention|d%lld|h%lld/%lld|%s|c%d%d|v%d|p%lld|l%d%d|s%llx|bn%lld|%lld|%s",
-        static_cast<long long>(D), static_cast<long long>(heads), static_cast<long long>(kv_heads),
-        t.name().c_str(), causal, bottom_right, varlen, static_cast<long long>(page), q_heads_major,
-        kv_heads_major, static_cast<unsigned long long>(bits), static_cast<long long>(bn),
-        static_cast<long long>(ctas), d.str().c_str());
-    return s;
-  }
-};
+using attn::AttnConfig;
+using attn::BM;
 
 // Key blocks per head dim, from bench/attention on an H100 (docs/attention.md):
 // D 128 non-causal 176 (640 TFLOP/s at S 4096 against 627 with 128), causal
@@ -378,12 +358,9 @@ PrimFunc attention_kernel(const AttnConfig& c) {
   });
 }
 
-struct Checked {
-  AttnConfig config;
-  std::int64_t batch = 0, seq_q = 0, seq_k = 0;
-  Tensor q, k, v;  // as the kernel reads them (possibly copies)
-  std::string copies;
-};
+}  // namespace
+
+namespace attn {
 
 bool tokens_major(const Tensor& x) {  // (B, H, S, D) seen on (B, S, H, D) storage
   return x.transpose(1, 2).is_contiguous();
@@ -406,8 +383,7 @@ void check_device(Checked& c, const Device& d, const std::string& op, SourceLoc 
 // cu_seqlens_q; k and v caches (num_pages, page, kv_heads, D) read through
 // block_table; seqused_k each sequence's key count.
 Checked check_paged(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
-                    SourceLoc loc) {
-  const std::string op = "tx.ops.attention";
+                    SourceLoc loc, const std::string& op) {
   Checked c;
   for (auto [x, n] : {std::pair{&q, "q"}, {&k, "k"}, {&v, "v"}}) {
     if (!x->defined()) fail(op, n, loc, "an undefined tensor");
@@ -492,9 +468,8 @@ Checked check_paged(const Tensor& q, const Tensor& k, const Tensor& v, const Att
 }
 
 Checked check(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& opt,
-              SourceLoc loc) {
-  if (opt.block_table) return check_paged(q, k, v, opt, loc);
-  const std::string op = "tx.ops.attention";
+              SourceLoc loc, const std::string& op) {
+  if (opt.block_table) return check_paged(q, k, v, opt, loc, op);
   if (opt.seqused_k) fail(op, "seqused_k", loc, "applies to a paged cache (with .block_table)");
   Checked c;
   c.config.varlen = opt.cu_seqlens_q || opt.cu_seqlens_k;
@@ -597,6 +572,15 @@ Checked check(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
   c.config.bn = key_block(D, opt.causal);
   return c;
 }
+
+}  // namespace attn
+
+namespace {
+
+using attn::AttnConfig;
+using attn::BM;
+using attn::check;
+using attn::Checked;
 
 std::atomic<std::uint64_t> g_built{0};
 

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <source_location>
 #include <string>
+#include <vector>
 
 #include "tx/runtime/tensor.hpp"
 
@@ -90,10 +91,58 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
 std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
                            const AttentionOptions& opt = {});
 
+// The backward pass of attention: given dout (the gradient of O) and the
+// forward's q, k, v, out and lse (as attention returned them, with the same
+// options), the gradients of q, k and v:
+//
+//   auto [o, lse] = tx::ops::attention(q, k, v, opt);
+//   auto [dq, dk, dv] = tx::ops::attention_backward(dout, q, k, v, o, lse, opt);
+//
+// dq is laid out as q, dk and dv as k and v; dout and out are read in q's
+// layout (another strided view is copied first), lse as attention returns it
+// ((batch, heads, seq_q), or (heads, total_q) for variable lengths). With
+// grouped-query attention dk and dv sum over the query heads of each K/V
+// head. Fixed-length and variable-length batches (not yet a paged cache),
+// causal both ways, head_dim 64 or 128 (256: a tx error for now).
+//
+// Kernels (ops/src/attention_backward.cpp), in order on q's stream:
+//   1. dq: one CTA per 128 query rows (two consumer warpgroups of 64) --
+//      D = rowsum(dout * out), then over the key blocks S = Q K^T,
+//      P = exp(S * scale - lse), dP = dO V^T, dS = P * (dP - D),
+//      dQ += dS K; D is kept for kernel 2.
+//   2. dk/dv: one CTA per 128 keys of a K/V head (64 per warpgroup) -- over
+//      the query blocks of every head of the group, P and dS again, stored
+//      to shared memory, dV += P^T dO and dK += dS^T Q (wgmma reading the
+//      shared tiles transposed).
+// No atomics: every gradient element is summed by one thread in a fixed
+// order, so the result is the same bits on every run (deterministic); the
+// cost is recomputing S and dP in both kernels (7 matrix products a block
+// instead of 5).
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+
+AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                  const Tensor& v, const Tensor& out, const Tensor& lse,
+                                  const AttentionOptions& opt = {},
+                                  std::source_location loc = std::source_location::current());
+
+// What attention_backward runs, in words, and the copies it makes first.
+std::string attention_backward_plan(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    const AttentionOptions& opt = {});
+
 namespace detail {
 // Attention kernels this process has built (compiled from the DSL), for
 // tests that check a new shape reuses one.
 std::uint64_t attention_kernels_built();
+// Attention backward kernels this process has built.
+std::uint64_t attention_backward_kernels_built();
+// The CUDA of attention_backward's two kernels (dq, then dk/dv) for sm_90a,
+// as a GPU would get them (132 CTAs), without one: for tests and ptxas.
+std::vector<std::string> attention_backward_cuda(std::int64_t head_dim, std::int64_t heads,
+                                                 std::int64_t kv_heads, DType t, bool causal,
+                                                 bool varlen);
 }  // namespace detail
 
 }  // namespace tx::ops
