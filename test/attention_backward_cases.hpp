@@ -3,8 +3,8 @@
 // dq, dk, dv against float64 gradients on fresh random inputs -- both
 // layouts, GQA (dk, dv summed over a group), causal both ways, Sq != Sk,
 // partial tiles, head dims 64 and 128, f16, variable lengths with empty
-// sequences; the same bits on every run; the errors. Included after
-// attention_op_cases.hpp (its helpers: logical, Fixed, Seq, device).
+// sequences; the same bits on every run; the errors. (attention_op_cases.hpp:
+// the helpers logical, Fixed, Seq, device.)
 #pragma once
 
 #include <doctest/doctest.h>
@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <vector>
+
+#include "attention_op_cases.hpp"
 
 namespace attncase {
 

@@ -4,6 +4,8 @@
 // ways, Sq != Sk, partial tiles, variable-length batches, empty sequences,
 // NaN propagation and the errors -- against float64 with the bound of
 // attention_cases.hpp, on fresh random inputs with poisoned outputs.
+#pragma once
+
 #include <doctest/doctest.h>
 
 #include <algorithm>
