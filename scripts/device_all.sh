@@ -211,7 +211,7 @@ backward)
   grep -E "Invalid|at 0x|by thread" "$OUT/memcheck_backward.txt" | head -8
   step "bench/attention_backward (tx, cuDNN, flash)"
   mkdir -p /tmp/b
-  timeout "${BWD_TIMEOUT:-200}" $B/bench/bench_attention_backward --out /tmp/b/bwd_tx.json > "$FINAL/attention_backward_tx.txt" 2>&1
+  timeout "${BWD_TIMEOUT:-330}" $B/bench/bench_attention_backward --out /tmp/b/bwd_tx.json > "$FINAL/attention_backward_tx.txt" 2>&1
   echo "bench_attention_backward exit $?"
   cat "$FINAL/attention_backward_tx.txt"
   PYTHONUNBUFFERED=1 PYTHONPATH=bench timeout 200 python3 bench/attention_backward.py /tmp/b/bwd_tx.json /tmp/b/attention_backward \

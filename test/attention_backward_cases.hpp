@@ -83,6 +83,7 @@ inline double grad_error(const std::vector<double>& want, const std::vector<doub
 struct BackwardCase {
   Fixed f;
   double scale = 0;  // 0: 1 / sqrt(head_dim)
+  bool deterministic = false;
 };
 
 // Runs tx's forward then backward on a fixed-length batch; the errors of
@@ -98,7 +99,10 @@ inline std::array<double, 3> run_backward(const BackwardCase& bc, std::string* p
   Tensor K = logical(k, f.B, f.Hk, f.Sk, f.D, f.t, f.kv_tokens_major);
   Tensor V = logical(v, f.B, f.Hk, f.Sk, f.D, f.t, f.kv_tokens_major);
   Tensor G = logical(g, f.B, f.H, f.Sq, f.D, f.t, f.q_tokens_major);
-  ops::AttentionOptions opt{.causal = f.causal, .bottom_right = f.bottom_right, .scale = bc.scale};
+  ops::AttentionOptions opt{.causal = f.causal,
+                            .bottom_right = f.bottom_right,
+                            .scale = bc.scale,
+                            .deterministic = bc.deterministic};
   auto [O, L] = ops::attention(Q, K, V, opt);
   if (plan) *plan = ops::attention_backward_plan(G, Q, K, V, O, L, opt);
   auto [dQ, dK, dV] = ops::attention_backward(G, Q, K, V, O, L, opt);
@@ -155,95 +159,103 @@ TEST_CASE(
       {{.B = 1, .H = 2, .Hk = 1, .Sq = 100, .Sk = 260, .D = 128, .kv_tokens_major = true}},
       {{.B = 1, .H = 1, .Hk = 1, .Sq = 190, .Sk = 190, .D = 128, .causal = true, .t = f16}, 0.3},
   };
-  for (const BackwardCase& bc : cases) {
-    const Fixed& f = bc.f;
-    CAPTURE(f.B);
-    CAPTURE(f.H);
-    CAPTURE(f.Hk);
-    CAPTURE(f.Sq);
-    CAPTURE(f.Sk);
-    CAPTURE(f.D);
-    CAPTURE(f.causal);
-    CAPTURE(f.bottom_right);
-    std::string plan;
-    auto e = run_backward(bc, &plan);
-    CAPTURE(plan);
-    MESSAGE("dq ", e[0], " dk ", e[1], " dv ", e[2]);
-    CHECK(e[0] <= 1.0);
-    CHECK(e[1] <= 1.0);
-    CHECK(e[2] <= 1.0);
-  }
+  for (BackwardCase bc : cases)
+    for (bool deterministic : {false, true}) {
+      bc.deterministic = deterministic;
+      const Fixed& f = bc.f;
+      CAPTURE(deterministic);
+      CAPTURE(f.B);
+      CAPTURE(f.H);
+      CAPTURE(f.Hk);
+      CAPTURE(f.Sq);
+      CAPTURE(f.Sk);
+      CAPTURE(f.D);
+      CAPTURE(f.causal);
+      CAPTURE(f.bottom_right);
+      std::string plan;
+      auto e = run_backward(bc, &plan);
+      CAPTURE(plan);
+      MESSAGE("dq ", e[0], " dk ", e[1], " dv ", e[2]);
+      CHECK(e[0] <= 1.0);
+      CHECK(e[1] <= 1.0);
+      CHECK(e[2] <= 1.0);
+    }
 }
 
 TEST_CASE("ops::attention_backward on variable-length batches, with empty sequences") {
-  for (bool causal : {false, true}) {
-    CAPTURE(causal);
-    const std::vector<std::int32_t> lq = {5, 130, 0, 70}, lk = {40, 130, 90, 0};
-    const std::int64_t H = 4, Hk = 2, D = 64, nb = 4;
-    std::vector<std::int32_t> cq = {0}, ck = {0};
-    for (std::int64_t b = 0; b < nb; ++b) {
-      cq.push_back(cq.back() + lq[static_cast<std::size_t>(b)]);
-      ck.push_back(ck.back() + lk[static_cast<std::size_t>(b)]);
-    }
-    const std::int64_t tq = cq.back(), tk = ck.back();
-    auto q = random_values(static_cast<std::size_t>(tq * H * D), bf16, -2, 2);
-    auto k = random_values(static_cast<std::size_t>(tk * Hk * D), bf16, -2, 2);
-    auto v = random_values(static_cast<std::size_t>(tk * Hk * D), bf16, -1, 1);
-    auto g = random_values(static_cast<std::size_t>(tq * H * D), bf16, -1, 1);
-    Tensor Q = Tensor::from_doubles(q, {tq, H, D}, bf16, device());
-    Tensor K = Tensor::from_doubles(k, {tk, Hk, D}, bf16, device());
-    Tensor V = Tensor::from_doubles(v, {tk, Hk, D}, bf16, device());
-    Tensor G = Tensor::from_doubles(g, {tq, H, D}, bf16, device());
-    Tensor CQ = Tensor::from_vector(cq, {nb + 1}, device());
-    Tensor CK = Tensor::from_vector(ck, {nb + 1}, device());
-    ops::AttentionOptions opt{.causal = causal,
-                              .bottom_right = causal,
-                              .cu_seqlens_q = &CQ,
-                              .cu_seqlens_k = &CK,
-                              .max_seqlen_q = 130,
-                              .max_seqlen_k = 130};
-    auto [O, L] = ops::attention(Q, K, V, opt);
-    auto [dQ, dK, dV] = ops::attention_backward(G, Q, K, V, O, L, opt);
-    std::vector<double> wq(q.size()), wk(k.size()), wv(v.size());
-    for (std::int64_t b = 0; b < nb; ++b) {
-      const std::int64_t q0 = cq[static_cast<std::size_t>(b)], k0 = ck[static_cast<std::size_t>(b)];
-      auto at = [&](std::int64_t start, std::int64_t heads, std::int64_t h, std::int64_t i,
-                    std::int64_t d) {
-        return static_cast<std::size_t>(((start + i) * heads + h) * D + d);
-      };
-      auto in = [&](const std::vector<double>& x, std::int64_t start, std::int64_t heads) {
-        return [&x, &at, start, heads](std::int64_t h, std::int64_t i, std::int64_t d) {
-          return x[at(start, heads, h, i, d)];
+  for (bool causal : {false, true})
+    for (bool deterministic : {false, true}) {
+      CAPTURE(causal);
+      CAPTURE(deterministic);
+      const std::vector<std::int32_t> lq = {5, 130, 0, 70}, lk = {40, 130, 90, 0};
+      const std::int64_t H = 4, Hk = 2, D = 64, nb = 4;
+      std::vector<std::int32_t> cq = {0}, ck = {0};
+      for (std::int64_t b = 0; b < nb; ++b) {
+        cq.push_back(cq.back() + lq[static_cast<std::size_t>(b)]);
+        ck.push_back(ck.back() + lk[static_cast<std::size_t>(b)]);
+      }
+      const std::int64_t tq = cq.back(), tk = ck.back();
+      auto q = random_values(static_cast<std::size_t>(tq * H * D), bf16, -2, 2);
+      auto k = random_values(static_cast<std::size_t>(tk * Hk * D), bf16, -2, 2);
+      auto v = random_values(static_cast<std::size_t>(tk * Hk * D), bf16, -1, 1);
+      auto g = random_values(static_cast<std::size_t>(tq * H * D), bf16, -1, 1);
+      Tensor Q = Tensor::from_doubles(q, {tq, H, D}, bf16, device());
+      Tensor K = Tensor::from_doubles(k, {tk, Hk, D}, bf16, device());
+      Tensor V = Tensor::from_doubles(v, {tk, Hk, D}, bf16, device());
+      Tensor G = Tensor::from_doubles(g, {tq, H, D}, bf16, device());
+      Tensor CQ = Tensor::from_vector(cq, {nb + 1}, device());
+      Tensor CK = Tensor::from_vector(ck, {nb + 1}, device());
+      ops::AttentionOptions opt{.causal = causal,
+                                .bottom_right = causal,
+                                .cu_seqlens_q = &CQ,
+                                .cu_seqlens_k = &CK,
+                                .max_seqlen_q = 130,
+                                .max_seqlen_k = 130,
+                                .deterministic = deterministic};
+      auto [O, L] = ops::attention(Q, K, V, opt);
+      auto [dQ, dK, dV] = ops::attention_backward(G, Q, K, V, O, L, opt);
+      std::vector<double> wq(q.size()), wk(k.size()), wv(v.size());
+      for (std::int64_t b = 0; b < nb; ++b) {
+        const std::int64_t q0 = cq[static_cast<std::size_t>(b)],
+                           k0 = ck[static_cast<std::size_t>(b)];
+        auto at = [&](std::int64_t start, std::int64_t heads, std::int64_t h, std::int64_t i,
+                      std::int64_t d) {
+          return static_cast<std::size_t>(((start + i) * heads + h) * D + d);
         };
-      };
-      auto out = [&](std::vector<double>& x, std::int64_t start, std::int64_t heads) {
-        return [&x, &at, start, heads](std::int64_t h, std::int64_t i, std::int64_t d) -> double& {
-          return x[at(start, heads, h, i, d)];
+        auto in = [&](const std::vector<double>& x, std::int64_t start, std::int64_t heads) {
+          return [&x, &at, start, heads](std::int64_t h, std::int64_t i, std::int64_t d) {
+            return x[at(start, heads, h, i, d)];
+          };
         };
-      };
-      backward_reference(
-          {H, Hk, lq[static_cast<std::size_t>(b)], lk[static_cast<std::size_t>(b)], D}, causal,
-          true, 1.0 / std::sqrt(static_cast<double>(D)), in(q, q0, H), in(k, k0, Hk), in(v, k0, Hk),
-          in(g, q0, H), out(wq, q0, H), out(wk, k0, Hk), out(wv, k0, Hk));
+        auto out = [&](std::vector<double>& x, std::int64_t start, std::int64_t heads) {
+          return
+              [&x, &at, start, heads](std::int64_t h, std::int64_t i, std::int64_t d) -> double& {
+                return x[at(start, heads, h, i, d)];
+              };
+        };
+        backward_reference(
+            {H, Hk, lq[static_cast<std::size_t>(b)], lk[static_cast<std::size_t>(b)], D}, causal,
+            true, 1.0 / std::sqrt(static_cast<double>(D)), in(q, q0, H), in(k, k0, Hk),
+            in(v, k0, Hk), in(g, q0, H), out(wq, q0, H), out(wk, k0, Hk), out(wv, k0, Hk));
+      }
+      const double eq = grad_error(wq, dQ.to_doubles(), bf16),
+                   ek = grad_error(wk, dK.to_doubles(), bf16),
+                   ev = grad_error(wv, dV.to_doubles(), bf16);
+      MESSAGE("dq ", eq, " dk ", ek, " dv ", ev);
+      CHECK(eq <= 1.0);
+      CHECK(ek <= 1.0);
+      CHECK(ev <= 1.0);
     }
-    const double eq = grad_error(wq, dQ.to_doubles(), bf16),
-                 ek = grad_error(wk, dK.to_doubles(), bf16),
-                 ev = grad_error(wv, dV.to_doubles(), bf16);
-    MESSAGE("dq ", eq, " dk ", ek, " dv ", ev);
-    CHECK(eq <= 1.0);
-    CHECK(ek <= 1.0);
-    CHECK(ev <= 1.0);
-  }
 }
 
-TEST_CASE("ops::attention_backward gives the same bits on every run (no atomics)") {
+TEST_CASE("ops::attention_backward with .deterministic gives the same bits on every run") {
   const std::int64_t B = 1, H = 4, Hk = 1, S = 200, D = 64;
   auto mk = [&](std::int64_t heads, double lo, double hi) {
     return logical(random_values(static_cast<std::size_t>(B * heads * S * D), bf16, lo, hi), B,
                    heads, S, D, bf16, true);
   };
   Tensor Q = mk(H, -2, 2), K = mk(Hk, -2, 2), V = mk(Hk, -1, 1), G = mk(H, -1, 1);
-  ops::AttentionOptions opt{.causal = true};
+  ops::AttentionOptions opt{.causal = true, .deterministic = true};
   auto [O, L] = ops::attention(Q, K, V, opt);
   auto bits = [](const Tensor& x) { return x.contiguous().to_doubles(); };
   auto first = ops::attention_backward(G, Q, K, V, O, L, opt);

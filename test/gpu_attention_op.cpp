@@ -8,25 +8,29 @@
 // 8-16 blocks, every pipeline stage reused.
 TEST_CASE("ops::attention_backward on the GPU: 1000 tokens, GQA, causal, head_dim 128") {
   using namespace attncase;
-  for (bool causal : {false, true}) {
-    CAPTURE(causal);
-    auto e = run_backward({{.B = 2,
-                            .H = 4,
-                            .Hk = 2,
-                            .Sq = 1000,
-                            .Sk = 1000,
-                            .D = 128,
-                            .causal = causal,
-                            .q_tokens_major = true,
-                            .kv_tokens_major = true}});
-    MESSAGE("dq ", e[0], " dk ", e[1], " dv ", e[2]);
-    CHECK(e[0] <= 1.0);
-    CHECK(e[1] <= 1.0);
-    CHECK(e[2] <= 1.0);
-  }
+  for (bool causal : {false, true})
+    for (bool deterministic : {false, true}) {
+      CAPTURE(causal);
+      CAPTURE(deterministic);
+      auto e = run_backward({{.B = 2,
+                              .H = 4,
+                              .Hk = 2,
+                              .Sq = 1000,
+                              .Sk = 1000,
+                              .D = 128,
+                              .causal = causal,
+                              .q_tokens_major = true,
+                              .kv_tokens_major = true},
+                             0,
+                             deterministic});
+      MESSAGE("dq ", e[0], " dk ", e[1], " dv ", e[2]);
+      CHECK(e[0] <= 1.0);
+      CHECK(e[1] <= 1.0);
+      CHECK(e[2] <= 1.0);
+    }
 }
 
-TEST_CASE("ops::attention_backward on the GPU: the same bits over 10 runs") {
+TEST_CASE("ops::attention_backward on the GPU: .deterministic gives the same bits over 10 runs") {
   using namespace attncase;
   const std::int64_t B = 2, H = 8, Hk = 2, S = 2048, D = 128;
   auto mk = [&](std::int64_t heads, double lo, double hi) {
@@ -35,11 +39,12 @@ TEST_CASE("ops::attention_backward on the GPU: the same bits over 10 runs") {
   };
   Tensor Q = mk(H, -2, 2), K = mk(Hk, -2, 2), V = mk(Hk, -1, 1), G = mk(H, -1, 1);
   auto [O, L] = ops::attention(Q, K, V);
-  auto first = ops::attention_backward(G, Q, K, V, O, L);
+  const ops::AttentionOptions det{.deterministic = true};
+  auto first = ops::attention_backward(G, Q, K, V, O, L, det);
   auto dq = first.dq.to_doubles(), dk = first.dk.to_doubles(), dv = first.dv.to_doubles();
   int same = 0;
   for (int run = 0; run < 10; ++run) {
-    auto again = ops::attention_backward(G, Q, K, V, O, L);
+    auto again = ops::attention_backward(G, Q, K, V, O, L, det);
     same +=
         again.dq.to_doubles() == dq && again.dk.to_doubles() == dk && again.dv.to_doubles() == dv;
   }

@@ -310,12 +310,16 @@ TEST_CASE("ops::attention_backward's kernels lower for sm_90a and build as cubin
       CAPTURE(D);
       CAPTURE(causal);
       auto cuda = ops::detail::attention_backward_cuda(D, 8, 2, bf16, causal, !causal);
-      REQUIRE(cuda.size() == 2);
-      // dq: S, dP from shared; dQ += dS K with dS in registers.
-      CHECK(count(cuda[0], "wgmma.mma_async") >= 3);
-      // dk/dv: P^T and dS^T read transposed from shared memory.
-      CHECK(count(cuda[1], "wgmma.mma_async") >= 4);
-      for (std::size_t i = 0; i < 2; ++i) {
+      REQUIRE(cuda.size() == 4);
+      CHECK(count(cuda[0], "wgmma.mma_async") == 0);  // D = rowsum(dO * O): registers only
+      // The fused kernel: S, dP; P^T and dS^T read transposed; dQ = dS K, added by atomics.
+      CHECK(count(cuda[1], "wgmma.mma_async") >= 5);
+      CHECK(count(cuda[1], "atomicAdd(") >= 1);
+      // Deterministic: dq (S, dP from shared, dQ += dS K from registers), then dk/dv.
+      CHECK(count(cuda[2], "wgmma.mma_async") >= 3);
+      CHECK(count(cuda[3], "wgmma.mma_async") >= 4);
+      CHECK(count(cuda[2] + cuda[3], "atomicAdd(") == 0);
+      for (std::size_t i = 0; i < cuda.size(); ++i) {
         auto out = runtime::nvrtc_compile(cuda[i], "attention_bwd.cu", "sm_90a",
                                           runtime::NvrtcTarget::cubin);
         CHECK(out.cubin.size() > 4);

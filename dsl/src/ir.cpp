@@ -537,6 +537,18 @@ Expr make_call(Intrinsic op, std::vector<Expr> args, SourceLoc loc, DType t) {
                "takes an integer operand, got " + args[i].dtype().name());
       t = void_t;
       break;
+    case Intrinsic::atomic_add: {
+      const auto* ld = args[0].as<LoadNode>();
+      if (!ld || ld->dtype != f32 ||
+          (ld->buffer->scope != MemScope::global && ld->buffer->scope != MemScope::shared))
+        fail(name, operand_text(args[0]), loc,
+             "the destination is one element of a global or shared float32 buffer");
+      if (args[1].dtype() != f32)
+        fail(name, operand_text(args[1]), loc,
+             "adds a float32 value, got " + args[1].dtype().name());
+      t = void_t;
+      break;
+    }
     case Intrinsic::signal:
     case Intrinsic::wait_until: {
       const auto* ld = args[0].as<LoadNode>();

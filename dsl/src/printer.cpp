@@ -350,6 +350,9 @@ class Printer : public IRVisitor {
       case Intrinsic::signal:
         expr_os_ << "T.dist.signal(";
         break;
+      case Intrinsic::atomic_add:
+        expr_os_ << "T.atomic_add(";
+        break;
       case Intrinsic::wait_until:
         expr_os_ << "T.dist.wait_until(";
         break;

@@ -15,6 +15,7 @@ Registry& Registry::global() {
     auto* reg = new Registry();
     register_copy_gmem_smem(*reg);
     register_copy_reg(*reg);
+    register_atomic_reg(*reg);
     register_copy_fallback(*reg);
     register_elementwise_reg(*reg);
     register_elementwise_smem(*reg);

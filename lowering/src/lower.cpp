@@ -42,7 +42,7 @@ class Facts : public IRVisitor {
   }
   void visit_node(const CallNode* n) override {
     // A flag a signal stores to is written.
-    if (n->op == Intrinsic::signal)
+    if (n->op == Intrinsic::signal || n->op == Intrinsic::atomic_add)
       if (const auto* ld = n->args[0].as<LoadNode>()) written.insert(ld->buffer->data.get());
     IRVisitor::visit_node(n);
   }

@@ -28,6 +28,7 @@
 #include "special_ops.hpp"
 #include "tx/lowering/codegen_cuda.hpp"
 #include "tx/ops/attention.hpp"
+#include "tx/ops/ops.hpp"
 #include "tx/tx.hpp"
 
 namespace tx::ops {
@@ -41,6 +42,17 @@ using attn::Checked;
 constexpr std::int64_t BK = 128;  // dkdv_kernel: keys per CTA, 64 per consumer warpgroup
 constexpr std::int64_t BQ = 64;   // dkdv_kernel: query rows per step
 
+// A backward kernel's configuration: the forward's, and the dQ strategy.
+struct BwdConfig {
+  AttnConfig c;
+  // false: dQ summed by atomics into a float32 buffer inside the dk/dv
+  // kernel (5 MMAs a block pair); true: a dq kernel of its own, no atomics.
+  bool deterministic = false;
+  std::string key(const std::string& kind, const Device& d) const {
+    return kind + (deterministic ? "|det|" : "|atomic|") + c.key(d);
+  }
+};
+
 // Key blocks of the dq kernel: 64 at head_dim 128 (registers: dQ, S, dP
 // and dS live at once), 128 at 64.
 std::int64_t dq_key_block(std::int64_t D) { return D == 128 ? 64 : 128; }
@@ -48,19 +60,22 @@ std::int64_t dq_key_block(std::int64_t D) { return D == 128 ? 64 : 128; }
 // The buffers both kernels take (one parameter list: q, k, v, out, dout,
 // lse, dsum, dq, dk, dv[, cu_seqlens_q, cu_seqlens_k], batch, seq_q, seq_k).
 struct Params {
-  TileBuffer Q, K, V, O, dO, LSE, Dsum, dQ, dK, dV, cu_q, cu_k;
+  TileBuffer Q, K, V, O, dO, LSE, Dsum, dQ, dK, dV, dQacc, cu_q, cu_k;
   Var seq_q, seq_k;
   Expr batch;
 };
 
-std::vector<std::string> param_names(const AttnConfig& c) {
+std::vector<std::string> param_names(const BwdConfig& bc) {
+  const AttnConfig& c = bc.c;
   std::vector<std::string> n = {"q", "k", "v", "out", "dout", "lse", "dsum", "dq", "dk", "dv"};
+  if (!bc.deterministic) n.push_back("dq_accum");
   if (c.varlen) n.insert(n.end(), {"cu_seqlens_q", "cu_seqlens_k"});
   n.insert(n.end(), {"batch", "seq_q", "seq_k"});
   return n;
 }
 
-Params match_params(const AttnConfig& c, const std::vector<Handle>& h) {
+Params match_params(const BwdConfig& bc, const std::vector<Handle>& h) {
+  const AttnConfig& c = bc.c;
   const std::int64_t D = c.D, H = c.heads, HK = c.kv_heads;
   Params p;
   // Storage: (tokens, heads, D), or (batch * heads * seq, D).
@@ -81,6 +96,10 @@ Params match_params(const AttnConfig& c, const std::vector<Handle>& h) {
   p.dK = tokens(h[8], c.kv_heads_major, HK, nk);
   p.dV = tokens(h[9], c.kv_heads_major, HK, nk);
   std::size_t at = 10;
+  if (!bc.deterministic) {  // float32, laid out as dq
+    p.dQacc = c.q_heads_major ? T::match_buffer(h[at++], {nq, D}, f32)
+                              : T::match_buffer(h[at++], {nq, H, D}, f32);
+  }
   if (c.varlen) {
     Var nb = T::dim("batch_plus_1");
     p.cu_q = T::match_buffer(h[at++], {nb}, i32);
@@ -125,6 +144,13 @@ BufferRegion rows(const TileBuffer& X, bool heads_major, std::int64_t nh, Expr b
   return X[region(span(start + s0, n), span(hd, 1), {0, D})];
 }
 
+// Columns [c0, c0 + nc) of those rows.
+BufferRegion rows_cols(const TileBuffer& X, bool heads_major, std::int64_t nh, Expr b, Expr hd,
+                       Expr start, Expr s0, Expr seq, std::int64_t n, Expr c0, std::int64_t nc) {
+  if (heads_major) return X[region(span((b * nh + hd) * seq + s0, n), span(c0, nc))];
+  return X[region(span(start + s0, n), span(hd, 1), span(c0, nc))];
+}
+
 // The same rows of a per-row f32 buffer (lse, dsum): (rows, 1) or (tokens, heads).
 BufferRegion row_values(const TileBuffer& X, bool heads_major, std::int64_t nh, Expr b, Expr hd,
                         Expr start, Expr s0, Expr seq, std::int64_t n) {
@@ -155,15 +181,16 @@ double softmax_scale(const AttnConfig& c) {
 }
 
 // dQ, and D = rowsum(dO * O), a CTA per 128 query rows of one head.
-PrimFunc dq_kernel(const AttnConfig& c) {
+PrimFunc dq_kernel(const BwdConfig& bc) {
+  const AttnConfig& c = bc.c;
   const std::int64_t D = c.D, H = c.heads, BN = c.bn, STAGES = c.stages;
   const std::int64_t group = H / c.kv_heads;
   const DType t = c.t;
   const double scale = softmax_scale(c), c2 = scale * std::numbers::log2e;
   const std::string name = "attention_bwd_dq_d" + std::to_string(D) + (c.causal ? "_causal" : "") +
                            (c.varlen ? "_varlen" : "");
-  return T::prim_func_n(name, param_names(c), [&](const std::vector<Handle>& h) {
-    Params p = match_params(c, h);
+  return T::prim_func_n(name, param_names(bc), [&](const std::vector<Handle>& h) {
+    Params p = match_params(bc, h);
     T::device_entry();
     auto cta = T::cta_id({c.ctas});
     auto wg = T::warpgroup_id({3});
@@ -327,16 +354,64 @@ PrimFunc dq_kernel(const AttnConfig& c) {
   });
 }
 
-// dK and dV, a CTA per 128 keys of one K/V head.
-PrimFunc dkdv_kernel(const AttnConfig& c) {
+// The fused path's first kernel: D = rowsum(dO * O) of every query row, a
+// warpgroup per 64 rows of a head (O and dO read in the wgmma accumulator's
+// layout: a product and a row sum in registers, as the dq kernel does).
+PrimFunc dsum_kernel(const BwdConfig& bc) {
+  const AttnConfig& c = bc.c;
+  const std::int64_t D = c.D, H = c.heads;
+  const DType t = c.t;
+  const std::string name = "attention_bwd_dsum_d" + std::to_string(D) + (c.varlen ? "_varlen" : "");
+  return T::prim_func_n(name, param_names(bc), [&](const std::vector<Handle>& h) {
+    Params p = match_params(bc, h);
+    T::device_entry();
+    auto cta = T::cta_id({c.ctas});
+    T::thread_id({128});
+    auto tiles_m = T::let(ceildiv(p.seq_q, 64), "tiles_m");
+    auto heads_total = T::let(p.batch * H, "heads_total");
+    auto rounds = T::let(ceildiv(tiles_m * heads_total, c.ctas), "rounds");
+    auto Of = T::alloc_buffer({64, D}, t, scope::local, frag::wgmma_c(64, D), "Of");
+    auto dOf = T::alloc_buffer({64, D}, t, scope::local, frag::wgmma_c(64, D), "dOf");
+    auto prod = T::alloc_buffer({64, D}, f32, scope::local, frag::wgmma_c(64, D), "prod");
+    auto dsum = row_vector(64, "dsum");
+    for (Var r : T::serial(rounds, "r")) {
+      auto t_ = T::let(cta + r * c.ctas, "tile");
+      auto b = T::let(max(min(t_ / tiles_m, heads_total - 1), 0) / H, "b");
+      auto hd = T::let(max(min(t_ / tiles_m, heads_total - 1), 0) % H, "h");
+      auto m0 = T::let((t_ % tiles_m) * 64, "m0");
+      Bounds s = bounds(c, p, b);
+      // (A tile past a short sequence's end stores nothing: where= below. A
+      // condition on the length, a load, would split the warps that the row
+      // sums' shuffles join.)
+      T::if_(t_ < tiles_m * heads_total, [&] {
+        auto rows_left = T::let(s.lq - m0);
+        auto q_rows = [&](const TileBuffer& X) {
+          return rows(X, c.q_heads_major, H, b, hd, s.q0, m0, p.seq_q, 64, D);
+        };
+        Tx::warpgroup::copy(Of, q_rows(p.O), {.partial = true});
+        Tx::warpgroup::copy(dOf, q_rows(p.dO), {.partial = true});
+        Tx::warpgroup::mul(prod, Of, dOf);
+        Tx::warpgroup::sum(dsum, prod);
+        Tx::warpgroup::copy(row_values(p.Dsum, c.q_heads_major, H, b, hd, s.q0, m0, p.seq_q, 64),
+                            dsum, {.partial = true, .where = first_rows(rows_left, 2)});
+      });
+    }
+  });
+}
+
+// dK and dV (and, fused, dQ by atomics), a CTA per 128 keys of one K/V head.
+PrimFunc dkdv_kernel(const BwdConfig& bc) {
+  const AttnConfig& c = bc.c;
+  const bool fused = !bc.deterministic;
   const std::int64_t D = c.D, H = c.heads, HK = c.kv_heads, STAGES = c.stages;
   const std::int64_t group = H / HK;
   const DType t = c.t;
   const double scale = softmax_scale(c), c2 = scale * std::numbers::log2e;
-  const std::string name = "attention_bwd_dkdv_d" + std::to_string(D) +
-                           (c.causal ? "_causal" : "") + (c.varlen ? "_varlen" : "");
-  return T::prim_func_n(name, param_names(c), [&](const std::vector<Handle>& h) {
-    Params p = match_params(c, h);
+  const std::string name = std::string(fused ? "attention_bwd_d" : "attention_bwd_dkdv_d") +
+                           std::to_string(D) + (c.causal ? "_causal" : "") +
+                           (c.varlen ? "_varlen" : "");
+  return T::prim_func_n(name, param_names(bc), [&](const std::vector<Handle>& h) {
+    Params p = match_params(bc, h);
     T::device_entry();
     auto cta = T::cta_id({c.ctas});
     auto wg = T::warpgroup_id({3});
@@ -347,12 +422,16 @@ PrimFunc dkdv_kernel(const AttnConfig& c) {
                               layouts::swizzled_tiles({STAGES, BQ, D}, t));
     auto dOr = T::alloc_buffer({STAGES, BQ, D}, t, scope::shared,
                                layouts::swizzled_tiles({STAGES, BQ, D}, t));
-    // P and dS of a step, the rows of consumer w at [w * BQ, (w + 1) * BQ):
-    // written from registers, read transposed by wgmma.
-    auto Ps = T::alloc_buffer({2 * BQ, 64}, t, scope::shared,
-                              layouts::swizzled_tiles({2 * BQ, 64}, t), "Ps");
-    auto dSs = T::alloc_buffer({2 * BQ, 64}, t, scope::shared,
-                               layouts::swizzled_tiles({2 * BQ, 64}, t), "dSs");
+    // P and dS of a step, (query rows, the block's keys): consumer w's keys
+    // are columns [64 w, 64 w + 64), one 128-byte panel of the swizzled
+    // tile. Written from registers; read transposed by wgmma (P^T, dS^T),
+    // and dS whole for dQ = dS K.
+    auto Ps =
+        T::alloc_buffer({BQ, BK}, t, scope::shared, layouts::swizzled_tiles({BQ, BK}, t), "Ps");
+    auto dSs =
+        T::alloc_buffer({BQ, BK}, t, scope::shared, layouts::swizzled_tiles({BQ, BK}, t), "dSs");
+    // Both consumers' dS stored (dQ reads it whole) / read (it may be overwritten).
+    auto both = T::named_barriers({.count = 1, .threads = 256});
     auto kvpipe = T::pipeline({.stages = 1, .consumer_arrivals = 2});
     auto qpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
     auto kv = T::alloc_buffer({2}, i32, scope::local);
@@ -444,10 +523,21 @@ PrimFunc dkdv_kernel(const AttnConfig& c) {
           auto key0 = T::let(me * 64, "key0");  // this consumer's keys in the block
           auto Kw = Ks[region(span(key0, 64), {0, D})];
           auto Vw = Vs[region(span(key0, 64), {0, D})];
-          auto Pw = Ps[region(span(me * BQ, BQ), {0, 64})];
-          auto dSw = dSs[region(span(me * BQ, BQ), {0, 64})];
-          auto PwT = Ps.transposed()[region({0, 64}, span(me * BQ, BQ))];
-          auto dSwT = dSs.transposed()[region({0, 64}, span(me * BQ, BQ))];
+          auto Pw = Ps[region({0, BQ}, span(key0, 64))];
+          auto dSw = dSs[region({0, BQ}, span(key0, 64))];
+          auto PwT = Ps.transposed()[region(span(key0, 64), {0, BQ})];
+          auto dSwT = dSs.transposed()[region(span(key0, 64), {0, BQ})];
+          // dQ (fused): consumer w adds dS K for head-dim columns [w D/2, (w + 1) D/2)
+          // (D 128; at 64, dS_w K_w over its own keys, all columns).
+          const bool split_d = D == 128;
+          const std::int64_t dq_cols = split_d ? D / 2 : D;
+          TileBuffer dQ, dSa;
+          if (fused) {
+            dQ =
+                T::alloc_buffer({BQ, dq_cols}, f32, scope::local, frag::wgmma_c(BQ, dq_cols), "dQ");
+            if (!split_d)
+              dSa = T::alloc_buffer({BQ, 64}, t, scope::local, frag::wgmma_a(BQ, 64, t), "dSa");
+          }
           auto at = [&](const TileBuffer& ring, Expr it) {
             return ring[region(span(qpipe.stage(it), 1), {0, BQ}, {0, D})];
           };
@@ -474,31 +564,57 @@ PrimFunc dkdv_kernel(const AttnConfig& c) {
                 qpipe.consumer_wait(it);
                 Tx::warpgroup::gemm(S, at(Qr, it), Kw, {.pending = 1, .transpose_b = true});
                 Tx::warpgroup::gemm(dP, at(dOr, it), Vw, {.transpose_b = true});
-                // Rows past the sequence (the next one's, or zeros) and, causal,
-                // keys above the diagonal: P = 0.
+                // Rows past the sequence (the next one's, or zeros), keys past
+                // it (fused: they would reach dQ) and, causal, keys above the
+                // diagonal: P = 0.
                 Expr partial = st.m0 + BQ > x.s.lq;
+                if (fused) partial = partial || first_key + 64 > x.s.lk;
                 if (c.causal) partial = partial || st.m0 + x.s.diagonal < first_key + 63;
                 T::if_(partial, [&] {
                   Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) -> Expr {
-                                        Expr past_end = st.m0 + i >= x.s.lq;
-                                        if (!c.causal) return past_end;
-                                        return past_end || first_key + k > st.m0 + i + x.s.diagonal;
+                                        Expr masked = st.m0 + i >= x.s.lq;
+                                        if (fused) masked = masked || first_key + k >= x.s.lk;
+                                        if (!c.causal) return masked;
+                                        return masked || first_key + k > st.m0 + i + x.s.diagonal;
                                       }});
                 });
                 Tx::warpgroup::exp2(S, S, {.scale = c2, .bias = nlse.all()});  // P
                 Tx::warpgroup::sub(dP, dP, dsum);
                 Tx::warpgroup::mul(dP, dP, S);  // dS
-                // The last step's MMAs read Pw and dSw until every warp's wait.
-                T::cuda::warpgroup_sync();
+                // The last step's MMAs read Pw and dSw until every warp's wait
+                // (fused, dS also the other consumer's dQ MMA).
+                if (fused && split_d)
+                  both.sync(0);
+                else
+                  T::cuda::warpgroup_sync();
                 Tx::warpgroup::cast(half, S);
                 Tx::warpgroup::copy(Pw, half);
                 Tx::warpgroup::cast(half, dP);
                 Tx::warpgroup::copy(dSw, half);
                 T::cuda::fence_proxy_async();
-                T::cuda::warpgroup_sync();
+                if (fused && split_d)
+                  both.sync(0);
+                else
+                  T::cuda::warpgroup_sync();
                 Tx::warpgroup::gemm(dV, PwT, at(dOr, it), {.accum = true, .pending = 1});
                 Tx::warpgroup::gemm(dK, dSwT, at(Qr, it), {.accum = true});
                 release(qpipe, it);
+                if (fused) {
+                  auto rows_left = T::let(x.s.lq - st.m0);
+                  Expr col0 = split_d ? Expr(me * dq_cols) : Expr(0);
+                  if (split_d) {
+                    Tx::warpgroup::gemm(dQ, dSs.all(), Ks[region({0, BK}, span(col0, dq_cols))]);
+                  } else {
+                    Tx::warpgroup::cast(dSa, dP);
+                    Tx::warpgroup::gemm(dQ, dSa, Kw);
+                  }
+                  Tx::warpgroup::mul(dQ, dQ, scale);
+                  Tx::warpgroup::atomic_add(
+                      rows_cols(p.dQacc, c.q_heads_major, H, x.b, st.h, x.s.q0, st.m0, p.seq_q, BQ,
+                                col0, dq_cols),
+                      dQ,
+                      {.partial = true, .where = first_rows(rows_left, c.q_heads_major ? 2 : 3)});
+                }
               }
               release(kvpipe, ki);
               kv(0) = kv(0) + x.steps;
@@ -521,9 +637,9 @@ PrimFunc dkdv_kernel(const AttnConfig& c) {
 
 std::atomic<std::uint64_t> g_built{0};
 
-Kernel kernel_for(const std::string& kind, const AttnConfig& config, const Device& d,
-                  PrimFunc (*make)(const AttnConfig&)) {
-  return detail::special_cached(kind + "|" + config.key(d), [&] {
+Kernel kernel_for(const std::string& kind, const BwdConfig& config, const Device& d,
+                  PrimFunc (*make)(const BwdConfig&)) {
+  return detail::special_cached(config.key(kind, d), [&] {
     ++g_built;
     return compile(make(config), {.device = d, .approx_math = true});
   });
@@ -604,8 +720,14 @@ std::vector<std::string> detail::attention_backward_cuda(std::int64_t head_dim, 
                .varlen = varlen};
   c.bn = dq_key_block(head_dim);
   std::vector<std::string> out;
-  for (auto make : {dq_kernel, dkdv_kernel})
-    out.push_back(lowering::codegen_cuda(lowering::lower(make(c), {.arch = "sm_90a"})));
+  auto cuda = [&](PrimFunc (*make)(const BwdConfig&), bool deterministic) {
+    const BwdConfig bc{.c = c, .deterministic = deterministic};
+    out.push_back(lowering::codegen_cuda(lowering::lower(make(bc), {.arch = "sm_90a"})));
+  };
+  cuda(dsum_kernel, false);
+  cuda(dkdv_kernel, false);
+  cuda(dq_kernel, true);
+  cuda(dkdv_kernel, true);
   return out;
 }
 
@@ -614,11 +736,14 @@ std::string attention_backward_plan(const Tensor& dout, const Tensor& q, const T
                                     const AttentionOptions& opt) {
   Backward w = check_backward(dout, q, k, v, out, lse, opt, std::source_location::current());
   const AttnConfig& cf = w.c.config;
-  std::string s = std::string(q.device().is_cuda() ? "wgmma" : "host") +
-                  ", deterministic (no atomics): dq kernel (128 query rows a CTA, key blocks of " +
-                  std::to_string(cf.bn) + "), then dk/dv kernel (" + std::to_string(BK) +
-                  " keys a CTA, query blocks of " + std::to_string(BQ) + "), " +
-                  std::to_string(cf.ctas) + " persistent CTAs";
+  std::string s = std::string(q.device().is_cuda() ? "wgmma" : "host") + ", ";
+  if (opt.deterministic)
+    s += "deterministic (no atomics): dq kernel (128 query rows a CTA, key blocks of " +
+         std::to_string(cf.bn) + "), then dk/dv kernel (";
+  else
+    s += "D pre-pass, then one kernel for dk, dv and dq (f32 atomics; ";
+  s += std::to_string(BK) + " keys a CTA, query blocks of " + std::to_string(BQ) + "), " +
+       std::to_string(cf.ctas) + " persistent CTAs";
   if (cf.varlen) s += ", variable lengths (packed tokens)";
   return s + w.c.copies;
 }
@@ -632,14 +757,14 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   const Device d = q.device();
   const std::int64_t D = cf.D, H = cf.heads, HK = cf.kv_heads;
   AttentionGrads g;
-  auto empty_like_layout = [&](const Tensor& x, bool heads_major) {
-    if (cf.varlen || heads_major) return Tensor::empty(x.shape(), x.dtype(), d);
+  auto empty_like_layout = [&](const Tensor& x, bool heads_major, DType dt) {
+    if (cf.varlen || heads_major) return Tensor::empty(x.shape(), dt, d);
     const auto& s = x.shape();  // (B, H, S, D) over (B, S, H, D) storage
-    return Tensor::empty({s[0], s[2], s[1], s[3]}, x.dtype(), d).transpose(1, 2);
+    return Tensor::empty({s[0], s[2], s[1], s[3]}, dt, d).transpose(1, 2);
   };
-  g.dq = empty_like_layout(c.q, cf.q_heads_major);
-  g.dk = empty_like_layout(c.k, cf.kv_heads_major);
-  g.dv = empty_like_layout(c.v, cf.kv_heads_major);
+  g.dq = empty_like_layout(c.q, cf.q_heads_major, q.dtype());
+  g.dk = empty_like_layout(c.k, cf.kv_heads_major, k.dtype());
+  g.dv = empty_like_layout(c.v, cf.kv_heads_major, v.dtype());
   const std::int64_t tq = cf.varlen ? q.shape()[0] : c.batch * c.seq_q;
   const std::int64_t tk = cf.varlen ? k.shape()[0] : c.batch * c.seq_k;
   if (tq == 0 || tk == 0) {  // no queries: no gradient reaches k, v; no keys: none reaches q
@@ -662,26 +787,43 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
     return cf.q_heads_major ? x.reshape({B * H * Sq, 1})
                             : x.permute({0, 2, 1}).reshape({B * Sq, H});
   };
-  // D = rowsum(dout * out), written by the dq kernel, read by the dk/dv kernel.
+  // D = rowsum(dout * out), written by the first kernel, read by the dk/dv one.
   Tensor dsum = Tensor::empty(flat_rows(w.lse).shape(), f32, d);
-  const std::vector<Tensor> tensors = {flat(c.q, cf.q_heads_major, H),
-                                       flat(c.k, cf.kv_heads_major, HK),
-                                       flat(c.v, cf.kv_heads_major, HK),
-                                       flat(w.out, cf.q_heads_major, H),
-                                       flat(w.dout, cf.q_heads_major, H),
-                                       flat_rows(w.lse),
-                                       dsum,
-                                       flat(g.dq, cf.q_heads_major, H),
-                                       flat(g.dk, cf.kv_heads_major, HK),
-                                       flat(g.dv, cf.kv_heads_major, HK)};
+  // Fused: dQ's float32 accumulator, laid out as dq (zeroed: the kernel adds).
+  Tensor acc;
+  if (!opt.deterministic) {
+    acc = empty_like_layout(c.q, cf.q_heads_major, f32);
+    acc.fill_bits(0);
+  }
+  std::vector<Tensor> tensors = {flat(c.q, cf.q_heads_major, H),
+                                 flat(c.k, cf.kv_heads_major, HK),
+                                 flat(c.v, cf.kv_heads_major, HK),
+                                 flat(w.out, cf.q_heads_major, H),
+                                 flat(w.dout, cf.q_heads_major, H),
+                                 flat_rows(w.lse),
+                                 dsum,
+                                 flat(g.dq, cf.q_heads_major, H),
+                                 flat(g.dk, cf.kv_heads_major, HK),
+                                 flat(g.dv, cf.kv_heads_major, HK)};
+  if (!opt.deterministic) tensors.push_back(flat(acc, cf.q_heads_major, H));
   std::vector<Kernel::Arg> args(tensors.begin(), tensors.end());
   if (cf.varlen) {
     args.push_back(*opt.cu_seqlens_q);
     args.push_back(*opt.cu_seqlens_k);
   }
   args.insert(args.end(), {Kernel::Arg(B), Kernel::Arg(Sq), Kernel::Arg(Sk)});
-  kernel_for("attention_bwd_dq", cf, d, dq_kernel).launch(args, loc);
-  kernel_for("attention_bwd_dkdv", cf, d, dkdv_kernel).launch(args, loc);
+  const BwdConfig bc{.c = cf, .deterministic = opt.deterministic};
+  if (opt.deterministic) {
+    kernel_for("attention_bwd_dq", bc, d, dq_kernel).launch(args, loc);
+    kernel_for("attention_bwd_dkdv", bc, d, dkdv_kernel).launch(args, loc);
+    return g;
+  }
+  kernel_for("attention_bwd_dsum", bc, d, dsum_kernel).launch(args, loc);
+  kernel_for("attention_bwd", bc, d, dkdv_kernel).launch(args, loc);
+  // dq: the accumulator's storage converted to q's dtype.
+  const bool plain = cf.varlen || cf.q_heads_major;
+  Tensor dq = ops::cast(plain ? acc : acc.transpose(1, 2), q.dtype(), {}, loc);
+  g.dq = plain ? dq : dq.transpose(1, 2);
   return g;
 }
 

@@ -415,7 +415,7 @@ class SelectNode : public ExprNode {
                                   X(named_barrier_sync, 2) X(named_barrier_arrive, 2)              \
                                       X(tile_coord, 1) X(keep_before, 2) X(profile_mark, 2)        \
                                           X(tma_store_commit, 0) X(tma_store_wait, 1) X(signal, 3) \
-                                              X(wait_until, 2)
+                                              X(wait_until, 2) X(atomic_add, 2)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -468,6 +468,10 @@ class SelectNode : public ExprNode {
 // it with acquire semantics at system scope (ld.acquire.sys). Void. On the
 // host, atomics with the same orders; a waiting thread lets the CTA's other
 // threads run (the kernel runs as fibers).
+// atomic_add(dst, v): dst (a load of one f32 element of a global or shared
+// buffer) += v (f32), atomically (CUDA atomicAdd, relaxed; an atomicrmw
+// fadd on the host): the tile op atomic_add's element step, for sums that
+// several CTAs or threads add into (the attention backward's dQ). Void.
 // tile_coord(d): inside a where= predicate of a tile op only, the element's
 // coordinate along dimension d of the destination region (i32); the variant
 // that expands the op substitutes it.

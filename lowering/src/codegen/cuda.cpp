@@ -905,6 +905,9 @@ class CudaEmitter : public IRVisitor {
         eo_ << (as_const_int(n->args[2]).value_or(0) ? "tx_signal_add(&" : "tx_signal(&")
             << e(n->args[0]) << ", (unsigned)(" << e(n->args[1]) << "))";
         return;
+      case Intrinsic::atomic_add:
+        eo_ << "atomicAdd(&" << e(n->args[0]) << ", " << e(n->args[1]) << ")";
+        return;
       case Intrinsic::wait_until:
         eo_ << "tx_wait_until(&" << e(n->args[0]) << ", (unsigned)(" << e(n->args[1]) << "))";
         return;

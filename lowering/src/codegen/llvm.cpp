@@ -876,6 +876,14 @@ class Emitter {
         }
         return B.getInt32(0);
       }
+      case Intrinsic::atomic_add: {
+        // The CTAs run on several host threads: a real atomic.
+        const auto* ld = n->args[0].as<LoadNode>();
+        Value* at = address(ld->buffer, ld->indices[0], n->loc);
+        B.CreateAtomicRMW(llvm::AtomicRMWInst::FAdd, at, emit(n->args[1]), llvm::MaybeAlign(4),
+                          llvm::AtomicOrdering::Monotonic);
+        return B.getInt32(0);
+      }
       case Intrinsic::wait_until: {
         // host_compile runs kernels that wait on flags as fibers: a waiting
         // thread lets the CTA's others run.

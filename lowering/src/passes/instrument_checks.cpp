@@ -145,10 +145,12 @@ class Instrument : public IRMutator {
     // register_fence / keep_before name a register without reading it:
     // none is an access. The mbarrier model checks the barrier's use.
     // T::dist::signal / wait_until: the flag operand is the flag's address;
-    // the checker orders the ranks by them (dist_check.hpp).
+    // the checker orders the ranks by them (dist_check.hpp). atomic_add's
+    // destination is its address too: atomics do not race with each other.
     if (is_sm90_async_intrinsic(n->op) || n->op == Intrinsic::keep_before ||
         n->op == Intrinsic::named_barrier_sync || n->op == Intrinsic::named_barrier_arrive ||
-        n->op == Intrinsic::signal || n->op == Intrinsic::wait_until) {
+        n->op == Intrinsic::signal || n->op == Intrinsic::wait_until ||
+        n->op == Intrinsic::atomic_add) {
       if (n->args.empty()) return self;
       std::vector<Expr> args = n->args;
       for (std::size_t i = 1; i < args.size(); ++i) args[i] = mutate(args[i]);

@@ -1,6 +1,6 @@
 #include "common.hpp"
-#include "reduce_common.hpp"
 
+#include "reduce_common.hpp"
 #include "tx/ir_functor.hpp"
 #include "tx/printer.hpp"
 
@@ -301,7 +301,8 @@ std::variant<ElementwisePlan, std::string> parse_elementwise(const DispatchConte
   if (dt.is_bool() && spec.name != "cast" && spec.name != "fill" && spec.name != "zero")
     return "operand " + dst->buffer->name + ": no arithmetic on bool tiles";
   const bool tile_scale = call->attrs.scale_arg >= 0, tile_bias = call->attrs.bias_arg >= 0;
-  if ((call->attrs.scale || call->attrs.bias || tile_scale || tile_bias) && !spec.accepts(TileAttr::scale_bias))
+  if ((call->attrs.scale || call->attrs.bias || tile_scale || tile_bias) &&
+      !spec.accepts(TileAttr::scale_bias))
     return spec.name + " takes no scale/bias";
   // A tile scale / bias: a float region that broadcasts to the destination
   // (checked by the variant, like any input), loaded beside the op's inputs.
@@ -557,8 +558,8 @@ Check family_rules(const DispatchContext& ctx) {
         }
         const std::int64_t t = target[target.size() - (e.size() - j)];
         if (e[j] != t && e[j] != 1)
-          return operand_reason(*r, "extent " + std::to_string(e[j]) + " does not broadcast to " +
-                                        std::to_string(t));
+          return operand_reason(
+              *r, "extent " + std::to_string(e[j]) + " does not broadcast to " + std::to_string(t));
       }
     }
     return ok();
@@ -568,7 +569,8 @@ Check family_rules(const DispatchContext& ctx) {
     if (auto* why = std::get_if<std::string>(&parsed)) return *why;
     return ok();
   }
-  if (call->op == "copy" || call->op == "copy_async") return copy_operands_match(ctx);
+  if (call->op == "copy" || call->op == "copy_async" || call->op == "atomic_add")
+    return copy_operands_match(ctx);
   return ok();
 }
 

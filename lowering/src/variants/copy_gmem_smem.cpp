@@ -36,11 +36,11 @@ Plan plan(const DispatchContext& ctx) {
   std::vector<JointIter> iters = coalesce(*joint);
   std::int64_t threads = ctx.scope_threads;
   int esize = dst.buffer->dtype.bytes();
-  int vec = widest_vector(iters, {0, 1}, {ld->mem_offset, ls->mem_offset}, esize, *ctx.env,
-                          [&](int v) {
-                            return v <= std::min(swizzle_vector_cap(*ld), swizzle_vector_cap(*ls)) &&
-                                   n % (threads * v) == 0;
-                          });
+  int vec =
+      widest_vector(iters, {0, 1}, {ld->mem_offset, ls->mem_offset}, esize, *ctx.env, [&](int v) {
+        return v <= std::min(swizzle_vector_cap(*ld), swizzle_vector_cap(*ls)) &&
+               n % (threads * v) == 0;
+      });
   if (n % (threads * vec) != 0)
     return std::to_string(n) + " elements do not divide over the " + std::to_string(threads) +
            " threads of the " + exec_scope_name(ctx.scope);

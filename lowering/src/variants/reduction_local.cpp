@@ -23,8 +23,9 @@ namespace {
 
 Check not_cta(const DispatchContext& ctx) {
   if (ctx.scope == ExecScope::cta)
-    return std::string("reduction/local does not support cta scope (registers of different "
-                       "warps cannot be combined; use shared operands)");
+    return std::string(
+        "reduction/local does not support cta scope (registers of different "
+        "warps cannot be combined; use shared operands)");
   return ok();
 }
 
@@ -65,15 +66,17 @@ Plan plan(const DispatchContext& ctx) {
   for (const JointIter& j : *joint)
     if (j.parts[0].axis != Axis::m) {
       auto s = norm(j.parts[0]);
-      if (!s) return operand_reason(rp.dst, std::string("axis ") + axis_name(j.parts[0].axis) +
-                                                " is not a thread axis of this scope");
+      if (!s)
+        return operand_reason(rp.dst, std::string("axis ") + axis_name(j.parts[0].axis) +
+                                          " is not a thread axis of this scope");
       cover.push_back({j.extent, *s, false});
     }
   std::vector<ThreadIter> dst_replicas;
   for (const Iter& it : ld->replica) {
     auto s = norm(it);
-    if (!s) return operand_reason(rp.dst, std::string("replica axis ") + axis_name(it.axis) +
-                                              " is not a thread axis of this scope");
+    if (!s)
+      return operand_reason(rp.dst, std::string("replica axis ") + axis_name(it.axis) +
+                                        " is not a thread axis of this scope");
     cover.push_back({it.extent, *s, true});
     dst_replicas.push_back(cover.back());
   }
@@ -93,8 +96,10 @@ Plan plan(const DispatchContext& ctx) {
     if (sp.axis != Axis::m) {
       auto ss = norm(sp), ds = norm(dp);
       if (dp.axis == Axis::m || !ss || !ds || *ss != *ds)
-        return operand_reason(rp.src, "kept dimensions are distributed over threads differently "
-                                      "from the destination " + rp.dst.buffer->name);
+        return operand_reason(rp.src,
+                              "kept dimensions are distributed over threads differently "
+                              "from the destination " +
+                                  rp.dst.buffer->name);
     } else if (dp.axis != Axis::m && sp.stride != 0) {
       s_base = add(s_base, mul(thread_coord(rel, *norm(dp), j.extent), c32(sp.stride)));
     }
@@ -111,11 +116,13 @@ Plan plan(const DispatchContext& ctx) {
       continue;
     }
     auto s = norm(it);
-    if (!s) return operand_reason(rp.src, std::string("axis ") + axis_name(it.axis) +
-                                              " is not a thread axis of this scope");
+    if (!s)
+      return operand_reason(rp.src, std::string("axis ") + axis_name(it.axis) +
+                                        " is not a thread axis of this scope");
     if (!pow2(*s) || !pow2(it.extent) || *s * it.extent > 32)
-      return operand_reason(rp.src, "reduced dimension spans threads beyond one warp's lanes "
-                                    "(a warp shuffle cannot combine them)");
+      return operand_reason(rp.src,
+                            "reduced dimension spans threads beyond one warp's lanes "
+                            "(a warp shuffle cannot combine them)");
     lane_iters.push_back({it.extent, *s, false});
     for (std::int64_t m = *s; m < *s * it.extent; m *= 2) masks.push_back(m);
   }
@@ -123,10 +130,11 @@ Plan plan(const DispatchContext& ctx) {
     bool found = false;
     for (const ThreadIter& r : dst_replicas) found |= r.stride == l.stride && r.extent == l.extent;
     if (!found)
-      return operand_reason(rp.dst, "the reduction crosses lanes, so the destination needs a "
-                                    "laneid replica over them (e.g. R({" +
-                                        std::to_string(l.extent) + "}, {" +
-                                        std::to_string(l.stride) + " * laneid}))");
+      return operand_reason(rp.dst,
+                            "the reduction crosses lanes, so the destination needs a "
+                            "laneid replica over them (e.g. R({" +
+                                std::to_string(l.extent) + "}, {" + std::to_string(l.stride) +
+                                " * laneid}))");
   }
   std::sort(masks.rbegin(), masks.rend());
 

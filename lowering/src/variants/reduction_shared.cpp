@@ -58,7 +58,8 @@ Plan plan(const DispatchContext& ctx) {
 
   std::int64_t threads = ctx.scope_threads;
   std::int64_t g = 1;
-  if (m_out < threads) g = std::min<std::int64_t>({32, pow2_floor(threads / m_out), pow2_floor(k_red)});
+  if (m_out < threads)
+    g = std::min<std::int64_t>({32, pow2_floor(threads / m_out), pow2_floor(k_red)});
   std::int64_t rows_per_round = threads / g;
   std::int64_t rounds = (m_out + rows_per_round - 1) / rows_per_round;
   std::int64_t k_steps = (k_red + g - 1) / g;

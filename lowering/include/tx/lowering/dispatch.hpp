@@ -122,6 +122,7 @@ Check family_rules(const DispatchContext& ctx);
 // Registration entry points of the built-in variants (one file each).
 void register_copy_gmem_smem(Registry& r);
 void register_copy_reg(Registry& r);
+void register_atomic_reg(Registry& r);
 void register_copy_fallback(Registry& r);
 void register_elementwise_reg(Registry& r);
 void register_elementwise_smem(Registry& r);

@@ -74,6 +74,9 @@ struct AttentionOptions {
   // (the new tokens of a chunked prefill, already in the cache).
   const Tensor* block_table = nullptr;
   const Tensor* seqused_k = nullptr;
+  // attention_backward only: the same bits on every run (dQ by a kernel of
+  // its own rather than float atomics; see attention_backward's cost).
+  bool deterministic = false;
 };
 
 struct AttentionResult {
@@ -106,18 +109,21 @@ std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
 // causal both ways, head_dim 64 or 128 (256: a tx error for now).
 //
 // Kernels (ops/src/attention_backward.cpp), in order on q's stream:
-//   1. dq: one CTA per 128 query rows (two consumer warpgroups of 64) --
-//      D = rowsum(dout * out), then over the key blocks S = Q K^T,
-//      P = exp(S * scale - lse), dP = dO V^T, dS = P * (dP - D),
-//      dQ += dS K; D is kept for kernel 2.
-//   2. dk/dv: one CTA per 128 keys of a K/V head (64 per warpgroup) -- over
-//      the query blocks of every head of the group, P and dS again, stored
-//      to shared memory, dV += P^T dO and dK += dS^T Q (wgmma reading the
-//      shared tiles transposed).
-// No atomics: every gradient element is summed by one thread in a fixed
-// order, so the result is the same bits on every run (deterministic); the
-// cost is recomputing S and dP in both kernels (7 matrix products a block
-// instead of 5).
+//   1. D = rowsum(dout * out) per query row (f32);
+//   2. one CTA per 128 keys of a K/V head (a producer warpgroup filling TMA
+//      rings, two consumers of 64 keys each), over the query blocks of every
+//      query head of the group: S = Q K^T and dP = dO V^T on wgmma,
+//      P = exp(S * scale - lse) and dS = P * (dP - D) in registers, stored to
+//      shared memory, dV += P^T dO and dK += dS^T Q (wgmma reading the tiles
+//      transposed), and dQ += scale * dS K added by float atomics into an f32
+//      buffer;
+//   3. dq = that buffer converted to q's dtype.
+// The atomics' order varies, so dq may differ in the last bits from run to
+// run. With .deterministic = true: a dq kernel of its own (a CTA per 128
+// query rows, as the forward, computing D too), then the dk/dv kernel
+// without dQ -- the same bits every run, at the cost of S and dP computed
+// twice (7 MMAs per block pair instead of 5; bench/attention_backward
+// measures both).
 struct AttentionGrads {
   Tensor dq, dk, dv;
 };
@@ -138,7 +144,8 @@ namespace detail {
 std::uint64_t attention_kernels_built();
 // Attention backward kernels this process has built.
 std::uint64_t attention_backward_kernels_built();
-// The CUDA of attention_backward's two kernels (dq, then dk/dv) for sm_90a,
+// The CUDA of attention_backward's kernels for sm_90a -- D pre-pass, fused
+// kernel, then the deterministic pair (dq, dk/dv) --
 // as a GPU would get them (132 CTAs), without one: for tests and ptxas.
 std::vector<std::string> attention_backward_cuda(std::int64_t head_dim, std::int64_t heads,
                                                  std::int64_t kv_heads, DType t, bool causal,
