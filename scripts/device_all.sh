@@ -196,7 +196,8 @@ decode)
   ;;
 backward)
   step "gpu_attention_op: the backward cases"
-  timeout 200 $B/test/gpu_attention_op -tc="*backward*" > "$FINAL/gpu_attention_backward.txt" 2>&1
+  # BWD_SKIP_TESTS=1: memcheck and the benchmark only (a second call).
+  [ -n "${BWD_SKIP_TESTS:-}" ] || timeout 200 $B/test/gpu_attention_op -tc="*backward*" > "$FINAL/gpu_attention_backward.txt" 2>&1
   echo "gpu_attention_op (backward) exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_attention_backward.txt" | tr '\n' ' ')"
   grep -E "ERROR:|MESSAGE|logged|values:" "$FINAL/gpu_attention_backward.txt" | head -40
   step "gpu_hopper: wgmma with A read transposed"
@@ -205,7 +206,7 @@ backward)
   grep -E "ERROR:|logged" "$OUT/gpu_hopper_transposed.txt" | head -10
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   step "memcheck on the backward kernels (the small cases)"
-  TX_SYNC=1 timeout 100 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_attention_op \
+  TX_SYNC=1 timeout 150 "$CS" --tool memcheck --report-api-errors no $B/test/gpu_attention_op \
     -tc="*attention_backward against*,*attention_backward on variable*" > "$OUT/memcheck_backward.txt" 2>&1
   echo "memcheck backward exit $?: $(grep -E 'ERROR SUMMARY|test cases' "$OUT/memcheck_backward.txt" | tr '\n' ' ')"
   grep -E "Invalid|at 0x|by thread" "$OUT/memcheck_backward.txt" | head -8

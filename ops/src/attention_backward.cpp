@@ -21,6 +21,7 @@
 // atomics, the same bits on every run. The price is S and dP computed
 // twice (7 MMAs per block pair instead of 5).
 #include <atomic>
+#include <cstring>
 #include <cmath>
 #include <numbers>
 
@@ -29,6 +30,7 @@
 #include "tx/lowering/codegen_cuda.hpp"
 #include "tx/ops/attention.hpp"
 #include "tx/ops/ops.hpp"
+#include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
 namespace tx::ops {
@@ -637,6 +639,17 @@ PrimFunc dkdv_kernel(const BwdConfig& bc) {
 
 std::atomic<std::uint64_t> g_built{0};
 
+// x = 0 (a fresh, contiguous tensor), on the device's current stream: a
+// memset, not Tensor::fill_bits (which builds the bytes on the host).
+void zero(Tensor& x) {
+  if (!x.device().is_cuda()) {
+    std::memset(x.data_ptr(), 0, x.nbytes());
+    return;
+  }
+  runtime::memset_device(reinterpret_cast<runtime::DevicePtr>(x.data_ptr()), 0, x.nbytes(),
+                         current_stream(x.device()).handle());
+}
+
 Kernel kernel_for(const std::string& kind, const BwdConfig& config, const Device& d,
                   PrimFunc (*make)(const BwdConfig&)) {
   return detail::special_cached(config.key(kind, d), [&] {
@@ -768,9 +781,9 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   const std::int64_t tq = cf.varlen ? q.shape()[0] : c.batch * c.seq_q;
   const std::int64_t tk = cf.varlen ? k.shape()[0] : c.batch * c.seq_k;
   if (tq == 0 || tk == 0) {  // no queries: no gradient reaches k, v; no keys: none reaches q
-    g.dq.fill_bits(0);
-    g.dk.fill_bits(0);
-    g.dv.fill_bits(0);
+    zero(g.dq);
+    zero(g.dk);
+    zero(g.dv);
     return g;
   }
   const std::int64_t B = c.batch, Sq = c.seq_q, Sk = c.seq_k;
@@ -793,7 +806,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   Tensor acc;
   if (!opt.deterministic) {
     acc = empty_like_layout(c.q, cf.q_heads_major, f32);
-    acc.fill_bits(0);
+    zero(acc);
   }
   std::vector<Tensor> tensors = {flat(c.q, cf.q_heads_major, H),
                                  flat(c.k, cf.kv_heads_major, HK),
