@@ -73,7 +73,7 @@ def main():
     dev = torch.cuda.get_device_name()
     lines = [f"Attention backward, bf16, TFLOP/s on {dev} (torch {torch.__version__}, "
              f"cuDNN {torch.backends.cudnn.version()})", "",
-             "| case | B | H/Hkv | S | D | tx | tx deterministic | cuDNN | flash (FA2) | tx/cuDNN | "
+             "| case | B | H/Hkv | S | D | tx | tx, dQ by atomics | cuDNN | flash (FA2) | tx/cuDNN | "
              "tx/flash |", "|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x):
@@ -83,7 +83,7 @@ def main():
         t, c, fl = r.get("tx_tflops"), r.get("cudnn_tflops"), r.get("flash_tflops")
         lines.append(
             f"| {r['name']} | {r['batch']} | {r['heads']}/{r['kv_heads']} | {r['seq']} | "
-            f"{r['head_dim']} | {f(t)} | {f(r.get('tx_det_tflops'))} | "
+            f"{r['head_dim']} | {f(t)} | {f(r.get('tx_atomics_tflops'))} | "
             f"{f(c)}{r.get('cudnn_note', '')} | "
             f"{f(fl)}{r.get('flash_note', '')} | "
             f"{'-' if not (t and c) else f'{t / c:.2f}'} | "

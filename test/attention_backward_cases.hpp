@@ -83,7 +83,7 @@ inline double grad_error(const std::vector<double>& want, const std::vector<doub
 struct BackwardCase {
   Fixed f;
   double scale = 0;  // 0: 1 / sqrt(head_dim)
-  bool deterministic = false;
+  bool dq_atomics = false;
 };
 
 // Runs tx's forward then backward on a fixed-length batch; the errors of
@@ -102,7 +102,7 @@ inline std::array<double, 3> run_backward(const BackwardCase& bc, std::string* p
   ops::AttentionOptions opt{.causal = f.causal,
                             .bottom_right = f.bottom_right,
                             .scale = bc.scale,
-                            .deterministic = bc.deterministic};
+                            .dq_atomics = bc.dq_atomics};
   auto [O, L] = ops::attention(Q, K, V, opt);
   if (plan) *plan = ops::attention_backward_plan(G, Q, K, V, O, L, opt);
   auto [dQ, dK, dV] = ops::attention_backward(G, Q, K, V, O, L, opt);
@@ -160,10 +160,10 @@ TEST_CASE(
       {{.B = 1, .H = 1, .Hk = 1, .Sq = 190, .Sk = 190, .D = 128, .causal = true, .t = f16}, 0.3},
   };
   for (BackwardCase bc : cases)
-    for (bool deterministic : {false, true}) {
-      bc.deterministic = deterministic;
+    for (bool dq_atomics : {false, true}) {
+      bc.dq_atomics = dq_atomics;
       const Fixed& f = bc.f;
-      CAPTURE(deterministic);
+      CAPTURE(dq_atomics);
       CAPTURE(f.B);
       CAPTURE(f.H);
       CAPTURE(f.Hk);
@@ -184,9 +184,9 @@ TEST_CASE(
 
 TEST_CASE("ops::attention_backward on variable-length batches, with empty sequences") {
   for (bool causal : {false, true})
-    for (bool deterministic : {false, true}) {
+    for (bool dq_atomics : {false, true}) {
       CAPTURE(causal);
-      CAPTURE(deterministic);
+      CAPTURE(dq_atomics);
       const std::vector<std::int32_t> lq = {5, 130, 0, 70}, lk = {40, 130, 90, 0};
       const std::int64_t H = 4, Hk = 2, D = 64, nb = 4;
       std::vector<std::int32_t> cq = {0}, ck = {0};
@@ -211,7 +211,7 @@ TEST_CASE("ops::attention_backward on variable-length batches, with empty sequen
                                 .cu_seqlens_k = &CK,
                                 .max_seqlen_q = 130,
                                 .max_seqlen_k = 130,
-                                .deterministic = deterministic};
+                                .dq_atomics = dq_atomics};
       auto [O, L] = ops::attention(Q, K, V, opt);
       auto [dQ, dK, dV] = ops::attention_backward(G, Q, K, V, O, L, opt);
       std::vector<double> wq(q.size()), wk(k.size()), wv(v.size());
@@ -248,14 +248,14 @@ TEST_CASE("ops::attention_backward on variable-length batches, with empty sequen
     }
 }
 
-TEST_CASE("ops::attention_backward with .deterministic gives the same bits on every run") {
+TEST_CASE("ops::attention_backward gives the same bits on every run (no atomics by default)") {
   const std::int64_t B = 1, H = 4, Hk = 1, S = 200, D = 64;
   auto mk = [&](std::int64_t heads, double lo, double hi) {
     return logical(random_values(static_cast<std::size_t>(B * heads * S * D), bf16, lo, hi), B,
                    heads, S, D, bf16, true);
   };
   Tensor Q = mk(H, -2, 2), K = mk(Hk, -2, 2), V = mk(Hk, -1, 1), G = mk(H, -1, 1);
-  ops::AttentionOptions opt{.causal = true, .deterministic = true};
+  ops::AttentionOptions opt{.causal = true};
   auto [O, L] = ops::attention(Q, K, V, opt);
   auto bits = [](const Tensor& x) { return x.contiguous().to_doubles(); };
   auto first = ops::attention_backward(G, Q, K, V, O, L, opt);

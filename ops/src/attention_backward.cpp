@@ -21,8 +21,8 @@
 // atomics, the same bits on every run. The price is S and dP computed
 // twice (7 MMAs per block pair instead of 5).
 #include <atomic>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "attention_internal.hpp"
@@ -750,7 +750,7 @@ std::string attention_backward_plan(const Tensor& dout, const Tensor& q, const T
   Backward w = check_backward(dout, q, k, v, out, lse, opt, std::source_location::current());
   const AttnConfig& cf = w.c.config;
   std::string s = std::string(q.device().is_cuda() ? "wgmma" : "host") + ", ";
-  if (opt.deterministic)
+  if (!opt.dq_atomics)
     s += "deterministic (no atomics): dq kernel (128 query rows a CTA, key blocks of " +
          std::to_string(cf.bn) + "), then dk/dv kernel (";
   else
@@ -804,7 +804,7 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   Tensor dsum = Tensor::empty(flat_rows(w.lse).shape(), f32, d);
   // Fused: dQ's float32 accumulator, laid out as dq (zeroed: the kernel adds).
   Tensor acc;
-  if (!opt.deterministic) {
+  if (opt.dq_atomics) {
     acc = empty_like_layout(c.q, cf.q_heads_major, f32);
     zero(acc);
   }
@@ -818,15 +818,15 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                  flat(g.dq, cf.q_heads_major, H),
                                  flat(g.dk, cf.kv_heads_major, HK),
                                  flat(g.dv, cf.kv_heads_major, HK)};
-  if (!opt.deterministic) tensors.push_back(flat(acc, cf.q_heads_major, H));
+  if (opt.dq_atomics) tensors.push_back(flat(acc, cf.q_heads_major, H));
   std::vector<Kernel::Arg> args(tensors.begin(), tensors.end());
   if (cf.varlen) {
     args.push_back(*opt.cu_seqlens_q);
     args.push_back(*opt.cu_seqlens_k);
   }
   args.insert(args.end(), {Kernel::Arg(B), Kernel::Arg(Sq), Kernel::Arg(Sk)});
-  const BwdConfig bc{.c = cf, .deterministic = opt.deterministic};
-  if (opt.deterministic) {
+  const BwdConfig bc{.c = cf, .deterministic = !opt.dq_atomics};
+  if (!opt.dq_atomics) {
     kernel_for("attention_bwd_dq", bc, d, dq_kernel).launch(args, loc);
     kernel_for("attention_bwd_dkdv", bc, d, dkdv_kernel).launch(args, loc);
     return g;

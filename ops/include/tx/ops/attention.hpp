@@ -74,9 +74,10 @@ struct AttentionOptions {
   // (the new tokens of a chunked prefill, already in the cache).
   const Tensor* block_table = nullptr;
   const Tensor* seqused_k = nullptr;
-  // attention_backward only: the same bits on every run (dQ by a kernel of
-  // its own rather than float atomics; see attention_backward's cost).
-  bool deterministic = false;
+  // attention_backward only: dQ summed by float atomics inside the dk/dv
+  // kernel rather than by a kernel of its own (not the same bits every run,
+  // and today slower: see attention_backward).
+  bool dq_atomics = false;
 };
 
 struct AttentionResult {
@@ -108,22 +109,25 @@ std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
 // head. Fixed-length and variable-length batches (not yet a paged cache),
 // causal both ways, head_dim 64 or 128 (256: a tx error for now).
 //
-// Kernels (ops/src/attention_backward.cpp), in order on q's stream:
-//   1. D = rowsum(dout * out) per query row (f32);
-//   2. one CTA per 128 keys of a K/V head (a producer warpgroup filling TMA
-//      rings, two consumers of 64 keys each), over the query blocks of every
-//      query head of the group: S = Q K^T and dP = dO V^T on wgmma,
-//      P = exp(S * scale - lse) and dS = P * (dP - D) in registers, stored to
-//      shared memory, dV += P^T dO and dK += dS^T Q (wgmma reading the tiles
-//      transposed), and dQ += scale * dS K added by float atomics into an f32
-//      buffer;
-//   3. dq = that buffer converted to q's dtype.
-// The atomics' order varies, so dq may differ in the last bits from run to
-// run. With .deterministic = true: a dq kernel of its own (a CTA per 128
-// query rows, as the forward, computing D too), then the dk/dv kernel
-// without dQ -- the same bits every run, at the cost of S and dP computed
-// twice (7 MMAs per block pair instead of 5; bench/attention_backward
-// measures both).
+// Kernels (ops/src/attention_backward.cpp), in order on q's stream; each
+// gradient element is summed by one thread in a fixed order, so the result
+// is the same bits on every run (deterministic):
+//   1. dq: a CTA per 128 query rows of a head (as the forward: a producer
+//      warpgroup filling TMA rings, two consumers of 64 rows) -- D =
+//      rowsum(dout * out) for its rows, then over the key blocks S = Q K^T
+//      and dP = dO V^T on wgmma, P = exp(S * scale - lse) and dS = P * (dP -
+//      D) in registers, dQ += dS K with dS as wgmma's register operand;
+//   2. dk/dv: a CTA per 128 keys of a K/V head (64 per consumer), over the
+//      query blocks of every query head of its group -- S, dP, P and dS
+//      again, P and dS stored to shared memory, dV += P^T dO and dK += dS^T
+//      Q (wgmma reading the tiles transposed); grouped-query heads summed
+//      in registers.
+// S and dP are computed in both: 7 matrix products per block pair, not 5.
+// With .dq_atomics = true, one kernel does all five (dQ = dS K added by
+// float atomics into an f32 buffer, then converted), after a D pre-pass:
+// not deterministic, and today slower (0.45-0.6x on an H200: an atomic per
+// element; a TMA reduce-add of a shared tile is the next step) --
+// bench/attention_backward times both (docs/attention.md).
 struct AttentionGrads {
   Tensor dq, dk, dv;
 };
@@ -144,8 +148,8 @@ namespace detail {
 std::uint64_t attention_kernels_built();
 // Attention backward kernels this process has built.
 std::uint64_t attention_backward_kernels_built();
-// The CUDA of attention_backward's kernels for sm_90a -- D pre-pass, fused
-// kernel, then the deterministic pair (dq, dk/dv) --
+// The CUDA of attention_backward's kernels for sm_90a -- the .dq_atomics
+// pair (D pre-pass, fused kernel), then the default pair (dq, dk/dv) --
 // as a GPU would get them (132 CTAs), without one: for tests and ptxas.
 std::vector<std::string> attention_backward_cuda(std::int64_t head_dim, std::int64_t heads,
                                                  std::int64_t kv_heads, DType t, bool causal,
