@@ -418,7 +418,7 @@ TEST_CASE("partial tiles on sm_90: TMA boxes past the end, masked stores, reason
                      T::thread_id({1});
                      Tx::sqrt(G[region({0, 100})], G[region({0, 100})], {.partial = true});
                    }),
-      doctest::Contains("applies to copy and copy_async"), Error);
+      doctest::Contains("applies to copy, copy_async and atomic_add"), Error);
 }
 
 // ---------------------------------------------------------------- the host

@@ -88,7 +88,7 @@ TEST_CASE("the table: every op has its builders' row, variants on each target, a
       CHECK(!lowering::Registry::global().variants(d->name, target).empty());
   }
   CHECK(find_tile_op("no_such_op") == nullptr);
-  CHECK(ops_accepting(TileAttr::partial) == "copy and copy_async");
+  CHECK(ops_accepting(TileAttr::partial) == "copy, copy_async and atomic_add");
   CHECK(ops_accepting(TileAttr::transpose_b) == "gemm");
 }
 
@@ -119,7 +119,7 @@ TEST_CASE("make_tile_call checks a call against its row") {
   };
   auto buf = [] { return T::alloc_buffer({32}, f32, scope::shared); };
   bad([&] { Tx::sqrt(buf().all(), buf().all(), {.partial = true}); },
-      "partial= (tiles reaching past a tensor's end) applies to copy and copy_async");
+      "partial= (tiles reaching past a tensor's end) applies to copy, copy_async and atomic_add");
   // The generic builder (what every Tx:: builder calls) with an op's roles wrong.
   bad([&] { detail::emit_tile("nonexistent", ExecScope::warp, {buf().all()}, {}, {}); },
       "unknown tile primitive 'nonexistent'");
