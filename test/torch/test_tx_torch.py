@@ -596,6 +596,137 @@ def test_attention_opcheck_and_compile(device, seed):
                                    msg=lambda s: f"compiled != eager seed={seed}: {s}")
 
 
+def _grads_f64(q, k, v, g, causal):
+    """float64 gradients of sum(attention(q, k, v) * g) (GQA: K/V repeated,
+    so their gradients sum over each group's query heads)."""
+    q, k, v = (x.detach().double().requires_grad_() for x in (q, k, v))
+    out, _ = _attention_f64(q, k, v, causal)
+    (out * g.double()).sum().backward()
+    return q.grad, k.grad, v.grad
+
+
+def _close_to_grad(got, want, what, seed):
+    # bf16: P and dS enter their products rounded (2^-9), O and the inputs too:
+    # within 2^-6 of the largest gradient (test/attention_backward_cases.hpp).
+    err = (got.double() - want).abs()
+    bound = 2**-6 * (want.abs().max() + want.abs())
+    assert torch.isfinite(got).all() and (err <= bound).all(), (
+        f"{what}: worst error {(err / bound).max().item():.3g} of the bound, seed={seed}")
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_backward_autograd(layout, causal, device, seed):
+    """Gradients through torch.ops.tx.attention (its registered autograd
+    formula, torch.ops.tx.attention_backward) against float64."""
+    b, h, hk, sq, sk, d = (2, 8, 2, 300, 500, 128) if device == "cuda" else (1, 4, 2, 70, 90, 64)
+
+    def make(heads, s):
+        if layout == "bhsd":
+            x = torch.rand(b, heads, s, d, device=device, dtype=torch.bfloat16) * 2 - 1
+        else:
+            x = (torch.rand(b, s, heads, d, device=device, dtype=torch.bfloat16) * 2 - 1).transpose(1, 2)
+        return x.requires_grad_()
+
+    q, k, v = make(h, sq), make(hk, sk), make(hk, sk)
+    g = torch.rand(b, h, sq, d, device=device, dtype=torch.bfloat16) * 2 - 1
+    out, lse = tx.attention(q, k, v, is_causal=causal)
+    assert out.requires_grad and not lse.requires_grad
+    (out * g).sum().backward()
+    for got, want, what in zip((q.grad, k.grad, v.grad), _grads_f64(q, k, v, g, causal),
+                               ("dq", "dk", "dv")):
+        assert got.shape == want.shape
+        _close_to_grad(got, want, what, seed)
+
+
+def test_attention_backward_opcheck(device, seed):
+    q = torch.randn(1, 2, 40, 64, device=device, dtype=torch.bfloat16)
+    k = torch.randn(1, 1, 50, 64, device=device, dtype=torch.bfloat16)
+    out, lse = tx.attention(q, k, k, is_causal=True)
+    g = torch.randn_like(out)
+    torch.library.opcheck(tx.attention_backward.default, (g, q, k, k, out, lse),
+                          {"is_causal": True})
+    # And through the autograd registration of attention itself.
+    qq, kk = q.clone().requires_grad_(), k.clone().requires_grad_()
+    torch.library.opcheck(tx.attention.default, (qq, kk, kk), {"is_causal": True})
+
+
+class _TwoLayerAttention(torch.nn.Module):
+    """Two pre-norm causal self-attention layers and a linear head; `attend`
+    is tx's attention or torch's SDPA."""
+
+    def __init__(self, heads, head_dim, attend):
+        super().__init__()
+        width = heads * head_dim
+        self.heads, self.attend = heads, attend
+        self.layers = torch.nn.ModuleList(
+            torch.nn.ModuleDict({"norm": torch.nn.LayerNorm(width),
+                                 "qkv": torch.nn.Linear(width, 3 * width),
+                                 "out": torch.nn.Linear(width, width)}) for _ in range(2))
+        self.head = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        bsz, s, _ = x.shape
+        for layer in self.layers:
+            q, k, v = layer["qkv"](layer["norm"](x)).view(bsz, s, 3, self.heads, -1).unbind(2)
+            o = self.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            x = x + layer["out"](o.transpose(1, 2).reshape(bsz, s, -1))
+        return self.head(x)
+
+
+def _tx_attend(q, k, v):
+    return tx.attention(q, k, v, is_causal=True)[0]
+
+
+def _sdpa_attend(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_attention_trains(device, seed):
+    """50 steps of a two-layer attention model (bf16, SGD with momentum, a
+    fixed regression target): tx attention tracks the loss of the same
+    model with torch SDPA from the same weights and data."""
+    torch.manual_seed(seed)
+    x = torch.randn(4, 48, 128, device=device, dtype=torch.bfloat16)
+    target = torch.randn(4, 48, 128, device=device, dtype=torch.bfloat16)
+    models = {"tx": _TwoLayerAttention(2, 64, _tx_attend),
+              "sdpa": _TwoLayerAttention(2, 64, _sdpa_attend)}
+    models["sdpa"].load_state_dict(models["tx"].state_dict())
+    losses = {}
+    for name, model in models.items():
+        model.to(device=device, dtype=torch.bfloat16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        losses[name] = []
+        for _ in range(50):
+            opt.zero_grad()
+            loss = F.mse_loss(model(x).float(), target.float())
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+    a, b = losses["tx"], losses["sdpa"]
+    assert a[-1] < 0.7 * a[0], f"tx's loss did not fall: {a[0]:.4f} -> {a[-1]:.4f} seed={seed}"
+    for step, (la, lb) in enumerate(zip(a, b)):
+        assert abs(la - lb) <= 0.05 * lb, (
+            f"step {step}: loss {la:.5f} with tx, {lb:.5f} with SDPA, seed={seed}")
+
+
+def test_attention_training_step_compiles(device, seed):
+    """torch.compile(fullgraph) of a model with tx attention, trained one step:
+    no graph break, the same gradients as eager."""
+    torch._dynamo.reset()
+    torch.manual_seed(seed)
+    model = _TwoLayerAttention(2, 64, _tx_attend).to(device=device, dtype=torch.bfloat16)
+    x = torch.randn(2, 33, 128, device=device, dtype=torch.bfloat16)
+    model(x).float().pow(2).mean().backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    compiled = torch.compile(model, fullgraph=True)  # a graph break is an error
+    compiled(x).float().pow(2).mean().backward()
+    for (name, p), w in zip(model.named_parameters(), want):
+        torch.testing.assert_close(p.grad, w, rtol=2e-2, atol=2e-2,
+                                   msg=lambda s, n=name: f"{n}: compiled != eager seed={seed}: {s}")
+
+
 # ------------------------------------------------------- paged decode
 
 def _paged_cache(b, ctx, hk, d, page, device, dtype=torch.bfloat16):

@@ -10,10 +10,21 @@
 // (B, H, Sq, D) with query's storage order (a (B, S, H, D)-stored query
 // gives a (B, S, H, D)-stored out), lse (B, H, Sq) float32. The Meta kernel
 // gives the same shapes and strides, for torch.compile.
+//
+//   attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value,
+//                      Tensor out, Tensor lse, bool is_causal=False,
+//                      float? scale=None, bool bottom_right=False)
+//       -> (Tensor, Tensor, Tensor)
+//
+// tx::ops::attention_backward: grad_query (query's storage order), grad_key
+// and grad_value (key's: (B, Hkv, S, D)-contiguous when key and value both
+// are, else (B, S, Hkv, D) storage). tx_torch (Python) registers it as the
+// autograd formula of attention, so a model trains through tx attention.
+#include "tx/ops/attention.hpp"
+
 #include <torch/library.h>
 
 #include "convert.hpp"
-#include "tx/ops/attention.hpp"
 
 namespace tx_torch {
 namespace {
@@ -59,6 +70,45 @@ std::tuple<at::Tensor, at::Tensor> attention_meta(const at::Tensor& q, const at:
   return {out, lse};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, bool is_causal, std::optional<double> scale,
+    bool bottom_right) {
+  const char* op = "tx::attention_backward";
+  check_same_device(op, {&grad_out, &q, &k, &v, &out, &lse});
+  at::Tensor dq, dk, dv;
+  call(op, [&] {
+    OnDevice on(q);
+    tx::ops::AttentionGrads g = tx::ops::attention_backward(
+        view(grad_out, op, "grad_out"), view(q, op, "query"), view(k, op, "key"),
+        view(v, op, "value"), view(out, op, "out"), view(lse, op, "lse"),
+        {.causal = is_causal, .bottom_right = bottom_right, .scale = scale.value_or(0.0)});
+    dq = to_torch(g.dq);
+    dk = to_torch(g.dk);
+    dv = to_torch(g.dv);
+  });
+  return {dq, dk, dv};
+}
+
+// A (B, H, S, D) tensor stored (B, H, S, D) or, tokens-major, (B, S, H, D).
+at::Tensor empty_bhsd(const at::Tensor& like, bool tokens_major_storage) {
+  const auto B = like.sym_size(0), H = like.sym_size(1), S = like.sym_size(2), D = like.sym_size(3);
+  if (tokens_major_storage) return at::empty_symint({B, S, H, D}, like.options()).transpose(1, 2);
+  return at::empty_symint({B, H, S, D}, like.options());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_meta(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor&, const at::Tensor&, bool, std::optional<double>, bool) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && grad_out.sizes() == q.sizes(),
+              "tx::attention_backward: grad_out and query are (batch, heads, seq, head_dim), "
+              "key and value (batch, kv_heads, seq, head_dim)");
+  // As tx::ops::attention_backward lays them out (attention.hpp).
+  const bool kv_heads_major = k.is_contiguous() && v.is_contiguous();
+  return {empty_bhsd(q, tokens_major(q)), empty_bhsd(k, !kv_heads_major),
+          empty_bhsd(v, !kv_heads_major)};
+}
+
 }  // namespace
 }  // namespace tx_torch
 
@@ -66,7 +116,20 @@ TORCH_LIBRARY_FRAGMENT(tx, m) {
   m.def(
       "attention(Tensor query, Tensor key, Tensor value, bool is_causal=False, float? scale=None, "
       "bool bottom_right=False) -> (Tensor, Tensor)");
+  m.def(
+      "attention_backward(Tensor grad_out, Tensor query, Tensor key, Tensor value, Tensor out, "
+      "Tensor lse, bool is_causal=False, float? scale=None, bool bottom_right=False) -> (Tensor, "
+      "Tensor, Tensor)");
 }
-TORCH_LIBRARY_IMPL(tx, CPU, m) { m.impl("attention", &tx_torch::attention); }
-TORCH_LIBRARY_IMPL(tx, CUDA, m) { m.impl("attention", &tx_torch::attention); }
-TORCH_LIBRARY_IMPL(tx, Meta, m) { m.impl("attention", &tx_torch::attention_meta); }
+TORCH_LIBRARY_IMPL(tx, CPU, m) {
+  m.impl("attention", &tx_torch::attention);
+  m.impl("attention_backward", &tx_torch::attention_backward);
+}
+TORCH_LIBRARY_IMPL(tx, CUDA, m) {
+  m.impl("attention", &tx_torch::attention);
+  m.impl("attention_backward", &tx_torch::attention_backward);
+}
+TORCH_LIBRARY_IMPL(tx, Meta, m) {
+  m.impl("attention", &tx_torch::attention_meta);
+  m.impl("attention_backward", &tx_torch::attention_backward_meta);
+}

@@ -5,7 +5,9 @@
     torch.ops.tx.add.out(a, b, out=c)    # out= and in-place (add_) forms
 
 Loading the library is all there is to it: ``torch.ops.load_library(path)``
-does the same. This module only finds the library: $TX_TORCH_LIBRARY, else
+does the same, except for one thing this module adds: the autograd formula
+of ``torch.ops.tx.attention`` (its backward is ``torch.ops.tx.attention_backward``),
+so a model trains through tx attention, eagerly or under torch.compile. This module only finds the library: $TX_TORCH_LIBRARY, else
 next to this package (an installed tx), else the build folders of a
 checkout (build/, build-*/).
 """
@@ -73,4 +75,24 @@ def nccl_comm(group=None):
     return comm, dist.get_world_size(pg)
 
 
+def _attention_setup_context(ctx, inputs, output):
+    q, k, v, is_causal, scale, bottom_right = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.options = (is_causal, scale, bottom_right)
+    ctx.mark_non_differentiable(lse)  # the log-sum-exp is for the backward, not a loss
+
+
+def _attention_backward(ctx, grad_out, _grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = torch.ops.tx.attention_backward(grad_out, q, k, v, out, lse, *ctx.options)
+    return dq, dk, dv, None, None, None
+
+
+def _register_autograd():
+    torch.library.register_autograd("tx::attention", _attention_backward,
+                                    setup_context=_attention_setup_context)
+
+
 load()
+_register_autograd()
