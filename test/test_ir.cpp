@@ -242,3 +242,14 @@ TEST_CASE("C++ types map to dtypes at compile time (Boost.Hana)") {
   CHECK(t.to_doubles() == std::vector<double>{3, -7, 11, 42});
   CHECK_THROWS_WITH_AS(t.to_vector<float>(), doctest::Contains("holds int32, not float32"), Error);
 }
+
+TEST_CASE("a bool literal is a bool expression: Expr(false) is a condition, not the integer 0") {
+  Expr f = false, t = true;
+  CHECK(f.dtype() == tx::boolean);
+  CHECK(t.dtype() == tx::boolean);
+  Var n("n", i32);
+  // Before, Expr(false) was i32 0 and this or failed with a dtype error.
+  Expr cond = n > 3 || Expr(false);
+  CHECK(cond.dtype() == tx::boolean);
+  CHECK(Expr(7).dtype() == i32);
+}

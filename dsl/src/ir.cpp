@@ -53,6 +53,7 @@ VarNode::VarNode(std::string n, DType t, SourceLoc l)
 Var::Var(std::string name, DType t, SourceLoc loc)
     : Expr(std::make_shared<const VarNode>(std::move(name), t, loc)) {}
 
+Expr::Expr(bool v) : Expr(make_bool(v)) {}
 Expr::Expr(int v) : Expr(make_int(v)) {}
 Expr::Expr(double v) : Expr(make_float(v)) {}
 Expr::Expr(float v) : Expr(make_float(v)) {}
@@ -996,8 +997,8 @@ Stmt make_tile_call(std::string op, ExecScope scope, std::vector<TileArg> args, 
       for (int a : attrs.axes)
         if (a < -rank || a >= rank)
           fail(qn, src->buffer->name, loc,
-               "axis " + std::to_string(a) + " is out of range for a rank-" +
-                   std::to_string(rank) + " source");
+               "axis " + std::to_string(a) + " is out of range for a rank-" + std::to_string(rank) +
+                   " source");
     }
   return Stmt(std::make_shared<const TileCallNode>(std::move(op), scope, std::move(args),
                                                    std::move(attrs), loc));

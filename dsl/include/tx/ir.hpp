@@ -108,8 +108,10 @@ class Expr {
  public:
   Expr() = default;
   explicit Expr(std::shared_ptr<const ExprNode> n) : node_(std::move(n)) {}
-  // Literal conversions (an int literal is i32, a double literal f32).
-  Expr(int v);     // NOLINT: implicit so literals mix with expressions
+  // Literal conversions (an int literal is i32, a double literal f32, a
+  // bool literal bool: `Expr(false)` is a condition, not the integer 0).
+  Expr(bool v);    // NOLINT: implicit so literals mix with expressions
+  Expr(int v);     // NOLINT
   Expr(double v);  // NOLINT
   Expr(float v);   // NOLINT
 
