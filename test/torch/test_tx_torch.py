@@ -637,6 +637,13 @@ def test_attention_backward_autograd(layout, causal, device, seed):
                                ("dq", "dk", "dv")):
         assert got.shape == want.shape
         _close_to_grad(got, want, what, seed)
+    if device == "cuda":  # against torch's own SDPA gradients on the same inputs
+        qs, ks, vs = (x.detach().clone().requires_grad_() for x in (q, k, v))
+        ref = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, enable_gqa=True)
+        (ref * g).sum().backward()
+        for got, want, what in zip((q.grad, k.grad, v.grad), (qs.grad, ks.grad, vs.grad),
+                                   ("dq", "dk", "dv")):
+            _close_to_grad(got, want.double(), what + " vs SDPA", seed)
 
 
 def test_attention_backward_opcheck(device, seed):
