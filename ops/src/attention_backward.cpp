@@ -20,6 +20,12 @@
 // Every gradient element is summed by one thread in a fixed order: no
 // atomics, the same bits on every run. The price is S and dP computed
 // twice (7 MMAs per block pair instead of 5).
+//
+// .dq_atomics: dsum_kernel (D alone), then dkdv_kernel with dQ too -- each
+// consumer adds scale * dS K into an f32 buffer by the atomic_add tile op
+// (at head_dim 128 half of dQ's columns each, from the whole dS in shared
+// memory), then a cast. One atomic per element made it slower than the two
+// kernels on an H200 (docs/attention.md); a TMA reduce-add is the next step.
 #include <atomic>
 #include <cmath>
 #include <cstring>
