@@ -304,6 +304,22 @@ TEST_CASE("the attention sample lowers for sm_90a: wgmma from shared and from re
   CHECK(count(cuda, "A in registers") == 2);  // O += P V, in the loop and after it
 }
 
+TEST_CASE(
+    "min_ctas_per_sm: __launch_bounds__(threads, n), so ptxas budgets each side of setmaxnreg") {
+  const AttentionShape p{.seq_q = 256, .seq_k = 256, .head_dim = 64};
+  auto k = lowering::lower(attention_hopper(p), {.arch = "sm_90a"});
+  const std::string plain = lowering::codegen_cuda(k);
+  const std::string one = lowering::codegen_cuda(k, {.min_ctas_per_sm = 1});
+  CHECK(plain.find("__launch_bounds__(384) ") != std::string::npos);
+  CHECK(one.find("__launch_bounds__(384, 1) ") != std::string::npos);
+  auto out = runtime::nvrtc_compile(one, "attention_lb.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+  CHECK(out.cubin.size() > 4);
+  // Through tx::compile: the option reaches the code, and a bad value is a tx error.
+  CHECK_THROWS_WITH_AS(compile(attention_hopper(p),
+                               {.device = Device::cuda(), .arch = "sm_90a", .min_ctas_per_sm = 33}),
+                       doctest::Contains("min_ctas_per_sm"), Error);
+}
+
 TEST_CASE("ops::attention_backward's kernels lower for sm_90a and build as cubins") {
   for (std::int64_t D : {64, 128})
     for (bool causal : {false, true}) {

@@ -106,7 +106,12 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   }
   st->info = lowering::lower(f, lo);
   st->kernel_name = lowering::sanitize_identifier(f->name);
-  st->cuda = lowering::codegen_cuda(st->info, {st->kernel_name, opt.approx_math});
+  if (opt.min_ctas_per_sm < 0 || opt.min_ctas_per_sm > 32)
+    fail("tx.compile", "min_ctas_per_sm", f->loc,
+         std::to_string(opt.min_ctas_per_sm) + ": CTAs per SM are 0 (unstated) to 32");
+  st->cuda = lowering::codegen_cuda(st->info, {.kernel_name = st->kernel_name,
+                                               .approx_math = opt.approx_math,
+                                               .min_ctas_per_sm = opt.min_ctas_per_sm});
   st->arch = opt.arch;
   Kernel::State* raw = st.get();
   make_launcher(*st, {}, [raw] { return runtime::ExecutableSource::Full{&raw->info, &raw->cuda}; });

@@ -586,7 +586,8 @@ const std::unordered_set<std::string>& reserved() {
 
 class CudaEmitter : public IRVisitor {
  public:
-  CudaEmitter(const LoweredKernel& k, bool approx) : k_(k), approx_(approx) {
+  CudaEmitter(const LoweredKernel& k, bool approx, int min_ctas_per_sm)
+      : k_(k), approx_(approx), min_ctas_per_sm_(min_ctas_per_sm) {
     for (const SharedAllocation& a : k.shared) shared_offset_[a.buffer->data.get()] = a.offset;
   }
 
@@ -606,8 +607,9 @@ class CudaEmitter : public IRVisitor {
     head << "), block " << k_.launch.block << ", dynamic shared memory " << k_.shared_bytes
          << " bytes\n";
     std::ostringstream sig;
-    sig << "extern \"C\" __global__ void __launch_bounds__(" << k_.launch.block << ") "
-        << kernel_name << "(";
+    sig << "extern \"C\" __global__ void __launch_bounds__(" << k_.launch.block;
+    if (min_ctas_per_sm_ > 0) sig << ", " << min_ctas_per_sm_;
+    sig << ") " << kernel_name << "(";
     // Parameters in order: buffers as pointers, scalars by value, then the
     // T::dim extents (ints) that the launch binds from the tensors' shapes.
     for (std::size_t i = 0; i < f->params.size(); ++i) {
@@ -1209,6 +1211,7 @@ class CudaEmitter : public IRVisitor {
 
   const LoweredKernel& k_;
   bool approx_ = false;
+  int min_ctas_per_sm_ = 0;
   // Where expressions are printed: a string with the few insertions they use.
   struct ExprText {
     std::string text;
@@ -1237,7 +1240,7 @@ class CudaEmitter : public IRVisitor {
 }  // namespace
 
 std::string codegen_cuda(const LoweredKernel& k, const CudaOptions& opt) {
-  CudaEmitter em(k, opt.approx_math);
+  CudaEmitter em(k, opt.approx_math, opt.min_ctas_per_sm);
   std::string name = opt.kernel_name.empty() ? sanitize_identifier(k.lowered->name)
                                              : sanitize_identifier(opt.kernel_name);
   return em.emit(name);

@@ -58,6 +58,11 @@ struct CompileOptions {
   // records become Kernel::last_profile(). Off, the regions vanish and the
   // kernel is the code it would be without them. Default: TX_PROFILE=1.
   std::optional<bool> profile{};
+  // CTAs per SM the GPU code is compiled for (__launch_bounds__(threads, n));
+  // 0: unstated. ptxas then budgets registers for n CTAs, and -- what a
+  // warp-specialized kernel wants -- each side of a setmaxnreg on its own
+  // (unstated, it holds the whole kernel to 65536 / threads registers).
+  int min_ctas_per_sm = 0;
 };
 
 class Kernel {
@@ -75,7 +80,7 @@ class Kernel {
   std::string cuda_source() const;  // the CUDA given to NVRTC
   // PTX from NVRTC for `arch` (needs no GPU).
   std::string ptx(const std::string& arch = "sm_90a") const;
-  bool checked() const;  // runs in the checked host mode
+  bool checked() const;   // runs in the checked host mode
   bool profiled() const;  // compiled with profiling on (CompileOptions::profile)
   // What the last launch of a profiled kernel recorded (the launch has
   // completed: profiled GPU launches synchronize); empty before one.
