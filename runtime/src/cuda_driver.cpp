@@ -19,6 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "loader_leaks.hpp"
 #include "tx/error.hpp"
 
 #define TX_CU_STR2(x) #x
@@ -126,6 +127,7 @@ std::string result_text(const Driver& d, CUresult r) {
 
 Driver* open_driver() {
   auto* d = new Driver();
+  TX_IGNORE_LOADER_LEAKS;  // a failed dlopen leaves dlerror's buffer behind
   d->handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!d->handle) {
     const char* e = dlerror();

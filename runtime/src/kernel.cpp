@@ -71,6 +71,10 @@ bool env_flag_set(const char* name) {
 
 Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   if (!f) fail("tx.compile", "", {}, "empty PrimFunc");
+  // Options are checked before anything is looked up (a GPU, the driver).
+  if (opt.min_ctas_per_sm < 0 || opt.min_ctas_per_sm > 32)
+    fail("tx.compile", "min_ctas_per_sm", f->loc,
+         std::to_string(opt.min_ctas_per_sm) + ": CTAs per SM are 0 (unstated) to 32");
   auto st = std::make_shared<Kernel::State>();
   st->device = opt.device ? *opt.device : default_device();
   // The checked mode is a mode of the host fallback: asked for explicitly, a
@@ -106,9 +110,6 @@ Kernel compile(const PrimFunc& f, const CompileOptions& opt) {
   }
   st->info = lowering::lower(f, lo);
   st->kernel_name = lowering::sanitize_identifier(f->name);
-  if (opt.min_ctas_per_sm < 0 || opt.min_ctas_per_sm > 32)
-    fail("tx.compile", "min_ctas_per_sm", f->loc,
-         std::to_string(opt.min_ctas_per_sm) + ": CTAs per SM are 0 (unstated) to 32");
   st->cuda = lowering::codegen_cuda(st->info, {.kernel_name = st->kernel_name,
                                                .approx_math = opt.approx_math,
                                                .min_ctas_per_sm = opt.min_ctas_per_sm});

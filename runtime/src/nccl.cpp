@@ -9,17 +9,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "loader_leaks.hpp"
 #include "tx/error.hpp"
-
-// NCCL and the loader keep a few allocations for the life of the process
-// (dlerror's buffer, NCCL's bootstrap strings): not tx's leaks. Under ASan
-// the leak checker is told to ignore what is allocated inside them.
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/lsan_interface.h>
-#define TX_NCCL_IGNORE_LEAKS __lsan::ScopedDisabler tx_lsan_off
-#else
-#define TX_NCCL_IGNORE_LEAKS (void)0
-#endif
 
 namespace tx::runtime::nccl {
 
@@ -84,7 +75,7 @@ std::vector<std::string> wheel_candidates() {
 }
 
 Library* open_library() {
-  TX_NCCL_IGNORE_LEAKS;
+  TX_IGNORE_LOADER_LEAKS;
   auto* lib = new Library();
   // NVLink multicast (NVLS) stays off unless the caller asks for it: tx
   // never uses it, and NCCL reads this when its first communicator is made.
@@ -183,7 +174,7 @@ int version() { return library().error.empty() ? library().version : 0; }
 void get_unique_id(unsigned char out[kUniqueIdBytes]) {
   const Library& lib = need("unique_id");
   RawUniqueId id{};
-  TX_NCCL_IGNORE_LEAKS;
+  TX_IGNORE_LOADER_LEAKS;
   check(lib.get_unique_id(&id), "ncclGetUniqueId", "unique_id");
   std::memcpy(out, id.internal, kUniqueIdBytes);
 }

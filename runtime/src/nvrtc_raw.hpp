@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "loader_leaks.hpp"
+
 namespace tx::runtime::nvrtc_raw {
 
 struct Api {
@@ -40,6 +42,7 @@ struct Api {
 // Opens `path` (a file name or a path, as dlopen takes it) and resolves the
 // entry points. False, with api.error saying why, when it cannot.
 inline bool load(Api& api, const std::string& path) {
+  TX_IGNORE_LOADER_LEAKS;
   api.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!api.handle) {
     const char* e = dlerror();
