@@ -46,6 +46,9 @@
 #                                 gpu_hopper's transposed-A wgmma, memcheck on
 #                                 the small cases, then bench/attention_backward
 #                                 (tx, cuDNN, flash)
+#   scripts/device_all.sh grouped the grouped GEMM: gpu_grouped_matmul,
+#                                 memcheck on it, bench/grouped_gemm.py (tx,
+#                                 torch._grouped_mm, a torch.matmul loop)
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -93,7 +96,7 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic | hopper | gemm | attention | backward | decode | decode-memcheck | decode-pages)
+races | shapes | interop | generic | hopper | gemm | grouped | attention | backward | decode | decode-memcheck | decode-pages)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
@@ -102,6 +105,7 @@ races | shapes | interop | generic | hopper | gemm | attention | backward | deco
   [ "$stage" = interop ] && targets="bench_interop gpu_interop tx_peers_shim"
   [ "$stage" = hopper ] && targets="gpu_hopper gpu_gemm bench_gemm tx_torch"
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
+  [ "$stage" = grouped ] && targets="gpu_grouped_matmul gpu_hopper tx_torch"
   [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
   [ "${stage%-memcheck}" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
   [ "$stage" = decode-pages ] && targets="bench_paged_decode"
@@ -251,6 +255,27 @@ decode-pages)
     grep -E "Throughput|Duration|Stall|Issued|Eligible|Active Warps|Hit Rate|Bandwidth" \
       "$OUT/ncu_page$p.txt" | head -30
   done
+  ;;
+grouped)
+  step "gpu_grouped_matmul"
+  timeout 200 $B/test/gpu_grouped_matmul > "$FINAL/gpu_grouped_matmul.txt" 2>&1
+  echo "gpu_grouped_matmul exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_grouped_matmul.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE|logged|values:" "$FINAL/gpu_grouped_matmul.txt" | head -30
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck; do
+    step "$tool on the grouped kernels"
+    TX_SYNC=1 timeout 150 "$CS" --tool $tool --report-api-errors no $B/test/gpu_grouped_matmul \
+      -tc="*every expert*,*fp8 operands*" > "$OUT/${tool}_grouped.txt" 2>&1
+    echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_grouped.txt" | tr '\n' ' ')"
+  done
+  step "bench/grouped_gemm.py (tx, torch._grouped_mm, a matmul loop)"
+  mkdir -p /tmp/gg
+  PYTHONUNBUFFERED=1 PYTHONPATH=bench TX_TORCH_LIBRARY=$PWD/$B/tx_torch/libtx_torch.so \
+    timeout "${GROUPED_TIMEOUT:-300}" python3 bench/grouped_gemm.py /tmp/gg/grouped_gemm ${GROUPED_QUICK:+--quick} \
+    > "$OUT/grouped_log.txt" 2>&1
+  echo "grouped_gemm.py exit $?"
+  cp /tmp/gg/grouped_gemm.md /tmp/gg/grouped_gemm.json "$FINAL/" 2>/dev/null
+  cat /tmp/gg/grouped_gemm.md 2>/dev/null || tail -30 "$OUT/grouped_log.txt"
   ;;
 gemm)
   step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"

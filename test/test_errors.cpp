@@ -153,6 +153,38 @@ TEST_CASE("a barrier under a thread-dependent condition") {
       {"T.cuda.cta_sync", "", "not every thread would reach it", line});
 }
 
+// A scheduler's running state in a local buffer (infer_local_uniformity):
+// written alike by every thread, a loop and barriers may depend on it; a
+// per-thread value stored into it makes it per-thread.
+PrimFunc counted_rounds(bool per_thread_store, bool as_tile_operand, int* line) {
+  return T::prim_func("counted", [&](Handle o_ptr, Handle n_ptr) {
+    auto O = T::match_buffer(o_ptr, {128}, f32);
+    auto Nb = T::match_buffer(n_ptr, {4}, i32);
+    T::no_alias();
+    T::device_entry();
+    auto tid = T::thread_id({128});
+    auto count = T::alloc_buffer({2}, i32, scope::local);
+    count(0) = 0;
+    for (Var e : T::serial(4, "e")) count(0) = count(0) + max(Nb(e), 0);
+    if (per_thread_store) T::if_(tid == 3, [&] { count(0) = count(0) + 1; });
+    if (as_tile_operand) Tx::thread::fill(count[region(span(0, 1))], 5);
+    for (Var r : T::serial(min(count(0), 64), "r")) {
+      O(tid) = cast(r, f32);
+      *line = __LINE__ + 1;
+      T::cuda::cta_sync();
+    }
+  });
+}
+
+TEST_CASE("a local buffer every thread writes alike is uniform: a loop around a barrier") {
+  int line = 0;
+  CHECK_NOTHROW(lowering::lower(counted_rounds(false, false, &line)));
+  expect_error([&] { return counted_rounds(true, false, &line); },
+               {"T.cuda.cta_sync", "", "not every thread would reach it", line});
+  expect_error([&] { return counted_rounds(false, true, &line); },
+               {"T.cuda.cta_sync", "", "not every thread would reach it", line});
+}
+
 TEST_CASE("a register layout that does not cover the warp") {
   int line = 0;
   expect_error(

@@ -173,9 +173,13 @@ Uniformity Env::level(const Expr& e) const {
       IRVisitor::visit_node(c);
     }
     void visit_node(const LoadNode* l) override {
-      // Memory may differ per thread, unless nothing writes it during the kernel.
+      // Memory may differ per thread, unless nothing writes it during the
+      // kernel, or it is local memory every thread of a group writes alike.
       const VarFact* f = env->find(l->buffer->data.get());
-      if (!f || !f->invariant_memory) lower(Uniformity::thread);
+      if (!f)
+        lower(Uniformity::thread);
+      else if (!f->invariant_memory)
+        lower(f->memory_level);
       IRVisitor::visit_node(l);
     }
     using IRVisitor::visit_node;

@@ -350,6 +350,41 @@ def test_matmul_b_transposed(dtype, device, seed):
                                msg=lambda s: f"matmul b.t() seed={seed}: {s}")
 
 
+def grouped_reference(a, b, offs):
+    out = torch.zeros(a.shape[0], b.shape[2], dtype=torch.float64, device=a.device)
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        out[start:end] = a[start:end].double() @ b[e].double()
+        start = end
+    return out, start
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+@pytest.mark.parametrize("b_transposed", [False, True])
+def test_grouped_matmul(dtype, b_transposed, device, seed):
+    # A mixture-of-experts layer's GEMM: tokens sorted by expert, an empty
+    # expert, one row past the last end; torch._grouped_mm's operands.
+    counts = [70, 0, 1, 130, 33] if device == "cuda" else [9, 0, 1, 20, 5]
+    k, n = (256, 256) if device == "cuda" else (64, 24)
+    offs = torch.tensor(counts, device=device).cumsum(0).to(torch.int32)
+    t = int(offs[-1]) + 1
+    a = signed((t, k), torch.float32, device).to(dtype)
+    w = signed((len(counts), n, k), torch.float32, device).to(dtype)  # (E, N, K) storage
+    b = w.transpose(1, 2) if b_transposed else w.transpose(1, 2).contiguous()
+    got = tx.grouped_matmul(a, b, offs)
+    assert got.shape == (t, n)
+    assert got.dtype == (torch.float32 if dtype == torch.float8_e4m3fn else dtype)
+    want, end = grouped_reference(a, b, offs)
+    torch.testing.assert_close(got[:end].double().cpu(), want[:end].cpu(),
+                               rtol=TOL[torch.bfloat16][0] * 2,
+                               atol=TOL[torch.bfloat16][1] * math.sqrt(k) * 4,
+                               msg=lambda s: f"grouped_matmul seed={seed}: {s}")
+    if dtype == torch.bfloat16 and hasattr(torch, "_grouped_mm") and device == "cuda":
+        # The same operands through PyTorch's own grouped GEMM.
+        ref = torch._grouped_mm(a, b, offs=offs)
+        torch.testing.assert_close(got[:end].float(), ref[:end].float(), rtol=2e-2, atol=2e-2)
+
+
 def rope_reference(positions, q, cache, head_size, neox):
     rot = cache.shape[1]
     cos, sin = cache[positions.long()].double().chunk(2, dim=-1)
@@ -456,6 +491,9 @@ def opcheck_cases(device):
         (tx.add_rms_norm.default, (f(8, 16), f(8, 16), f(16), 1e-6), {}),
         (tx.fused_add_rms_norm.default, (f(8, 16), f(8, 16), f(16), 1e-6), {}),
         (tx.matmul.default, (f(32, 32).half(), f(32, 64).half()), {}),
+        (tx.grouped_matmul.default,
+         (f(40, 32).half(), f(3, 32, 16).half(),
+          torch.tensor([10, 10, 40], dtype=torch.int32, device=device)), {}),
         (tx.cast.default, (f(8, 16), torch.bfloat16), {}),
         (tx.rotary_embedding.default,
          (torch.randint(0, 64, (8,), device=device), f(8, 2 * 32), f(8, 32), 32,

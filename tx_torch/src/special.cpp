@@ -11,6 +11,9 @@
 //       -> ()                                                       (vLLM, in place)
 //   dropout(Tensor input, float p, bool train) -> Tensor   (seed from torch's generator)
 //   matmul(Tensor self, Tensor other) -> Tensor            (2-D)
+//   grouped_matmul(Tensor self, Tensor other, Tensor offs) -> Tensor
+//       (self (T, K) sorted by expert, other (E, K, N), offs int32 (E,) cumulative row
+//        ends: torch._grouped_mm's operands)
 //   rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size,
 //                    Tensor cos_sin_cache, bool is_neox=True) -> ()  (vLLM, in place)
 //   rope_cache / rope_cache_llama31 / rope_cache_yarn(...) -> Tensor (the caches of the
@@ -32,6 +35,7 @@
 #include <mutex>
 
 #include "convert.hpp"
+#include "tx/ops/matmul.hpp"
 #include "tx/ops/ops.hpp"
 
 #ifdef TX_TORCH_CUDA
@@ -271,6 +275,40 @@ at::Tensor matmul_meta(const at::Tensor& self, const at::Tensor& other) {
                           self.options().dtype(matmul_out_dtype(self.scalar_type())));
 }
 
+// other as the transpose of a row-major (E, N, K) tensor (w.transpose(1, 2),
+// the layout torch._grouped_mm prefers) goes to tx as it is.
+at::Tensor grouped_matmul(const at::Tensor& self, const at::Tensor& other, const at::Tensor& offs) {
+  const char* op = "tx::grouped_matmul";
+  TORCH_CHECK(self.dim() == 2 && other.dim() == 3, op,
+              ": self must be (T, K) and other (E, K, N), got ", self.dim(), "-D and ", other.dim(),
+              "-D");
+  check_same_device(op, {&self, &other, &offs});
+  const bool other_t = other.stride(1) == 1 && other.stride(2) == other.size(1) &&
+                       other.stride(0) == other.size(1) * other.size(2) && other.size(1) > 1 &&
+                       other.size(2) > 1;
+  at::Tensor a = self.contiguous(), b = other_t ? other : other.contiguous();
+  at::Tensor o = offs.contiguous();
+  at::Tensor c;
+  call(op, [&] {
+    OnDevice on(a);
+    c = to_torch(
+        tx::ops::grouped_matmul(view(a, op, "self"), view(b, op, "other"), view(o, op, "offs")));
+  });
+  return c;
+}
+at::Tensor grouped_matmul_meta(const at::Tensor& self, const at::Tensor& other,
+                               const at::Tensor& offs) {
+  const char* op = "tx::grouped_matmul";
+  TORCH_CHECK(self.dim() == 2 && other.dim() == 3, op, ": self must be (T, K) and other (E, K, N)");
+  TORCH_CHECK(self.sym_size(1) == other.sym_size(1), op, ": inner extents differ (",
+              self.sym_size(1), " and ", other.sym_size(1), ")");
+  TORCH_CHECK(
+      offs.dim() == 1 && offs.sym_size(0) == other.sym_size(0) && offs.scalar_type() == at::kInt,
+      op, ": offs must be int32 with one end per expert");
+  return at::empty_symint({self.sym_size(0), other.sym_size(2)},
+                          self.options().dtype(matmul_out_dtype(self.scalar_type())));
+}
+
 // ------------------------------------------------------------------ rope
 
 void rotary_embedding(const at::Tensor& positions, at::Tensor& query,
@@ -451,6 +489,7 @@ TORCH_LIBRARY_FRAGMENT(tx, m) {
       "()");
   m.def("dropout(Tensor input, float p, bool train) -> Tensor", {at::Tag::nondeterministic_seeded});
   m.def("matmul(Tensor self, Tensor other) -> Tensor");
+  m.def("grouped_matmul(Tensor self, Tensor other, Tensor offs) -> Tensor");
   m.def(
       "rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
       "Tensor cos_sin_cache, bool is_neox=True) -> ()");
@@ -493,6 +532,7 @@ void register_device_kernels(torch::Library& m) {
   m.impl("fused_add_rms_norm", &fused_add_rms_norm);
   m.impl("dropout", &dropout);
   m.impl("matmul", &matmul);
+  m.impl("grouped_matmul", &grouped_matmul);
   m.impl("rotary_embedding", &rotary_embedding);
   m.impl("rope_longrope", &rope_longrope);
   m.impl("cast", &cast);
@@ -511,6 +551,7 @@ TORCH_LIBRARY_IMPL(tx, Meta, m) {
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_meta);
   m.impl("dropout", &dropout_meta);
   m.impl("matmul", &matmul_meta);
+  m.impl("grouped_matmul", &grouped_matmul_meta);
   m.impl("rotary_embedding", &rotary_embedding_meta);
   m.impl("rope_longrope", &rope_longrope_meta);
   m.impl("cast", &cast_meta);

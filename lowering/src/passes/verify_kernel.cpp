@@ -240,6 +240,7 @@ LaunchConfig verify_kernel(const PrimFunc& f) {
           !w.data.count(p.buffer->data.get()))
         lc.param_facts.emplace_back(p.buffer->data, read_only);
   }
+  infer_local_uniformity(f, lc);
   BarrierCheck bc(lc);
   bc.mutate(f->body);
   TileCoordCheck coords;

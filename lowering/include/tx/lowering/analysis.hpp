@@ -37,6 +37,10 @@ struct VarFact {
   // runs (a global parameter the kernel never writes, in a T::no_alias
   // kernel), so a load from it is as uniform as its index.
   bool invariant_memory = false;
+  // For a local buffer's data var: how uniform what it holds is (verify_kernel's
+  // inference: written only with values, at indices and under control flow
+  // the same for a warpgroup or the CTA). A load is as uniform as this and its index.
+  Uniformity memory_level = Uniformity::thread;
 };
 
 // The facts in scope at one point of a kernel (vars bound by ids, loops, lets).

@@ -3,6 +3,8 @@
 // LowerOptions::debug) the IR is printed after every pass.
 //
 //   verify_kernel          structure, launch configuration, barrier placement
+//                          (with infer_local_uniformity: which local buffers
+//                          every thread of a warpgroup / the CTA holds alike)
 //   verify_scopes          variables and buffers used inside the block that binds them
 //   verify_writes          no write through an overlapping layout, no self-overlapping copy
 //   check_bounds           element accesses that provably leave their buffer
@@ -165,6 +167,9 @@ LoweredKernel lower(const PrimFunc& f, const LowerOptions& opt = {});
 // ------------------------------------------------------------------ passes
 
 LaunchConfig verify_kernel(const PrimFunc& f);
+// Adds to launch.param_facts, for each local buffer written only with values
+// uniform over a group of threads, how uniform its contents are.
+void infer_local_uniformity(const PrimFunc& f, LaunchConfig& launch);
 void verify_scopes(const PrimFunc& f);
 void verify_writes(const PrimFunc& f);
 void check_bounds(const PrimFunc& f, const LaunchConfig& launch);

@@ -46,8 +46,8 @@
 //                 204.9 TFLOP/s at 4096^3 e4m3 on an H100, the path fp8 took
 //                 there before the wgmma kernel read fp8).
 //   SIMT          one thread per output element, a K loop of f32 FMAs: every
-//                 other shape (on sm_90: those partial tiles cannot take) and the host (through the host JIT). A tx
-//                 warning names why the tensor cores were not used.
+//                 other shape (on sm_90: those partial tiles cannot take) and the host (through the
+//                 host JIT). A tx warning names why the tensor cores were not used.
 // A B given as (N, K) to a kernel that reads (K, N) (the warp-MMA and SIMT
 // kernels) is copied to row-major first; matmul_plan says so.
 // Output: A's dtype for f16 / bf16 (one rounding of the f32 sum), f32 for fp8.
@@ -98,6 +98,39 @@ Tensor matmul(const Tensor& a, const Tensor& b, MatmulOptions opt = {},
 // "SIMT (<reason>)"), without running it.
 std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt = {});
 
+// Grouped matrix multiply (a mixture-of-experts layer's two GEMMs): the
+// tokens of `a` (T, K), sorted by expert, times their expert's matrix of
+// `b` (E, K, N); expert e owns rows [offsets[e - 1], offsets[e]) (expert 0
+// from row 0) -- torch._grouped_mm's convention: `offsets` is an int32 (E,)
+// tensor of cumulative row ends, on a's device, read by the kernel (no copy
+// to the host, no synchronization).
+//
+//   Tensor y = tx::ops::grouped_matmul(x_sorted, w_experts, offsets);        // (T, N)
+//   Tensor y = tx::ops::grouped_matmul(x, w_nk.transpose(1, 2), offsets);    // b stored (E, N, K)
+//
+// b may also be the transpose of a row-major (E, N, K) tensor (strides
+// (N K, 1, K): torch's w.transpose(1, 2)). Rows past offsets[E - 1] are not
+// written (as torch._grouped_mm). Offsets that decrease or pass T are
+// clamped in the kernel (an expert's rows end no earlier than the previous
+// expert's and at T): memory is never read or written out of range; on the
+// host, where the offsets are at hand, they are checked and such offsets are
+// a tx error. Experts with no rows cost nothing.
+// Kernels (ops/src/grouped_matmul.cpp): on sm_90 for f16 / bf16 / fp8 with K
+// rows of whole 16 bytes and N % 8 == 0, one persistent launch of the
+// Hopper kernel (TMA, mbarrier pipeline, wgmma, warp specialization) whose
+// CTAs walk the (expert, row tile, column tile) triples; 64-row tiles when
+// the experts average 64 rows or fewer, else 128. Elsewhere (the host, other
+// GPUs, other shapes) a SIMT kernel (a warning on a GPU says why).
+// Output: a's dtype for f16 / bf16 (f32 accumulation), f32 for fp8, f32 /
+// f64 summed in their own precision.
+// Errors (tx.ops.grouped_matmul, at the caller's line): a not (T, K), b not
+// (E, K, N), offsets not int32 (E,), mixed dtypes or devices, strided views
+// other than b's transpose.
+Tensor grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& offsets,
+                      std::source_location loc = std::source_location::current());
+// Which kernel grouped_matmul runs for these operands, in words, without running it.
+std::string grouped_matmul_plan(const Tensor& a, const Tensor& b, const Tensor& offsets);
+
 namespace detail {
 // matmul's kernels, for tests that run them where matmul would not pick
 // them (the host): the tensor-core kernel of `tiling` (`ctas` persistent
@@ -124,6 +157,17 @@ PrimFunc all_gather_matmul_simt(std::int64_t M, std::int64_t N, std::int64_t K, 
 // tiles only), or nullptr (not sm_90, not f16 / bf16, no tiling divides).
 const MatmulTiling* all_gather_matmul_tiling(std::int64_t rows_per_rank, std::int64_t N,
                                              std::int64_t K, DType t, const Device& d);
+
+// grouped_matmul's kernels, shape-generic in the token count T: parameters
+// (a (T, K), b (E, K, N) -- (E, N, K) with b_nk --, c (T, N), offsets (E,)
+// int32). The Hopper kernel with `tiling` (a wgmma tiling) on `ctas`
+// persistent CTAs, and the SIMT kernel (any device, any dtype).
+PrimFunc grouped_matmul_kernel(std::int64_t E, std::int64_t N, std::int64_t K, DType t,
+                               const MatmulTiling& tiling, std::int64_t ctas, bool b_nk);
+PrimFunc grouped_matmul_simt(std::int64_t E, std::int64_t N, std::int64_t K, DType t);
+// The wgmma tiling grouped_matmul picks: 128 rows, or 64 for small experts;
+// 128 columns for N <= 128.
+const MatmulTiling& grouped_matmul_tiling(DType t, bool small_experts, std::int64_t N = 256);
 
 // The float32 / float64 kernel (64 x 64 tiles of C, K in steps of 16 through
 // shared memory; any shape).

@@ -1,0 +1,43 @@
+// tx::ops::grouped_matmul on the host JIT (the SIMT kernel), and the Hopper
+// kernel itself run as fibers on the host -- TMA boxes of the 3-d experts
+// tensor, the persistent scheduler over every expert's row tiles, the
+// masked epilogue -- against float64.
+#define TX_GROUPED_DEVICE tx::Device::host()
+#include "grouped_matmul_cases.hpp"
+
+TEST_CASE("grouped_matmul's Hopper kernel on the host: tilings, b layouts, fp8, rounds") {
+  using namespace groupedcase;
+  struct Run {
+    Problem p;
+    bool small;         // the 64-row tiling
+    std::int64_t ctas;  // persistent CTAs (several rounds each)
+  };
+  const std::vector<Run> runs = {
+      // 128-row tiles with the TMA-store epilogue: tiles that end inside an
+      // expert (next expert's rows read, not stored), an empty expert, rows
+      // past the end, partial N and K.
+      {{.N = 264, .K = 200, .rows = {150, 0, 1, 149}, .extra = 7}, false, 3},
+      // 64-row tiles, b stored (E, N, K), f16, one expert with all the tokens.
+      {{.N = 128, .K = 128, .rows = {0, 190, 0}, .extra = 2, .t = f16, .b_nk = true}, true, 2},
+      // fp8 (b K-major), promotion per 128-deep step, f32 out.
+      {{.N = 136, .K = 256, .rows = {70, 0, 60}, .extra = 3, .t = f8e4m3, .b_nk = true}, false, 2},
+  };
+  for (const Run& r : runs) {
+    CAPTURE(r.p.t.name());
+    CAPTURE(r.small);
+    const auto E = static_cast<std::int64_t>(r.p.rows.size());
+    const ops::MatmulTiling& tiling = ops::detail::grouped_matmul_tiling(r.p.t, r.small, r.p.N);
+    Kernel k = compile(
+        ops::detail::grouped_matmul_kernel(E, r.p.N, r.p.K, r.p.t, tiling, r.ctas, r.p.b_nk),
+        {.device = Device::host()});
+    CHECK(run_kernel(r.p, k) <= 1.0);
+  }
+}
+
+TEST_CASE("grouped_matmul's SIMT kernel: rows past the last end are not written") {
+  using namespace groupedcase;
+  const Problem p{.N = 40, .K = 24, .rows = {3, 0, 11}, .extra = 6};
+  Kernel k =
+      compile(ops::detail::grouped_matmul_simt(3, p.N, p.K, p.t), {.device = Device::host()});
+  CHECK(run_kernel(p, k) <= 1.0);
+}
