@@ -46,7 +46,7 @@
 #                                 gpu_hopper's transposed-A wgmma, memcheck on
 #                                 the small cases, then bench/attention_backward
 #                                 (tx, cuDNN, flash)
-#   scripts/device_all.sh grouped the grouped GEMM: gpu_grouped_matmul,
+#   scripts/device_all.sh grouped grouped and scaled GEMMs: gpu_gemm_family,
 #                                 memcheck on it, bench/grouped_gemm.py (tx,
 #                                 torch._grouped_mm, a torch.matmul loop)
 #   scripts/device_all.sh interop tx inside a program against torch in one
@@ -105,7 +105,7 @@ races | shapes | interop | generic | hopper | gemm | grouped | attention | backw
   [ "$stage" = interop ] && targets="bench_interop gpu_interop tx_peers_shim"
   [ "$stage" = hopper ] && targets="gpu_hopper gpu_gemm bench_gemm tx_torch"
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
-  [ "$stage" = grouped ] && targets="gpu_grouped_matmul gpu_hopper tx_torch"
+  [ "$stage" = grouped ] && targets="gpu_gemm_family gpu_hopper tx_torch"
   [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
   [ "${stage%-memcheck}" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
   [ "$stage" = decode-pages ] && targets="bench_paged_decode"
@@ -257,14 +257,14 @@ decode-pages)
   done
   ;;
 grouped)
-  step "gpu_grouped_matmul"
-  timeout 200 $B/test/gpu_grouped_matmul > "$FINAL/gpu_grouped_matmul.txt" 2>&1
-  echo "gpu_grouped_matmul exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_grouped_matmul.txt" | tr '\n' ' ')"
-  grep -E "ERROR:|MESSAGE|logged|values:" "$FINAL/gpu_grouped_matmul.txt" | head -30
+  step "gpu_gemm_family"
+  timeout 200 $B/test/gpu_gemm_family > "$FINAL/gpu_gemm_family.txt" 2>&1
+  echo "gpu_gemm_family exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_gemm_family.txt" | tr '\n' ' ')"
+  grep -E "ERROR:|MESSAGE|logged|values:" "$FINAL/gpu_gemm_family.txt" | head -30
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   for tool in memcheck racecheck; do
     step "$tool on the grouped kernels"
-    TX_SYNC=1 timeout 150 "$CS" --tool $tool --report-api-errors no $B/test/gpu_grouped_matmul \
+    TX_SYNC=1 timeout 150 "$CS" --tool $tool --report-api-errors no $B/test/gpu_gemm_family \
       -tc="*every expert*,*fp8 operands*" > "$OUT/${tool}_grouped.txt" 2>&1
     echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_grouped.txt" | tr '\n' ' ')"
   done

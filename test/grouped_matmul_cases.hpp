@@ -1,5 +1,5 @@
-// tx::ops::grouped_matmul on the device TX_GROUPED_DEVICE (host_grouped_matmul:
-// the host JIT, which also runs the Hopper kernel as fibers; gpu_grouped_matmul:
+// tx::ops::grouped_matmul on the device TX_GROUPED_DEVICE (host_gemm_family:
+// the host JIT, which also runs the Hopper kernel as fibers; gpu_gemm_family:
 // an sm_90 GPU): every expert's rows against a float64 product on fresh random
 // inputs -- partial row tiles, empty experts, one expert with all the tokens,
 // rows past the last offset left as they were (poisoned), partial N and K

@@ -848,3 +848,22 @@ TEST_CASE("ops::grouped_matmul's Hopper kernel lowers for sm_90a and builds as c
           8, 512, 384, f8e4m3, ops::detail::grouped_matmul_tiling(f8e4m3, false), 132, false),
       doctest::Contains("K-major"), Error);
 }
+
+TEST_CASE("ops::scaled_matmul's Hopper kernel lowers for sm_90a and builds as cubins") {
+  using ops::detail::ScaleForm;
+  for (auto [a, b] : {std::pair{ScaleForm::blocks, ScaleForm::blocks},
+                      std::pair{ScaleForm::rows, ScaleForm::tensor},
+                      std::pair{ScaleForm::tensor, ScaleForm::blocks}}) {
+    CAPTURE(static_cast<int>(a));
+    CAPTURE(static_cast<int>(b));
+    auto k = lower90(
+        ops::detail::scaled_matmul_kernel(1000, 1536, 1024, f8e4m3, bf16, a, b, false, 132));
+    CHECK(variant_of(k, "gemm") == "gemm/wgmma");
+    const std::string cuda = lowering::codegen_cuda(k);
+    auto out = runtime::nvrtc_compile(cuda, "scaled.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+    CHECK(out.cubin.size() > 4);
+  }
+  CHECK_THROWS_WITH_AS(ops::detail::scaled_matmul_kernel(128, 128, 128, f8e4m3, bf16,
+                                                         ScaleForm::blocks, ScaleForm::rows, false),
+                       doctest::Contains("per-column scales of b"), Error);
+}

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "hopper_mainloop.hpp"
 #include "special_ops.hpp"
 #include "tx/builder.hpp"
 #include "tx/fragments.hpp"
@@ -131,19 +132,17 @@ PrimFunc hopper_grouped_kernel(std::int64_t E, std::int64_t N, std::int64_t K, D
       for (Var r : T::serial(rounds, "r")) {
         Item w = item_of(r);
         T::if_(w.valid, [&] {
-          for (Var kt : T::serial(KT, "kt")) {
-            auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
-            pipe.producer_acquire(it);
-            Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
-                                      A[region(span(w.x.row0, BM), span(kt * BK, BK))],
-                                      {.barrier = pipe.full(it), .partial = true});
-            Tx::warpgroup::copy_async(
-                b_stage(s),
-                b_nk ? B[region(span(w.x.expert, 1), span(w.n0, BN), span(kt * BK, BK))]
-                     : B[region(span(w.x.expert, 1), span(kt * BK, BK), span(w.n0, BN))],
-                {.barrier = pipe.full(it), .partial = true});
-            T::if_(tid == 0, [&] { pipe.producer_commit(it); });
-          }
+          detail::hopper_tile_producer(
+              pipe, r, KT, tid, [&](const Var& kt, const Expr& s, const BufferElem& full) {
+                Tx::warpgroup::copy_async(As[region(span(s, 1), {0, BM}, {0, BK})],
+                                          A[region(span(w.x.row0, BM), span(kt * BK, BK))],
+                                          {.barrier = full, .partial = true});
+                Tx::warpgroup::copy_async(
+                    b_stage(s),
+                    b_nk ? B[region(span(w.x.expert, 1), span(w.n0, BN), span(kt * BK, BK))]
+                         : B[region(span(w.x.expert, 1), span(kt * BK, BK), span(w.n0, BN))],
+                    {.barrier = full, .partial = true});
+              });
         });
       }
     }).else_([&] {
@@ -159,26 +158,9 @@ PrimFunc hopper_grouped_kernel(std::int64_t E, std::int64_t N, std::int64_t K, D
       for (Var r : T::serial(rounds, "r")) {
         Item w = item_of(r);
         T::if_(w.valid, [&] {
-          Tx::warpgroup::fill(promote ? total : acc, 0.0f);
-          for (Var kt : T::serial(KT, "kt")) {
-            auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
-            pipe.consumer_wait(it);
-            auto a_tile = As[region(span(s, 1), span(row0, 64), {0, BK})];
-            if (promote) {
-              Tx::warpgroup::gemm(acc, a_tile, b_stage(s),
-                                  {.accum = false, .pending = 0, .transpose_b = b_nk});
-              T::if_(tid == 0, [&] { pipe.consumer_release(it); });
-              Tx::warpgroup::add(total, total, acc);
-            } else {
-              Tx::warpgroup::gemm(acc, a_tile, b_stage(s),
-                                  {.accum = true, .pending = 1, .transpose_b = b_nk});
-              T::if_(tid == 0, [&] { T::if_(kt > 0, [&] { pipe.consumer_release(it - 1); }); });
-            }
-          }
-          if (!promote) {
-            T::cuda::wgmma_wait(0, acc);
-            T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
-          }
+          detail::hopper_tile_mainloop(
+              {.pipe = pipe, .As = As, .b_stage = b_stage, .bk = BK, .k_steps = KT, .b_nk = b_nk},
+              r, row0, tid, acc, total);
           // This warpgroup's 64 rows: those past the expert's end are the
           // next expert's (or past T) and are not written.
           auto first = T::let(w.x.row0 + row0, "first"), left = T::let(w.x.rows - row0, "left");
@@ -187,17 +169,27 @@ PrimFunc hopper_grouped_kernel(std::int64_t E, std::int64_t N, std::int64_t K, D
           if (promote) {
             Tx::warpgroup::copy(c_rows, total, {.partial = true, .where = mine_only});
           } else if (tma_store) {
+            // Through shared memory either way: a warpgroup whose 64 rows all
+            // belong to the expert hands them to a TMA store that drains under
+            // the next tile's MMAs (as matmul's epilogue); the last rows of an
+            // expert are copied out of shared memory, masked. (Choosing between
+            // a TMA store and masked stores from registers keeps the
+            // accumulator live into both and ptxas spills.)
+            auto staged = Cs[region(span(row0, 64), {0, BN})];
             Tx::warpgroup::cast(out, acc);
+            T::cuda::tma_store_wait(0);
+            T::cuda::warpgroup_sync();
+            Tx::warpgroup::copy(staged, out);
             T::if_(left >= 64, [&] {
-              // A whole 64 rows: through shared memory and a TMA store that
-              // drains under the next tile's MMAs (as matmul's epilogue).
-              auto staged = Cs[region(span(row0, 64), {0, BN})];
-              T::cuda::tma_store_wait(0);
-              T::cuda::warpgroup_sync();
-              Tx::warpgroup::copy(staged, out);
               Tx::warpgroup::copy_async(c_rows, staged, {.partial = true});
             }).else_([&] {
-              Tx::warpgroup::copy(c_rows, out, {.partial = true, .where = mine_only});
+              // Element by element, consecutive threads on consecutive columns.
+              T::cuda::warpgroup_sync();
+              for (Var e : T::serial(64 * BN / 128, "e")) {
+                auto i = T::let((tid + e * 128) / BN, "i"), j = T::let((tid + e * 128) % BN, "j");
+                T::if_(i < left && first + i < tokens && w.n0 + j < N,
+                       [&] { C(first + i, w.n0 + j) = Cs(row0 + i, j); });
+              }
             });
           } else {
             Tx::warpgroup::cast(out, acc);

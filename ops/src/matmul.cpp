@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "autotune_file.hpp"
+#include "hopper_mainloop.hpp"
 #include "special_ops.hpp"
 #include "tx/builder.hpp"
 #include "tx/fragments.hpp"
@@ -251,28 +252,9 @@ PrimFunc hopper_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
         // Output rows: the tile's, in the workspace part of its K part.
         auto c_row = T::let(row / TM * M + tile_row(row) * BM);
         T::if_(valid, [&] {
-          Tx::warpgroup::fill(promote ? total : acc, 0.0f);
-          for (Var kt : T::serial(KT, "kt")) {
-            auto it = T::let(r * KT + kt), s = T::let(pipe.stage(it));
-            pipe.consumer_wait(it);
-            auto a_tile = As[region(span(s, 1), span(row0, 64), {0, BK})];
-            if (promote) {
-              // This step's partial tile, complete when the call returns
-              // (pending 0): the stage is free and the partial joins the total.
-              Tx::warpgroup::gemm(acc, a_tile, b_stage(s),
-                                  {.accum = false, .pending = 0, .transpose_b = b_nk});
-              T::if_(tid == 0, [&] { pipe.consumer_release(it); });
-              Tx::warpgroup::add(total, total, acc);
-            } else {
-              Tx::warpgroup::gemm(acc, a_tile, b_stage(s),
-                                  {.accum = true, .pending = 1, .transpose_b = b_nk});
-              T::if_(tid == 0, [&] { T::if_(kt > 0, [&] { pipe.consumer_release(it - 1); }); });
-            }
-          }
-          if (!promote) {
-            T::cuda::wgmma_wait(0, acc);
-            T::if_(tid == 0, [&] { pipe.consumer_release(r * KT + KT - 1); });
-          }
+          detail::hopper_tile_mainloop(
+              {.pipe = pipe, .As = As, .b_stage = b_stage, .bk = BK, .k_steps = KT, .b_nk = b_nk},
+              r, row0, tid, acc, total);
           if (promote) {  // fp8 in: f32 out
             Tx::warpgroup::copy(C[region(span(c_row + row0, 64), span(bn * BN, BN))], total,
                                 {.partial = partial});

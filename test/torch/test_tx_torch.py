@@ -385,6 +385,58 @@ def test_grouped_matmul(dtype, b_transposed, device, seed):
         torch.testing.assert_close(got[:end].float(), ref[:end].float(), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("scales", ["tensor", "rows", "blocks"])
+def test_scaled_matmul(scales, device, seed):
+    # fp8 with scales (torch._scaled_mm's operands); b as (N, K) transposed.
+    m, k, n = (256, 384, 256) if device == "cuda" else (40, 200, 136)
+    x = signed((m, k), torch.float32, device) * 8
+    w = signed((n, k), torch.float32, device)
+    if scales == "blocks":
+        xq, xs = tx.quantize_fp8(x)  # 1 x 128 blocks
+        kb, nb = (k + 127) // 128, (n + 127) // 128
+        ws = torch.rand(nb, kb, device=device) + 0.5  # the weights' 128 x 128 blocks
+        wq = w.to(torch.float8_e4m3fn)
+        sb = ws.t()
+        sa_full = xs.repeat_interleave(128, dim=1)[:, :k]
+        sb_full = ws.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    else:
+        xq = x.to(torch.float8_e4m3fn)
+        wq = w.to(torch.float8_e4m3fn)
+        xs = (torch.rand(m, 1, device=device) + 0.5) if scales == "rows" else torch.tensor(
+            [0.75], device=device)
+        sb = torch.tensor([1.25], device=device)
+        sa_full = xs.expand(m, k) if scales == "rows" else xs.expand(m, k)
+        sb_full = sb.expand(n, k)
+    got = tx.scaled_matmul(xq, wq.t(), xs, sb)
+    assert got.dtype == torch.bfloat16 and got.shape == (m, n)
+    want = (xq.double() * sa_full.double()) @ (wq.double() * sb_full.double()).t()
+    torch.testing.assert_close(got.double().cpu(), want.cpu(), rtol=2e-2,
+                               atol=2e-2 * want.abs().max().item(),
+                               msg=lambda s: f"scaled_matmul {scales} seed={seed}: {s}")
+
+
+def test_scaled_matmul_opcheck(device):
+    # fp8 inputs: opcheck's schema test multiplies them, which torch's CPU
+    # kernels do not do for fp8; the fake kernel and autograd registration
+    # are what it checks here.
+    args = (torch.randn(32, 256, device=device).to(torch.float8_e4m3fn),
+            torch.randn(64, 256, device=device).to(torch.float8_e4m3fn).t(),
+            torch.rand(32, 2, device=device) + 0.5, torch.tensor([2.0], device=device))
+    torch.library.opcheck(tx.scaled_matmul.default, args, {},
+                          test_utils=("test_faketensor", "test_autograd_registration"))
+
+
+def test_quantize_fp8(device, seed):
+    x = signed((6, 300), torch.bfloat16, device) * 20
+    q, s = tx.quantize_fp8(x)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (6, 3)
+    for j in range(3):
+        blk = x[:, 128 * j:128 * (j + 1)].float()
+        torch.testing.assert_close(s[:, j], blk.abs().amax(1) / 448.0, rtol=1e-6, atol=0)
+        back = q[:, 128 * j:128 * (j + 1)].float() * s[:, j:j + 1]
+        torch.testing.assert_close(back, blk, rtol=2 ** -4, atol=1e-3 * blk.abs().max().item())
+
+
 def rope_reference(positions, q, cache, head_size, neox):
     rot = cache.shape[1]
     cos, sin = cache[positions.long()].double().chunk(2, dim=-1)
@@ -491,6 +543,7 @@ def opcheck_cases(device):
         (tx.add_rms_norm.default, (f(8, 16), f(8, 16), f(16), 1e-6), {}),
         (tx.fused_add_rms_norm.default, (f(8, 16), f(8, 16), f(16), 1e-6), {}),
         (tx.matmul.default, (f(32, 32).half(), f(32, 64).half()), {}),
+        (tx.quantize_fp8.default, (f(8, 200),), {}),
         (tx.grouped_matmul.default,
          (f(40, 32).half(), f(3, 32, 16).half(),
           torch.tensor([10, 10, 40], dtype=torch.int32, device=device)), {}),

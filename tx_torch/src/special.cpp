@@ -12,6 +12,10 @@
 //   dropout(Tensor input, float p, bool train) -> Tensor   (seed from torch's generator)
 //   matmul(Tensor self, Tensor other) -> Tensor            (2-D)
 //   grouped_matmul(Tensor self, Tensor other, Tensor offs) -> Tensor
+//   scaled_matmul(Tensor self, Tensor other, Tensor scale_a, Tensor scale_b,
+//                 ScalarType? out_dtype=None) -> Tensor   (fp8; torch._scaled_mm's
+//                 scales: one, per row of self, or 1x128 / 128x128 blocks)
+//   quantize_fp8(Tensor self, int block=128, ScalarType? dtype=None) -> (Tensor, Tensor)
 //       (self (T, K) sorted by expert, other (E, K, N), offs int32 (E,) cumulative row
 //        ends: torch._grouped_mm's operands)
 //   rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size,
@@ -309,6 +313,59 @@ at::Tensor grouped_matmul_meta(const at::Tensor& self, const at::Tensor& other,
                           self.options().dtype(matmul_out_dtype(self.scalar_type())));
 }
 
+at::Tensor scaled_matmul(const at::Tensor& self, const at::Tensor& other, const at::Tensor& scale_a,
+                         const at::Tensor& scale_b, std::optional<at::ScalarType> out_dtype) {
+  const char* op = "tx::scaled_matmul";
+  TORCH_CHECK(self.dim() == 2 && other.dim() == 2, op, ": self and other must be 2-D");
+  check_same_device(op, {&self, &other, &scale_a, &scale_b});
+  const bool other_t = other.size(0) > 1 && other.size(1) > 1 && other.stride(0) == 1 &&
+                       other.stride(1) == other.size(0);
+  at::Tensor a = self.contiguous(), b = other_t ? other : other.contiguous();
+  at::Tensor sa = scale_a.contiguous();
+  at::Tensor c;
+  call(op, [&] {
+    OnDevice on(a);
+    tx::ops::ScaledMatmulOptions o;
+    if (out_dtype) o.out_dtype = tx_dtype(*out_dtype, op, "out_dtype");
+    c = to_torch(tx::ops::scaled_matmul(view(a, op, "self"), view(b, op, "other"),
+                                        view(sa, op, "scale_a"), view(scale_b, op, "scale_b"), o));
+  });
+  return c;
+}
+at::Tensor scaled_matmul_meta(const at::Tensor& self, const at::Tensor& other, const at::Tensor&,
+                              const at::Tensor&, std::optional<at::ScalarType> out_dtype) {
+  TORCH_CHECK(self.dim() == 2 && other.dim() == 2, "tx::scaled_matmul: self and other must be 2-D");
+  TORCH_CHECK(self.sym_size(1) == other.sym_size(0), "tx::scaled_matmul: inner extents differ");
+  return at::empty_symint({self.sym_size(0), other.sym_size(1)},
+                          self.options().dtype(out_dtype.value_or(at::kBFloat16)));
+}
+
+std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& self, int64_t block,
+                                                std::optional<at::ScalarType> dtype) {
+  const char* op = "tx::quantize_fp8";
+  at::Tensor x = self.contiguous();
+  TORCH_CHECK(x.dim() == 2 && block >= 1, op, ": rows of a 2-D tensor, block >= 1");
+  // Into torch's tensors (DLPack has no fp8 type code to hand tx's back).
+  at::Tensor q = at::empty(x.sizes(), x.options().dtype(dtype.value_or(at::kFloat8_e4m3fn)));
+  at::Tensor s =
+      at::empty({x.size(0), (x.size(1) + block - 1) / block}, x.options().dtype(at::kFloat));
+  call(op, [&] {
+    OnDevice on(x);
+    tx::ops::QuantizeFp8Options o{.block = block};
+    if (dtype) o.dtype = tx_dtype(*dtype, op, "dtype");
+    tx::ops::quantize_fp8_out(view(x, op, "self"), view(q, op, "data"), view(s, op, "scale"), o);
+  });
+  return {q, s};
+}
+std::tuple<at::Tensor, at::Tensor> quantize_fp8_meta(const at::Tensor& self, int64_t block,
+                                                     std::optional<at::ScalarType> dtype) {
+  TORCH_CHECK(self.dim() == 2 && block >= 1, "tx::quantize_fp8: rows of a 2-D tensor, block >= 1");
+  auto blocks = (self.sym_size(1) + block - 1) / block;
+  return {
+      at::empty_symint(self.sym_sizes(), self.options().dtype(dtype.value_or(at::kFloat8_e4m3fn))),
+      at::empty_symint({self.sym_size(0), blocks}, self.options().dtype(at::kFloat))};
+}
+
 // ------------------------------------------------------------------ rope
 
 void rotary_embedding(const at::Tensor& positions, at::Tensor& query,
@@ -491,6 +548,10 @@ TORCH_LIBRARY_FRAGMENT(tx, m) {
   m.def("matmul(Tensor self, Tensor other) -> Tensor");
   m.def("grouped_matmul(Tensor self, Tensor other, Tensor offs) -> Tensor");
   m.def(
+      "scaled_matmul(Tensor self, Tensor other, Tensor scale_a, Tensor scale_b, ScalarType? "
+      "out_dtype=None) -> Tensor");
+  m.def("quantize_fp8(Tensor self, int block=128, ScalarType? dtype=None) -> (Tensor, Tensor)");
+  m.def(
       "rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
       "Tensor cos_sin_cache, bool is_neox=True) -> ()");
   m.def(
@@ -533,6 +594,8 @@ void register_device_kernels(torch::Library& m) {
   m.impl("dropout", &dropout);
   m.impl("matmul", &matmul);
   m.impl("grouped_matmul", &grouped_matmul);
+  m.impl("scaled_matmul", &scaled_matmul);
+  m.impl("quantize_fp8", &quantize_fp8);
   m.impl("rotary_embedding", &rotary_embedding);
   m.impl("rope_longrope", &rope_longrope);
   m.impl("cast", &cast);
@@ -552,6 +615,8 @@ TORCH_LIBRARY_IMPL(tx, Meta, m) {
   m.impl("dropout", &dropout_meta);
   m.impl("matmul", &matmul_meta);
   m.impl("grouped_matmul", &grouped_matmul_meta);
+  m.impl("scaled_matmul", &scaled_matmul_meta);
+  m.impl("quantize_fp8", &quantize_fp8_meta);
   m.impl("rotary_embedding", &rotary_embedding_meta);
   m.impl("rope_longrope", &rope_longrope_meta);
   m.impl("cast", &cast_meta);

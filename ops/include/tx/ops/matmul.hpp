@@ -128,6 +128,54 @@ std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt = {}
 // other than b's transpose.
 Tensor grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& offsets,
                       std::source_location loc = std::source_location::current());
+// fp8 GEMM with scales (torch._scaled_mm's operands; DeepSeek-V3's block
+// scaling): C = (A x scale_a) (B x scale_b) for fp8 A (M, K) and B (K, N) --
+// B row-major or, without a copy, the transpose of a row-major (N, K)
+// tensor -- rounded once to out_dtype (bf16 by default; f16, f32).
+//   scale_a: f32, one for A (any shape of one element), one per row (M, 1),
+//            or one per 1 x 128 block of a row (M, ceil(K / 128));
+//   scale_b: f32, one for B, or one per 128 x 128 block (ceil(K / 128),
+//            ceil(N / 128)) (any strides: a transposed view of the weights'
+//            (N / 128, K / 128) scales is fine). Per-column scales of B are
+//            not supported yet (a tx error).
+// Block scales change along K, so each 128-deep K step's partial product is
+// multiplied by its factors before it joins the f32 total (in the Hopper
+// kernel: a fresh accumulator per step, as matmul's fp8 promotion); one-per-
+// tensor and per-row scales multiply the total once. On sm_90 the Hopper
+// kernel (tiles 128 x 128 x 128, 64-row tiles for M <= 64); elsewhere a SIMT
+// kernel with the same order of sums (a warning on a GPU).
+//
+//   auto [xq, xs] = tx::ops::quantize_fp8(x);                 // (M, K) -> fp8, (M, K / 128)
+//   Tensor y = tx::ops::scaled_matmul(xq, wq.transpose(0, 1), xs, ws.transpose(0, 1));
+struct ScaledMatmulOptions {
+  DType out_dtype = bf16;
+};
+Tensor scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                     ScaledMatmulOptions opt = {},
+                     std::source_location loc = std::source_location::current());
+std::string scaled_matmul_plan(const Tensor& a, const Tensor& b, const Tensor& scale_a,
+                               const Tensor& scale_b, ScaledMatmulOptions opt = {});
+
+// Rows of x (M, K) (f32 / f16 / bf16) quantized to fp8 in blocks of `block`
+// columns: scale[i, j] = max |x[i, block j ..]| / the fp8 maximum (448 for
+// e4m3, 57344 for e5m2; at least 1e-12 / that), data = x / scale rounded to
+// fp8 -- the activations' scales of scaled_matmul (1 x 128 blocks).
+struct QuantizeFp8Options {
+  std::int64_t block = 128;
+  DType dtype = f8e4m3;
+};
+struct Fp8Quantized {
+  Tensor data;   // (M, K) fp8
+  Tensor scale;  // (M, ceil(K / block)) f32
+};
+Fp8Quantized quantize_fp8(const Tensor& x, QuantizeFp8Options opt = {},
+                          std::source_location loc = std::source_location::current());
+// The same into the caller's tensors: data (M, K) of opt.dtype, scale
+// (M, ceil(K / block)) f32, contiguous, on x's device.
+void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
+                      QuantizeFp8Options opt = {},
+                      std::source_location loc = std::source_location::current());
+
 // Which kernel grouped_matmul runs for these operands, in words, without running it.
 std::string grouped_matmul_plan(const Tensor& a, const Tensor& b, const Tensor& offsets);
 
@@ -168,6 +216,15 @@ PrimFunc grouped_matmul_simt(std::int64_t E, std::int64_t N, std::int64_t K, DTy
 // The wgmma tiling grouped_matmul picks: 128 rows, or 64 for small experts;
 // 128 columns for N <= 128.
 const MatmulTiling& grouped_matmul_tiling(DType t, bool small_experts, std::int64_t N = 256);
+
+// scaled_matmul's kernels: parameters (a (M, K), b (N, K), c (M, N),
+// scale_a, scale_b as the kernel reads them: (1,), (M, 1) or (M, kb); (1,)
+// or (nb, kb)). The Hopper kernel on `ctas` persistent CTAs, or the SIMT one.
+enum class ScaleForm { tensor, rows, blocks };
+PrimFunc scaled_matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DType out_t,
+                              ScaleForm a_scales, ScaleForm b_scales, bool simt,
+                              std::int64_t ctas = 132);
+const MatmulTiling& scaled_matmul_tiling(std::int64_t M);
 
 // The float32 / float64 kernel (64 x 64 tiles of C, K in steps of 16 through
 // shared memory; any shape).

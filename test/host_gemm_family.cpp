@@ -1,9 +1,12 @@
-// tx::ops::grouped_matmul on the host JIT (the SIMT kernel), and the Hopper
-// kernel itself run as fibers on the host -- TMA boxes of the 3-d experts
-// tensor, the persistent scheduler over every expert's row tiles, the
-// masked epilogue -- against float64.
+// The GEMM family beyond ops::matmul on the host JIT: grouped_matmul and
+// scaled_matmul (their SIMT kernels through the ops, quantize_fp8), and
+// their Hopper kernels themselves run as fibers on the host -- TMA boxes of
+// the 3-d experts tensor, the persistent scheduler over every expert's row
+// tiles, the masked epilogue; block scales folded per K step -- against
+// float64.
 #define TX_GROUPED_DEVICE tx::Device::host()
 #include "grouped_matmul_cases.hpp"
+#include "scaled_matmul_cases.hpp"
 
 TEST_CASE("grouped_matmul's Hopper kernel on the host: tilings, b layouts, fp8, rounds") {
   using namespace groupedcase;
@@ -40,4 +43,30 @@ TEST_CASE("grouped_matmul's SIMT kernel: rows past the last end are not written"
   Kernel k =
       compile(ops::detail::grouped_matmul_simt(3, p.N, p.K, p.t), {.device = Device::host()});
   CHECK(run_kernel(p, k) <= 1.0);
+}
+
+TEST_CASE("scaled_matmul's Hopper kernel on the host: block, row and tensor scales") {
+  using namespace scaledcase;
+  const std::vector<Problem> problems = {
+      {.M = 200, .N = 136, .K = 336},  // partial rows, columns and K block
+      {.M = 40, .N = 128, .K = 256, .a = ScaleForm::rows, .b = ScaleForm::blocks},
+      {.M = 130, .N = 64, .K = 128, .a = ScaleForm::blocks, .b = ScaleForm::tensor, .out = f32},
+      {.M = 64, .N = 128, .K = 384, .a = ScaleForm::tensor, .b = ScaleForm::tensor},
+  };
+  for (const Problem& p : problems) {
+    CAPTURE(form(p.a));
+    CAPTURE(form(p.b));
+    CAPTURE(p.M);
+    Inputs in = make_inputs(p, Device::host());
+    Kernel k =
+        compile(ops::detail::scaled_matmul_kernel(p.M, p.N, p.K, p.t, p.out, p.a, p.b, false, 2),
+                {.device = Device::host()});
+    Tensor C = Tensor::empty({p.M, p.N}, p.out, Device::host());
+    C.fill_bits(tx::test::poison_bits(p.out));
+    // The kernel's forms: B as (N, K), sb as (nb, kb).
+    const Tensor sb =
+        p.b == ScaleForm::blocks ? in.SB.transpose(0, 1).contiguous() : in.SB.reshape({1});
+    k.launch({in.A, in.B.transpose(0, 1), C, in.SA, sb});
+    CHECK(error(p, in, C) <= 1.0);
+  }
 }
