@@ -1,10 +1,14 @@
-"""Grouped GEMM (a mixture-of-experts layer): tx::ops::grouped_matmul against
+"""The GEMM family: grouped GEMM (a mixture-of-experts layer) and fp8 with
+block scales, tx against PyTorch in one process.
+
+Grouped: tx::ops::grouped_matmul against
 PyTorch's torch._grouped_mm and a loop of torch.matmul per expert, in one
 process, in alternating rounds (7 rounds of 20 runs each, the median of the
 rounds' medians; timing as bench/torch_timing.py: CUDA events around each
 call).
 
     python3 bench/grouped_gemm.py OUT_PREFIX [--quick]
+    python3 bench/grouped_gemm.py OUT_PREFIX --smoke   # tiny shapes on the CPU: the script runs
 
 Shapes: Mixtral-8x7B-like (8 experts, hidden 4096, expert width 14336, top-2)
 and DeepSeek-like (64 experts, hidden 7168, expert width 2048, top-8 -- the
@@ -16,6 +20,14 @@ proportional to 1 / (e + 1), a few with none). The operands are
 torch._grouped_mm's: a (T, K) bf16 sorted by expert, b (E, K, N) stored as
 (E, N, K) and passed transposed (the layout torch._grouped_mm prefers),
 offs int32 cumulative ends. TFLOP/s = 2 T K N / time (rows actually routed).
+
+Scaled fp8 (e4m3, bf16 out): tx::ops::scaled_matmul with DeepSeek-V3's block
+scales (1 x 128 for A, 128 x 128 for B) against the same call with one
+scale per tensor, torch._scaled_mm with one scale per tensor (cuBLAS), and
+torch._scaled_mm with block scales where this torch offers them on this GPU
+(else the row says why), at 4096^3, 8192^3 and DeepSeek-V3's projections
+(M 4096: (N, K) = (7168, 2048), (2048, 7168), (24576, 1536)); B stored (N, K)
+and passed transposed. Same alternating rounds.
 Writes OUT_PREFIX.json and OUT_PREFIX.md.
 """
 import json
@@ -30,7 +42,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "python"))
 import tx_torch  # noqa: F401,E402 -- registers torch.ops.tx
 
+SMOKE = "--smoke" in sys.argv
+DEV = "cpu" if SMOKE else "cuda"
+if SMOKE:  # no CUDA events on the CPU: wall time of one call
+    import time
+
+    def time_ms(f, args, warm=1, reps=1):  # noqa: F811 -- the CPU stand-in
+        f(*args)
+        t = time.perf_counter()
+        f(*args)
+        return (time.perf_counter() - t) * 1e3
+
 TX = torch.ops.tx.grouped_matmul
+TX_SCALED = torch.ops.tx.scaled_matmul
 
 
 def routing(tokens, topk, experts, skewed):
@@ -52,9 +76,9 @@ def routing(tokens, topk, experts, skewed):
 def case(name, experts, tokens, topk, K, N, skewed):
     counts = routing(tokens, topk, experts, skewed)
     T = sum(counts)
-    offs = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
-    a = (torch.randn(T, K, device="cuda") * 0.5).to(torch.bfloat16)
-    w = (torch.randn(experts, N, K, device="cuda") * 0.05).to(torch.bfloat16)
+    offs = torch.tensor(counts, device=DEV).cumsum(0).to(torch.int32)
+    a = (torch.randn(T, K, device=DEV) * 0.5).to(torch.bfloat16)
+    w = (torch.randn(experts, N, K, device=DEV) * 0.05).to(torch.bfloat16)
     b = w.transpose(1, 2)  # (E, K, N) over (E, N, K) storage
     row = {"case": name, "experts": experts, "tokens": tokens, "topk": topk, "K": K, "N": N,
            "routing": "skewed" if skewed else "balanced", "rows": T, "max_rows": max(counts)}
@@ -71,22 +95,29 @@ def case(name, experts, tokens, topk, K, N, skewed):
         start += c
     row["tx_rel_err"] = err
     impls = {"tx": lambda: TX(a, b, offs)}
-    if hasattr(torch, "_grouped_mm"):
+    if hasattr(torch, "_grouped_mm") and not SMOKE:
         try:
             torch._grouped_mm(a, b, offs=offs)
             impls["torch_grouped_mm"] = lambda: torch._grouped_mm(a, b, offs=offs)
         except Exception as e:  # noqa: BLE001 -- reported, the rest still runs
             row["torch_grouped_mm_error"] = str(e)[:200]
     else:
-        row["torch_grouped_mm_error"] = "this torch has no torch._grouped_mm"
+        row["torch_grouped_mm_error"] = ("not run on the CPU" if SMOKE else
+                                         "this torch has no torch._grouped_mm")
     bounds = [0] + offs.tolist()
-    out = torch.empty(T, N, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(T, N, device=DEV, dtype=torch.bfloat16)
 
     def loop():
         for e in range(experts):
             if bounds[e + 1] > bounds[e]:
                 torch.matmul(a[bounds[e]:bounds[e + 1]], b[e], out=out[bounds[e]:bounds[e + 1]])
     impls["matmul_loop"] = loop
+    alternate(impls, row, flops)
+    print(row, flush=True)
+    return row
+
+
+def alternate(impls, row, flops):
     rounds = {k: [] for k in impls}
     for _ in range(7):
         for k, f in impls.items():
@@ -94,6 +125,35 @@ def case(name, experts, tokens, topk, K, N, skewed):
     for k, ms in rounds.items():
         row[k + "_ms"] = sorted(ms)[len(ms) // 2]
         row[k + "_tflops"] = flops / (row[k + "_ms"] * 1e-3) / 1e12
+
+
+def scaled_case(M, N, K):
+    e4m3 = torch.float8_e4m3fn
+    a = (torch.randn(M, K, device=DEV) * 4).to(e4m3)
+    w = (torch.randn(N, K, device=DEV) * 4).to(e4m3)  # (N, K) storage
+    b = w.t()
+    kb, nb = (K + 127) // 128, (N + 127) // 128
+    sa = torch.rand(M, kb, device=DEV) + 0.5
+    sb = (torch.rand(nb, kb, device=DEV) + 0.5).t()  # the weights' scales, transposed
+    one = torch.ones(1, device=DEV)
+    row = {"shape": [M, N, K]}
+    flops = 2.0 * M * N * K
+    ref = (a[:64].double() * sa[:64].repeat_interleave(128, 1)[:, :K].double()) @ (
+        w.double() * sb.t().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K].double()).t()
+    got = TX_SCALED(a, b, sa, sb)[:64].double()
+    row["tx_blocks_rel_err"] = ((got - ref).norm() / ref.norm()).item()
+    impls = {"tx_blocks": lambda: TX_SCALED(a, b, sa, sb),
+             "tx_tensor": lambda: TX_SCALED(a, b, one, one),
+             "torch_tensor": lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)}
+    if SMOKE:  # torch._scaled_mm is CUDA's
+        impls.pop("torch_tensor")
+        row["torch_tensor_tflops"] = float("nan")
+    try:  # block-scaled cuBLAS, where this torch and GPU have it
+        torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+        impls["torch_blocks"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
+    except Exception as e:  # noqa: BLE001 -- reported in the table
+        row["torch_blocks_error"] = str(e).splitlines()[0][:160]
+    alternate(impls, row, flops)
     print(row, flush=True)
     return row
 
@@ -103,17 +163,23 @@ def main():
     quick = "--quick" in sys.argv
     shapes = [("mixtral up", 8, 4096, 14336), ("mixtral down", 8, 14336, 4096),
               ("deepseek up", 64, 7168, 2048), ("deepseek down", 64, 2048, 7168)]
+    if SMOKE:
+        shapes = [("tiny", 4, 64, 48), ("tiny", 8, 48, 64)]
     rows = []
     for name, experts, K, N in shapes:
         topk = 2 if experts == 8 else 8
-        for tokens in ([4096] if quick else [4096, 16384]):
+        for tokens in ([16] if SMOKE else [4096] if quick else [4096, 16384]):
             for skewed in (False, True):
                 rows.append(case(name, experts, tokens, topk, K, N, skewed))
-    json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(),
-               "results": rows}, open(prefix + ".json", "w"), indent=1)
+    scaled = [scaled_case(M, N, K) for M, N, K in
+              ([(64, 136, 256)] if SMOKE else [(4096, 4096, 4096)] if quick else
+               [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2048), (4096, 2048, 7168),
+                (4096, 24576, 1536)])]
+    json.dump({"torch": torch.__version__, "device": (torch.cuda.get_device_name() if not SMOKE else "cpu (smoke)"),
+               "results": rows, "scaled": scaled}, open(prefix + ".json", "w"), indent=1)
     with open(prefix + ".md", "w") as md:
         md.write("GPU: %s, torch %s; bf16, TFLOP/s (alternating rounds)\n\n"
-                 % (torch.cuda.get_device_name(), torch.__version__))
+                 % ((torch.cuda.get_device_name() if not SMOKE else "cpu (smoke)"), torch.__version__))
         md.write("| shape | E | tokens x top-k | (K, N) | routing | tx | torch._grouped_mm "
                  "| matmul loop | tx / _grouped_mm | tx rel. error |\n"
                  "|---|---|---|---|---|---|---|---|---|---|\n")
@@ -128,6 +194,18 @@ def main():
                 if "torch_grouped_mm_error" in r}
         for k, v in errs.items():
             md.write("\ntorch._grouped_mm on %s: %s\n" % (k, v))
+        md.write("\nfp8 e4m3 with scales, bf16 out, TFLOP/s (alternating rounds)\n\n"
+                 "| (M, N, K) | tx blocks | tx tensor-wise | torch._scaled_mm tensor-wise "
+                 "| torch._scaled_mm blocks | tx blocks / tx tensor-wise | tx blocks / torch blocks "
+                 "| tx blocks rel. error |\n|---|---|---|---|---|---|---|---|\n")
+        for r in scaled:
+            tb = r.get("torch_blocks_tflops", nan)
+            md.write("| %s | %.1f | %.1f | %.1f | %s | %.3f | %.3f | %.1e |\n"
+                     % (tuple(r["shape"]), r["tx_blocks_tflops"], r["tx_tensor_tflops"],
+                        r["torch_tensor_tflops"],
+                        "%.1f" % tb if tb == tb else "n/a (%s)" % r.get("torch_blocks_error", ""),
+                        r["tx_blocks_tflops"] / r["tx_tensor_tflops"], r["tx_blocks_tflops"] / tb,
+                        r["tx_blocks_rel_err"]))
     print(open(prefix + ".md").read())
 
 
