@@ -190,3 +190,13 @@ TEST_CASE("gemm/wgmma with A through TileBuffer::transposed (M-major): D = A B a
   CHECK(tx::test::run_gemm_transposed_a(64, 64, 64, Device::cuda()) <= 1.0);
   CHECK(tx::test::run_gemm_transposed_a(64, 128, 64, Device::cuda()) <= 1.0);
 }
+
+TEST_CASE("atomic_add of a shared tile by TMA reductions from many CTAs") {
+  for (std::int64_t rows : {64, 50})
+    for (std::int64_t ctas : {4, 264}) {
+      CAPTURE(rows);
+      CAPTURE(ctas);
+      Kernel k = compile(test::shared_tile_atomic_add(rows, ctas), {.device = Device::cuda()});
+      CHECK(test::run_shared_tile_atomic_add(k, Device::cuda(), rows, ctas) <= 1.0);
+    }
+}

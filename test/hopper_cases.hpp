@@ -208,4 +208,54 @@ inline bool run_tma_store_tiles(std::int64_t R, std::int64_t C, DType t, const T
   return O1.to_doubles() == g1 && O2.to_doubles() == g2;
 }
 
+// atomic_add of a shared tile: each of `ctas` CTAs (one warpgroup) writes
+// X[cta] (rows x 32 f32) into a 128-byte swizzled shared tile and adds it
+// into G's first 64 rows at once (atomic/tma_reduce on sm_90, one TMA
+// reduction per box; atomic/fallback elsewhere); G has `rows` rows, so
+// rows < 64 clips the tile (partial=). G ends as G0 + sum over CTAs of X.
+// hopper = false: no bulk-group wait (a kernel for GPUs before sm_90).
+inline PrimFunc shared_tile_atomic_add(std::int64_t rows, std::int64_t ctas, bool hopper = true) {
+  return T::prim_func("shared_tile_atomic_add", [&](Handle x_ptr, Handle g_ptr) {
+    auto X = T::match_buffer(x_ptr, {ctas, 64, 32}, f32);
+    auto G = T::match_buffer(g_ptr, {rows, 32}, f32);
+    T::device_entry();
+    auto cta = T::cta_id({ctas});
+    auto tid = T::thread_id({128});
+    auto S = T::alloc_buffer({64, 32}, f32, scope::shared, layouts::swizzled_tiles({64, 32}, f32));
+    for (Var e : T::serial(64 * 32 / 128, "e")) {
+      auto i = T::let((tid + e * 128) / 32), j = T::let((tid + e * 128) % 32);
+      S(i, j) = X(cta, i, j);
+    }
+    T::cuda::cta_sync();
+    Tx::warpgroup::atomic_add(G[region({0, 64}, {0, 32})], S, {.partial = rows < 64});
+    if (hopper) T::cuda::tma_store_wait(0);  // (the kernel's end waits anyway)
+  });
+}
+
+// Runs it on `d` from fresh random X and G0; the worst error against float64
+// (f32 sums of `ctas` terms: <= 1 passes).
+inline double run_shared_tile_atomic_add(const Kernel& k, const Device& d, std::int64_t rows,
+                                         std::int64_t ctas) {
+  std::vector<double> x = random_values(static_cast<std::size_t>(ctas * 64 * 32), f32, -1, 1);
+  std::vector<double> g = random_values(static_cast<std::size_t>(rows * 32), f32, -1, 1);
+  Tensor X = Tensor::from_doubles(x, {ctas, 64, 32}, f32, d);
+  Tensor G = Tensor::from_doubles(g, {rows, 32}, f32, d);
+  k(X, G);
+  const std::vector<double> got = G.to_doubles();
+  double worst = 0;
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < 32; ++j) {
+      double want = g[static_cast<std::size_t>(i * 32 + j)], mag = std::fabs(want);
+      for (std::int64_t c = 0; c < ctas; ++c) {
+        const double v = x[static_cast<std::size_t>((c * 64 + i) * 32 + j)];
+        want += v;
+        mag += std::fabs(v);
+      }
+      const double e = std::fabs(got[static_cast<std::size_t>(i * 32 + j)] - want) /
+                       (static_cast<double>(ctas + 1) * 0x1p-23 * mag + 1e-30);
+      worst = std::max(worst, std::isnan(e) ? INFINITY : e);
+    }
+  return worst;
+}
+
 }  // namespace tx::test

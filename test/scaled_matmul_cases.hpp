@@ -134,6 +134,30 @@ TEST_CASE("scaled_matmul: every form of the scales against float64 (partial bloc
   CHECK(error(p, in, ops::scaled_matmul(in.A, in.B, in.SA, in.SB, {.out_dtype = f32})) <= 1.0);
 }
 
+TEST_CASE("scaled_matmul: scales of zero and of 2^40, f32 out") {
+  using namespace scaledcase;
+  const Problem p{.M = 96, .N = 136, .K = 256, .out = f32};
+  Inputs in = make_inputs(p, device());
+  // Row 3's blocks zero, row 5's huge; one of B's blocks zero, another huge.
+  const std::int64_t KB = blocks(p.K), NB = blocks(p.N);
+  for (std::int64_t kb = 0; kb < KB; ++kb) {
+    in.sa[static_cast<std::size_t>(3 * KB + kb)] = 0.0;
+    in.sa[static_cast<std::size_t>(5 * KB + kb)] = 0x1p40;
+  }
+  in.sb[static_cast<std::size_t>(0 * NB + 1)] = 0.0;
+  in.sb[static_cast<std::size_t>(1 * NB + 0)] = 0x1p40;
+  in.SA = Tensor::from_doubles(in.sa, {p.M, KB}, f32, device());
+  std::vector<double> nk(in.sb.size());
+  for (std::int64_t kb = 0; kb < KB; ++kb)
+    for (std::int64_t nb = 0; nb < NB; ++nb)
+      nk[static_cast<std::size_t>(nb * KB + kb)] = in.sb[static_cast<std::size_t>(kb * NB + nb)];
+  in.SB = Tensor::from_doubles(nk, {NB, KB}, f32, device()).transpose(0, 1);
+  Tensor C = ops::scaled_matmul(in.A, in.B, in.SA, in.SB, {.out_dtype = f32});
+  CHECK(error(p, in, C) <= 1.0);
+  const std::vector<double> c = C.to_doubles();
+  for (std::int64_t j = 0; j < p.N; ++j) CHECK(c[static_cast<std::size_t>(3 * p.N + j)] == 0.0);
+}
+
 TEST_CASE("quantize_fp8: scales are the blocks' amax / 448, the data x / scale in fp8") {
   using namespace scaledcase;
   const std::int64_t M = 9, K = 300;  // a partial last block

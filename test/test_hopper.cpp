@@ -867,3 +867,21 @@ TEST_CASE("ops::scaled_matmul's Hopper kernel lowers for sm_90a and builds as cu
                                                          ScaleForm::blocks, ScaleForm::rows, false),
                        doctest::Contains("per-column scales of b"), Error);
 }
+
+TEST_CASE("atomic_add of a shared tile: atomic/tma_reduce on sm_90a, atomic/fallback on the host") {
+  for (std::int64_t rows : {64, 50}) {
+    CAPTURE(rows);
+    auto k = lower90(test::shared_tile_atomic_add(rows, 4));
+    CHECK(variant_of(k, "atomic") == "atomic/tma_reduce");
+    const std::string cuda = lowering::codegen_cuda(k);
+    CHECK(cuda.find("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add") != std::string::npos);
+    CHECK(runtime::nvrtc_compile(cuda, "tma_reduce.cu", "sm_90a", runtime::NvrtcTarget::cubin)
+              .cubin.size() > 4);
+    // Before Hopper: element by element.
+    auto k80 = lowering::lower(test::shared_tile_atomic_add(rows, 4, false), {.arch = "sm_80"});
+    CHECK(variant_of(k80, "atomic") == "atomic/fallback");
+    if (!host_jit("atomic_add of a shared tile on the host")) continue;
+    Kernel h = compile(test::shared_tile_atomic_add(rows, 4), {.device = Device::host()});
+    CHECK(test::run_shared_tile_atomic_add(h, Device::host(), rows, 4) <= 1.0);
+  }
+}

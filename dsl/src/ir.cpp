@@ -1146,6 +1146,18 @@ Stmt make_tma_store(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vecto
                                                   /*store=*/true, loc));
 }
 
+Stmt make_tma_reduce_add(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
+                         SourceLoc loc) {
+  const char* op = "T.ptx.tma_reduce_add";
+  check_tma_box(op, map, smem, smem_offset, coords, loc);
+  if (map.global->dtype != f32)
+    fail(op, map.global->name, loc,
+         "dtype " + map.global->dtype.name() + ": the TMA adds into float32 here");
+  return Stmt(std::make_shared<const TmaCopyNode>(std::move(map), std::move(smem),
+                                                  std::move(smem_offset), std::move(coords), Expr(),
+                                                  /*store=*/true, loc, /*add=*/true));
+}
+
 namespace {
 // What both forms of wgmma check: D, the shared operands, the shape, scale_d.
 void check_wgmma(const char* op, const std::string& shape, const Buffer& d,

@@ -351,6 +351,7 @@ Stmt IRMutator::mutate_node(const Stmt& self, const TmaCopyNode* n) {
     changed |= !coords.back().same_as(c);
   }
   if (!changed) return self;
+  if (n->store && n->reduce_add) return make_tma_reduce_add(map, sm, off, coords, n->loc);
   if (n->store) return make_tma_store(map, sm, off, coords, n->loc);
   return make_tma_copy(map, sm, off, coords, bar, n->loc);
 }

@@ -533,7 +533,8 @@ class Printer : public IRVisitor {
                             "], swizzle=" + std::to_string(n->map.swizzle_bytes) + ")";
     const std::string smem = "T.ptr(" + buffer_name(n->smem) + ", " + expr(n->smem_offset) + ")";
     if (n->store)
-      line("T.ptx.tma_store(" + map + ", [" + coords + "], " + smem + ")");
+      line(std::string(n->reduce_add ? "T.ptx.tma_reduce_add(" : "T.ptx.tma_store(") + map + ", [" +
+           coords + "], " + smem + ")");
     else
       line("T.ptx.tma_load(" + smem + ", " + map + ", [" + coords +
            "], barrier=" + expr(n->barrier) + ")");

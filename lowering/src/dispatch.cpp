@@ -16,6 +16,8 @@ Registry& Registry::global() {
     register_copy_gmem_smem(*reg);
     register_copy_reg(*reg);
     register_atomic_reg(*reg);
+    register_atomic_tma_reduce(*reg);
+    register_atomic_fallback(*reg);
     register_copy_fallback(*reg);
     register_elementwise_reg(*reg);
     register_elementwise_smem(*reg);

@@ -24,8 +24,10 @@
 // .dq_atomics: dsum_kernel (D alone), then dkdv_kernel with dQ too -- each
 // consumer adds scale * dS K into an f32 buffer by the atomic_add tile op
 // (at head_dim 128 half of dQ's columns each, from the whole dS in shared
-// memory), then a cast. One atomic per element made it slower than the two
-// kernels on an H200 (docs/attention.md); a TMA reduce-add is the next step.
+// memory), then a cast. The tile goes through shared memory and the TMA
+// adds it into dQ (atomic/tma_reduce: one bulk reduction per box, as
+// FlashAttention-3), which replaced one atomic per element (0.45-0.6x the
+// two kernels on an H200, docs/attention.md).
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -438,6 +440,13 @@ PrimFunc dkdv_kernel(const BwdConfig& bc) {
         T::alloc_buffer({BQ, BK}, t, scope::shared, layouts::swizzled_tiles({BQ, BK}, t), "Ps");
     auto dSs =
         T::alloc_buffer({BQ, BK}, t, scope::shared, layouts::swizzled_tiles({BQ, BK}, t), "dSs");
+    // Fused: each consumer's dQ tile on its way to the TMA's reduction into dQ.
+    TileBuffer dQs;
+    if (fused) {
+      const std::int64_t cols = D == 128 ? D / 2 : D;
+      dQs = T::alloc_buffer({2, BQ, cols}, f32, scope::shared,
+                            layouts::swizzled_tiles({2, BQ, cols}, f32), "dQs");
+    }
     // Both consumers' dS stored (dQ reads it whole) / read (it may be overwritten).
     auto both = T::named_barriers({.count = 1, .threads = 256});
     auto kvpipe = T::pipeline({.stages = 1, .consumer_arrivals = 2});
@@ -608,7 +617,6 @@ PrimFunc dkdv_kernel(const BwdConfig& bc) {
                 Tx::warpgroup::gemm(dK, dSwT, at(Qr, it), {.accum = true});
                 release(qpipe, it);
                 if (fused) {
-                  auto rows_left = T::let(x.s.lq - st.m0);
                   Expr col0 = split_d ? Expr(me * dq_cols) : Expr(0);
                   if (split_d) {
                     Tx::warpgroup::gemm(dQ, dSs.all(), Ks[region({0, BK}, span(col0, dq_cols))]);
@@ -617,11 +625,18 @@ PrimFunc dkdv_kernel(const BwdConfig& bc) {
                     Tx::warpgroup::gemm(dQ, dSa, Kw);
                   }
                   Tx::warpgroup::mul(dQ, dQ, scale);
-                  Tx::warpgroup::atomic_add(
-                      rows_cols(p.dQacc, c.q_heads_major, H, x.b, st.h, x.s.q0, st.m0, p.seq_q, BQ,
-                                col0, dq_cols),
-                      dQ,
-                      {.partial = true, .where = first_rows(rows_left, c.q_heads_major ? 2 : 3)});
+                  // The previous step's reduction has read this consumer's
+                  // tile: write it again, and the TMA adds it into dQ while
+                  // the next step runs. Added whole: rows past the sequence
+                  // hold zeros (P = 0 there), so the rows they reach (the
+                  // next sequence's or head's) gain nothing.
+                  auto staged = dQs[region(span(me, 1), {0, BQ}, {0, dq_cols})];
+                  T::cuda::tma_store_wait(0);
+                  T::cuda::warpgroup_sync();
+                  Tx::warpgroup::copy(staged, dQ);
+                  Tx::warpgroup::atomic_add(rows_cols(p.dQacc, c.q_heads_major, H, x.b, st.h,
+                                                      x.s.q0, st.m0, p.seq_q, BQ, col0, dq_cols),
+                                            staged, {.partial = true});
                 }
               }
               release(kvpipe, ki);

@@ -406,18 +406,19 @@ class SelectNode : public ExprNode {
   X(tan, 1)                                                                                        \
   X(tanh, 1)                                                                                       \
   X(erf, 1)                                                                                        \
-  X(erfc, 1) X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1)   \
-      X(isinf, 1) X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2)      \
-          X(thread_idx, 0) X(block_idx, 1) X(reinterpret, 1) X(check_access, 5)                    \
-              X(check_barrier, 2) X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0)      \
-                  X(cp_async_wait, 1) X(mbarrier_init, 2) X(mbarrier_arrive, 1)                    \
-                      X(mbarrier_expect_tx, 2) X(mbarrier_wait, 2) X(fence_barrier_init, 0)        \
-                          X(fence_proxy_async, 0) X(wgmma_fence, 0) X(wgmma_commit, 0)             \
-                              X(wgmma_wait, 1) X(setmaxnreg, 2) X(register_fence, 1)               \
-                                  X(named_barrier_sync, 2) X(named_barrier_arrive, 2)              \
-                                      X(tile_coord, 1) X(keep_before, 2) X(profile_mark, 2)        \
-                                          X(tma_store_commit, 0) X(tma_store_wait, 1) X(signal, 3) \
-                                              X(wait_until, 2) X(atomic_add, 2)
+  X(erfc, 1)                                                                                       \
+  X(normcdf, 1) X(fabs, 1) X(floor, 1) X(ceil, 1) X(round, 1) X(trunc, 1) X(isnan, 1) X(isinf, 1)  \
+      X(isfinite, 1) X(pow, 2) X(fmod, 2) X(copysign, 2) X(fma, 3) X(shfl_xor, 2) X(thread_idx, 0) \
+          X(block_idx, 1) X(reinterpret, 1) X(check_access, 5) X(check_barrier, 2)                 \
+              X(check_divisor, 2) X(check_index, 4) X(cp_async_commit, 0) X(cp_async_wait, 1)      \
+                  X(mbarrier_init, 2) X(mbarrier_arrive, 1) X(mbarrier_expect_tx, 2)               \
+                      X(mbarrier_wait, 2) X(fence_barrier_init, 0) X(fence_proxy_async, 0)         \
+                          X(wgmma_fence, 0) X(wgmma_commit, 0) X(wgmma_wait, 1) X(setmaxnreg, 2)   \
+                              X(register_fence, 1) X(named_barrier_sync, 2)                        \
+                                  X(named_barrier_arrive, 2) X(tile_coord, 1) X(keep_before, 2)    \
+                                      X(profile_mark, 2) X(tma_store_commit, 0)                    \
+                                          X(tma_store_wait, 1) X(signal, 3) X(wait_until, 2)       \
+                                              X(atomic_add, 2)
 
 // check_*: the checked host mode's run-time checks (TX_CHECK=1), inserted by
 // the host's instrument_checks pass only; no other code generator sees them.
@@ -901,15 +902,19 @@ class TmaCopyNode : public StmtNode {
   const std::vector<Expr> coords;
   const Expr barrier;  // loads only
   const bool store;
+  // Stores only: the box is added into global memory element by element
+  // (cp.reduce.async.bulk.tensor .add) instead of written.
+  const bool reduce_add;
   TmaCopyNode(TensorMapDesc m, Buffer s, Expr off, std::vector<Expr> c, Expr bar, bool st,
-              SourceLoc l)
+              SourceLoc l, bool add = false)
       : StmtNode(kKind, l),
         map(std::move(m)),
         smem(std::move(s)),
         smem_offset(std::move(off)),
         coords(std::move(c)),
         barrier(std::move(bar)),
-        store(st) {}
+        store(st),
+        reduce_add(add) {}
 };
 
 // A shared-memory operand of wgmma: the matrix descriptor's fields. `offset`
@@ -1029,6 +1034,10 @@ Stmt make_tma_copy(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector
 // The TMA store of one box, shared -> global (TmaCopyNode with store).
 Stmt make_tma_store(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
                     SourceLoc loc = {});
+// The TMA reduction of one box, shared -> global: each element added into
+// global memory (float32 only here), in the thread's bulk group.
+Stmt make_tma_reduce_add(TensorMapDesc map, Buffer smem, Expr smem_offset, std::vector<Expr> coords,
+                         SourceLoc loc = {});
 Stmt make_wgmma(std::string shape, Buffer d, std::vector<std::int64_t> d_regs, WgmmaOperand a,
                 WgmmaOperand b, Expr scale_d, SourceLoc loc = {});
 // A from registers: four words of a_regs (local, 16-bit or fp8 elements).

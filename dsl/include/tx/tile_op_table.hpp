@@ -73,7 +73,7 @@
     TX_NO_MATH, TX_NO_COMBINE)                                                                      \
   X(atomic_add, atomic, dst_src, TX_SCOPES_ALL, TX_ATTR(partial) | TX_ATTR(where), same,           \
     TX_FLAG(global), "variants/atomic_reg.md",                                                      \
-    "dst += src by atomics (a register tile into float32 global / shared memory)",                 \
+    "dst += src by atomics (a register or shared tile into float32 global / shared memory)",       \
     TX_NO_MATH, TX_NO_COMBINE)                                                                      \
   X(gemm, gemm, d_a_b, TX_SCOPES_ALL,                                                               \
     TX_ATTR(accum) | TX_ATTR(pending) | TX_ATTR(transpose_b), gemm, TX_FLAG(global),               \

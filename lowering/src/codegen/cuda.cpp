@@ -141,6 +141,30 @@ static __device__ __forceinline__ void tx_tma_load(unsigned dst, const tx_tensor
                :: "r"(dst), "l"(map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
 }
 )"},
+      {{"tx_tma_reduce_add"},
+       R"(// One TMA box shared -> global, each element added into global memory
+// (float32), in the calling thread's bulk group (coordinates innermost first).
+static __device__ __forceinline__ void tx_tma_reduce_add(const tx_tensor_map* map, unsigned src, int c0) {
+  asm volatile("cp.reduce.async.bulk.tensor.1d.global.shared::cta.add.tile.bulk_group [%0, {%2}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_reduce_add(const tx_tensor_map* map, unsigned src, int c0, int c1) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_reduce_add(const tx_tensor_map* map, unsigned src, int c0, int c1, int c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_reduce_add(const tx_tensor_map* map, unsigned src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+static __device__ __forceinline__ void tx_tma_reduce_add(const tx_tensor_map* map, unsigned src, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile("cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
+               :: "l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
+)"},
       {{"tx_tma_store"},
        R"(// One TMA box shared -> global in the calling thread's bulk group (coordinates
 // innermost first); the TMA clips it at the tensor's bounds.
@@ -1131,8 +1155,8 @@ class CudaEmitter : public IRVisitor {
     std::string coords;
     for (std::size_t d = n->coords.size(); d-- > 0;) coords += ", (int)(" + e(n->coords[d]) + ")";
     if (n->store) {
-      line("tx_tma_store(&tx_tmap" + std::to_string(k) + ", " +
-           shared_address(n->smem, n->smem_offset) + coords + ");");
+      line(std::string(n->reduce_add ? "tx_tma_reduce_add" : "tx_tma_store") + "(&tx_tmap" +
+           std::to_string(k) + ", " + shared_address(n->smem, n->smem_offset) + coords + ");");
       return;
     }
     line("tx_tma_load(" + shared_address(n->smem, n->smem_offset) + ", &tx_tmap" +

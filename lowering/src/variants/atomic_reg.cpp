@@ -19,18 +19,11 @@ namespace tx::lowering::variants {
 
 namespace {
 
-Check register_into_float32_memory(const DispatchContext& ctx) {
-  const BufferRegion* dst = region_arg(ctx.call, 0);
+Check register_source(const DispatchContext& ctx) {
   const BufferRegion* src = region_arg(ctx.call, 1);
-  if (dst->buffer->scope == MemScope::local)
-    return operand_reason(*dst, "is a register tile; atomic_add adds into global or shared memory");
   if (src->buffer->scope != MemScope::local)
     return operand_reason(*src, std::string("scope ") + mem_scope_name(src->buffer->scope) +
                                     " != local: atomic_add adds a register tile");
-  if (dst->buffer->dtype != f32)
-    return operand_reason(*dst, "dtype " + dst->buffer->dtype.name() +
-                                    ": atomic_add adds into float32 (accumulate in float32, "
-                                    "convert afterwards)");
   return ok();
 }
 
@@ -48,7 +41,8 @@ void register_atomic_reg(Registry& r) {
   v.when = common_predicates_masking();
   std::erase_if(v.when, [](const auto& c) { return c.first == "no_where"; });
   v.when.push_back({"copy_operands_match", copy_operands_match});
-  v.when.push_back({"register_into_float32_memory", register_into_float32_memory});
+  v.when.push_back({"atomic_destination", atomic_destination});
+  v.when.push_back({"register_source", register_source});
   v.plan = [](const DispatchContext& ctx) {
     return plan_register_transfer(ctx, {.origin = "atomic/reg", .atomic_add = true});
   };

@@ -381,6 +381,17 @@ std::string origin_text(const DispatchContext& ctx, const std::string& variant) 
 
 namespace tx::lowering::variants {
 
+Check atomic_destination(const DispatchContext& ctx) {
+  const BufferRegion* dst = region_arg(ctx.call, 0);
+  if (dst->buffer->scope == MemScope::local)
+    return operand_reason(*dst, "is a register tile; atomic_add adds into global or shared memory");
+  if (dst->buffer->dtype != f32)
+    return operand_reason(*dst, "dtype " + dst->buffer->dtype.name() +
+                                    ": atomic_add adds into float32 (accumulate in float32, "
+                                    "convert afterwards)");
+  return ok();
+}
+
 Check copy_operands_match(const DispatchContext& ctx) {
   const TileCallNode* call = ctx.call;
   if (call->attrs.scale || call->attrs.bias || call->attrs.scale_arg >= 0 ||

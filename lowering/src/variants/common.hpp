@@ -114,6 +114,9 @@ namespace tx::lowering::variants {
 // Copy operands: destination and source regions with equal dtypes and equal
 // extents once extent-1 dimensions are dropped.
 Check copy_operands_match(const DispatchContext& ctx);
+// atomic_add's destination: a float32 region of global or shared memory
+// (the atomic family's variants).
+Check atomic_destination(const DispatchContext& ctx);
 
 // Where every element of a region lives, by its row-major index in the
 // region: the memory offset relative to `base` (the region start's offset,

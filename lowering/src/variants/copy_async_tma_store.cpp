@@ -22,47 +22,17 @@
 // start the next tile's main loop while the store drains -- instead of every
 // CTA storing at once, with the tensor cores idle.
 #include "tma_boxes.hpp"
-#include "tx/printer.hpp"
 
 namespace tx::lowering::variants {
 
 namespace {
 
 Check operands(const DispatchContext& ctx) {
-  const BufferRegion& dst = *region_arg(ctx.call, 0);
-  const BufferRegion& src = *region_arg(ctx.call, 1);
-  if (src.buffer->scope != MemScope::shared || dst.buffer->scope != MemScope::global)
-    return operand_reason(dst, std::string("a TMA store copies shared -> global (here ") +
-                                   mem_scope_name(src.buffer->scope) + " -> " +
-                                   mem_scope_name(dst.buffer->scope) + ")");
-  if (ctx.call->attrs.barrier.defined())
-    return operand_reason(dst,
-                          "a TMA store completes in a bulk group, not on an mbarrier: drop "
-                          "barrier= and wait with T::cuda::tma_store_wait");
-  if (ctx.target.below_sm(90))
-    return "the TMA needs sm_90; the target is sm_" + std::to_string(ctx.target.sm);
-  return ok();
+  return tma_from_shared_operands(ctx, "a TMA store copies");
 }
 
 Plan plan(const DispatchContext& ctx) {
-  const BufferRegion& dst = *region_arg(ctx.call, 0);
-  const BufferRegion& src = *region_arg(ctx.call, 1);
-  auto planned = plan_tma_boxes(ctx, dst, src);
-  if (auto* e = std::get_if<std::string>(&planned)) return *e;
-  const TmaBoxes& t = std::get<TmaBoxes>(planned);
-  const SourceLoc loc = ctx.call->loc;
-  std::vector<Stmt> issue;
-  for (std::int64_t j = 0; j < t.boxes(); ++j)
-    issue.push_back(
-        make_tma_store(t.map, t.smem, t.smem_offset(j, ctx.env), t.coords(dst, j, ctx.env), loc));
-  issue.push_back(make_evaluate(make_call(Intrinsic::tma_store_commit, {}, loc), loc));
-  Stmt s = make_seq(issue);
-  if (ctx.scope != ExecScope::thread)
-    s = make_if(eq(scope_thread_index(ctx.scope), c32(0)), s, Stmt(), loc);
-  s = make_seq({make_evaluate(make_call(Intrinsic::fence_proxy_async, {}, loc), loc),
-                make_barrier(ctx.scope, loc), s},
-               loc);
-  return make_origin(origin_text(ctx, "copy_async/tma_store (" + t.describe() + ")"), s, loc);
+  return plan_tma_from_shared(ctx, /*reduce_add=*/false, "copy_async/tma_store");
 }
 
 }  // namespace

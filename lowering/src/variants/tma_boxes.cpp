@@ -155,4 +155,44 @@ std::string TmaBoxes::describe() const {
          std::to_string(map.box_bytes() * boxes()) + " bytes";
 }
 
+Check tma_from_shared_operands(const DispatchContext& ctx, const std::string& what) {
+  const BufferRegion& dst = *region_arg(ctx.call, 0);
+  const BufferRegion& src = *region_arg(ctx.call, 1);
+  if (src.buffer->scope != MemScope::shared || dst.buffer->scope != MemScope::global)
+    return operand_reason(dst, what + " shared -> global (here " +
+                                   mem_scope_name(src.buffer->scope) + " -> " +
+                                   mem_scope_name(dst.buffer->scope) + ")");
+  if (ctx.call->attrs.barrier.defined())
+    return operand_reason(dst, what.substr(0, what.rfind(' ')) +
+                                   " completes in a bulk group, not on an mbarrier: drop barrier= "
+                                   "and wait with T::cuda::tma_store_wait");
+  if (ctx.target.below_sm(90))
+    return "the TMA needs sm_90; the target is sm_" + std::to_string(ctx.target.sm);
+  return ok();
+}
+
+Plan plan_tma_from_shared(const DispatchContext& ctx, bool reduce_add, const std::string& origin) {
+  const BufferRegion& dst = *region_arg(ctx.call, 0);
+  const BufferRegion& src = *region_arg(ctx.call, 1);
+  auto planned = plan_tma_boxes(ctx, dst, src);
+  if (auto* e = std::get_if<std::string>(&planned)) return *e;
+  const TmaBoxes& t = std::get<TmaBoxes>(planned);
+  const SourceLoc loc = ctx.call->loc;
+  std::vector<Stmt> issue;
+  for (std::int64_t j = 0; j < t.boxes(); ++j) {
+    Expr off = t.smem_offset(j, ctx.env);
+    std::vector<Expr> coords = t.coords(dst, j, ctx.env);
+    issue.push_back(reduce_add ? make_tma_reduce_add(t.map, t.smem, off, coords, loc)
+                               : make_tma_store(t.map, t.smem, off, coords, loc));
+  }
+  issue.push_back(make_evaluate(make_call(Intrinsic::tma_store_commit, {}, loc), loc));
+  Stmt s = make_seq(issue);
+  if (ctx.scope != ExecScope::thread)
+    s = make_if(eq(scope_thread_index(ctx.scope), c32(0)), s, Stmt(), loc);
+  s = make_seq({make_evaluate(make_call(Intrinsic::fence_proxy_async, {}, loc), loc),
+                make_barrier(ctx.scope, loc), s},
+               loc);
+  return make_origin(origin_text(ctx, origin + " (" + t.describe() + ")"), s, loc);
+}
+
 }  // namespace tx::lowering::variants

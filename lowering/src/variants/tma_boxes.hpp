@@ -38,4 +38,13 @@ std::variant<TmaBoxes, std::string> plan_tma_boxes(const DispatchContext& ctx,
                                                    const BufferRegion& global,
                                                    const BufferRegion& shared);
 
+// A shared tile out through the TMA, box by box (copy_async/tma_store: a
+// store; atomic/tma_reduce: reduce_add, each element added into global
+// memory): fence.proxy.async in every thread of the scope, the scope's
+// barrier, then thread 0 issues the boxes and commits its bulk group.
+// Its operands: shared -> global, no barrier= (a bulk group completes it),
+// sm_90. `what`: "a TMA store copies" / "a TMA reduction adds", for the reasons.
+Check tma_from_shared_operands(const DispatchContext& ctx, const std::string& what);
+Plan plan_tma_from_shared(const DispatchContext& ctx, bool reduce_add, const std::string& origin);
+
 }  // namespace tx::lowering::variants

@@ -123,6 +123,8 @@ Check family_rules(const DispatchContext& ctx);
 void register_copy_gmem_smem(Registry& r);
 void register_copy_reg(Registry& r);
 void register_atomic_reg(Registry& r);
+void register_atomic_tma_reduce(Registry& r);
+void register_atomic_fallback(Registry& r);
 void register_copy_fallback(Registry& r);
 void register_elementwise_reg(Registry& r);
 void register_elementwise_smem(Registry& r);
