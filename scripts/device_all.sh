@@ -204,8 +204,8 @@ backward)
   [ -n "${BWD_SKIP_TESTS:-}" ] || timeout 200 $B/test/gpu_attention_op -tc="*backward*" > "$FINAL/gpu_attention_backward.txt" 2>&1
   echo "gpu_attention_op (backward) exit $?: $(grep -E 'test cases|assertions' "$FINAL/gpu_attention_backward.txt" | tr '\n' ' ')"
   grep -E "ERROR:|MESSAGE|logged|values:" "$FINAL/gpu_attention_backward.txt" | head -40
-  step "gpu_hopper: wgmma with A read transposed"
-  timeout 60 $B/test/gpu_hopper -tc="*transpos*" > "$OUT/gpu_hopper_transposed.txt" 2>&1
+  step "gpu_hopper: wgmma with A read transposed, TMA reductions (atomic/tma_reduce)"
+  timeout 60 $B/test/gpu_hopper -tc="*transpos*,*atomic_add of a shared tile*" > "$OUT/gpu_hopper_transposed.txt" 2>&1
   echo "gpu_hopper (transposed) exit $?: $(grep -E 'test cases|assertions' "$OUT/gpu_hopper_transposed.txt" | tr '\n' ' ')"
   grep -E "ERROR:|logged" "$OUT/gpu_hopper_transposed.txt" | head -10
   CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

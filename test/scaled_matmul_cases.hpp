@@ -160,22 +160,25 @@ TEST_CASE("scaled_matmul: scales of zero and of 2^40, f32 out") {
 
 TEST_CASE("quantize_fp8: scales are the blocks' amax / 448, the data x / scale in fp8") {
   using namespace scaledcase;
-  const std::int64_t M = 9, K = 300;  // a partial last block
-  for (DType t : {bf16, f32}) {
+  // K 300: a partial last block (a thread per block); 384: the warp-per-block row kernel.
+  for (auto [t, K] : {std::pair{bf16, std::int64_t{300}}, std::pair{f32, std::int64_t{300}},
+                      std::pair{bf16, std::int64_t{384}}, std::pair{f16, std::int64_t{384}}}) {
+    const std::int64_t M = 9, KB = (K + 127) / 128;
     CAPTURE(t.name());
+    CAPTURE(K);
     std::vector<double> x = tx::test::random_values(static_cast<std::size_t>(M * K), t, -30, 30);
     x[5] = 0;  // zeros stay zeros
     Tensor X = Tensor::from_doubles(x, {M, K}, t, device());
     auto [q, s] = ops::quantize_fp8(X);
     REQUIRE(q.dtype() == f8e4m3);
-    REQUIRE(s.shape() == std::vector<std::int64_t>{M, 3});
+    REQUIRE(s.shape() == std::vector<std::int64_t>{M, KB});
     const std::vector<double> qd = q.to_doubles(), sd = s.to_doubles();
     for (std::int64_t i = 0; i < M; ++i)
-      for (std::int64_t kb = 0; kb < 3; ++kb) {
+      for (std::int64_t kb = 0; kb < KB; ++kb) {
         double amax = 0;
         for (std::int64_t k = kb * 128; k < std::min<std::int64_t>(K, kb * 128 + 128); ++k)
           amax = std::max(amax, std::fabs(x[static_cast<std::size_t>(i * K + k)]));
-        const double scale = sd[static_cast<std::size_t>(i * 3 + kb)];
+        const double scale = sd[static_cast<std::size_t>(i * KB + kb)];
         CHECK(scale == doctest::Approx(amax / 448.0).epsilon(1e-6));
         for (std::int64_t k = kb * 128; k < std::min<std::int64_t>(K, kb * 128 + 128); ++k) {
           const double want = x[static_cast<std::size_t>(i * K + k)] / scale;

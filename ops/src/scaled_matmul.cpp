@@ -367,7 +367,8 @@ Tensor scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
 
 namespace {
 
-// One thread per (row, block of `block` columns): the block's largest
+// One thread per (row, block of `block` columns) -- any block and K; the
+// row kernel below takes blocks of 128 whole columns: the block's largest
 // |x|, its scale amax / the fp8 maximum (448 for e4m3, 57344 for e5m2), and
 // the block divided by it, rounded to fp8 (|x| / scale <= the maximum: no
 // saturation needed). An all-zero block gets the scale of amax = 1e-12.
@@ -413,6 +414,47 @@ void check_quantize(const Tensor& x, const QuantizeFp8Options& opt, SourceLoc lo
     fail(op, "dtype", loc, opt.dtype.name() + ": the result is float8_e4m3fn or float8_e5m2");
   if (opt.block < 1) fail(op, "block", loc, std::to_string(opt.block) + ": a block has columns");
 }
+// The row kernel for blocks of 128 columns when K % 128 == 0: a warp per
+// block, lane i holding its elements [4 i, 4 i + 4) (one 8-byte load of
+// bf16 / f16), the block's max and min folded across the lanes by shuffles
+// into every lane, then the same arithmetic as quantize_kernel -- the same
+// bits -- and 4-byte stores of the fp8 data. Buffers as (blocks, 32, 4).
+PrimFunc quantize_rows_kernel(std::int64_t blocks, DType in_t, DType out_t) {
+  const double fp8_max = out_t == f8e4m3 ? 448.0 : 57344.0;
+  const auto lane_rows = TileLayout(S({32, 4}, {1 * laneid, 1}));  // lane i: row i
+  const auto every_lane = TileLayout(S({1}), R({32}, {1 * laneid}));
+  return T::prim_func("quantize_fp8_rows_" + in_t.short_name(), [&](Handle x, Handle q, Handle s) {
+    auto X = T::match_buffer(x, {blocks, 32, 4}, in_t);
+    auto Q = T::match_buffer(q, {blocks, 32, 4}, out_t);
+    auto Sc = T::match_buffer(s, {blocks}, f32);
+    T::device_entry();
+    auto cta = T::cta_id({(blocks + 3) / 4});
+    auto warp = T::warp_id({4});
+    auto lane = T::lane_id({32});
+    T::thread_id({128});
+    auto xin = T::alloc_buffer({32, 4}, in_t, scope::local, lane_rows);
+    auto xf = T::alloc_buffer({32, 4}, f32, scope::local, lane_rows);
+    auto qt = T::alloc_buffer({32, 4}, out_t, scope::local, lane_rows);
+    auto hi = T::alloc_buffer({1}, f32, scope::local, every_lane);
+    auto lo = T::alloc_buffer({1}, f32, scope::local, every_lane);
+    auto blk = T::let(cta * 4 + warp, "blk");
+    T::if_(blk < blocks, [&] {
+      auto whole = region(span(blk, 1), {0, 32}, {0, 4});
+      Tx::warp::copy(xin, X[whole]);
+      Tx::warp::cast(xf, xin);
+      Tx::warp::max(hi, xf, {.axes = {0, 1}});
+      Tx::warp::min(lo, xf, {.axes = {0, 1}});
+      auto amax = T::let(max(max(hi(0), -lo(0)), 1e-12f), "amax");
+      auto scale = T::let(amax / static_cast<float>(fp8_max), "scale");
+      auto inv = T::let(1.0f / scale, "inv");
+      Tx::warp::mul(xf, xf, inv);
+      Tx::warp::cast(qt, xf);
+      Tx::warp::copy(Q[whole], qt);
+      T::if_(lane == 0, [&] { Sc(blk) = scale; });
+    });
+  });
+}
+
 }  // namespace
 
 void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
@@ -434,10 +476,18 @@ void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
   std::snprintf(key, sizeof key, "quantize_fp8|%s|%s|%lldx%lld|b%lld|%s", x.dtype().name().c_str(),
                 opt.dtype.name().c_str(), static_cast<long long>(M), static_cast<long long>(K),
                 static_cast<long long>(opt.block), x.device().str().c_str());
-  Kernel k = detail::special_cached(key, [&] {
-    return compile(quantize_kernel(M, K, x.dtype(), opt.dtype, opt.block), {.device = x.device()});
+  // Blocks of 128 whole columns: the warp-per-block row kernel.
+  const bool rows = opt.block == 128 && K % 128 == 0;
+  Kernel k = detail::special_cached(std::string(key) + (rows ? "|rows" : ""), [&] {
+    return compile(rows ? quantize_rows_kernel(M * KB, x.dtype(), opt.dtype)
+                        : quantize_kernel(M, K, x.dtype(), opt.dtype, opt.block),
+                   {.device = x.device()});
   });
-  k.launch({x, data, scale}, loc);
+  if (rows)
+    k.launch({x.reshape({M * KB, 32, 4}), data.reshape({M * KB, 32, 4}), scale.reshape({M * KB})},
+             loc);
+  else
+    k.launch({x, data, scale}, loc);
 }
 
 Fp8Quantized quantize_fp8(const Tensor& x, QuantizeFp8Options opt, SourceLoc loc) {
