@@ -863,6 +863,15 @@ TEST_CASE("ops::scaled_matmul's Hopper kernel lowers for sm_90a and builds as cu
     auto out = runtime::nvrtc_compile(cuda, "scaled.cu", "sm_90a", runtime::NvrtcTarget::cubin);
     CHECK(out.cubin.size() > 4);
   }
+  // quantize_fp8's kernels: the row kernel (warp shuffles) and the per-thread one.
+  for (std::int64_t K : {1024, 1000}) {
+    CAPTURE(K);
+    auto q = lower90(ops::detail::quantize_fp8_kernel(256, K, bf16, f8e4m3));
+    const std::string cuda = lowering::codegen_cuda(q);
+    if (K % 128 == 0) CHECK(cuda.find("__shfl_xor_sync") != std::string::npos);
+    CHECK(runtime::nvrtc_compile(cuda, "quantize.cu", "sm_90a", runtime::NvrtcTarget::cubin)
+              .cubin.size() > 4);
+  }
   CHECK_THROWS_WITH_AS(ops::detail::scaled_matmul_kernel(128, 128, 128, f8e4m3, bf16,
                                                          ScaleForm::blocks, ScaleForm::rows, false),
                        doctest::Contains("per-column scales of b"), Error);

@@ -457,6 +457,14 @@ PrimFunc quantize_rows_kernel(std::int64_t blocks, DType in_t, DType out_t) {
 
 }  // namespace
 
+namespace detail {
+PrimFunc quantize_fp8_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
+                             std::int64_t block) {
+  if (block == 128 && K % 128 == 0) return quantize_rows_kernel(M * K / 128, in_t, out_t);
+  return quantize_kernel(M, K, in_t, out_t, block);
+}
+}  // namespace detail
+
 void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
                       QuantizeFp8Options opt, SourceLoc loc) {
   const char* op = "tx.ops.quantize_fp8";
@@ -479,8 +487,7 @@ void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
   // Blocks of 128 whole columns: the warp-per-block row kernel.
   const bool rows = opt.block == 128 && K % 128 == 0;
   Kernel k = detail::special_cached(std::string(key) + (rows ? "|rows" : ""), [&] {
-    return compile(rows ? quantize_rows_kernel(M * KB, x.dtype(), opt.dtype)
-                        : quantize_kernel(M, K, x.dtype(), opt.dtype, opt.block),
+    return compile(detail::quantize_fp8_kernel(M, K, x.dtype(), opt.dtype, opt.block),
                    {.device = x.device()});
   });
   if (rows)

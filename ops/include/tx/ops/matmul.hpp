@@ -225,6 +225,11 @@ PrimFunc scaled_matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DT
                               ScaleForm a_scales, ScaleForm b_scales, bool simt,
                               std::int64_t ctas = 132);
 const MatmulTiling& scaled_matmul_tiling(std::int64_t M);
+// quantize_fp8's kernel for these operands: the warp-per-block row kernel
+// (block 128, K % 128 == 0; buffers (M K / 128, 32, 4) and (M K / 128,)) or
+// the thread-per-block one (x (M, K), data (M, K), scale (M, ceil(K / block))).
+PrimFunc quantize_fp8_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
+                             std::int64_t block = 128);
 
 // The float32 / float64 kernel (64 x 64 tiles of C, K in steps of 16 through
 // shared memory; any shape).
