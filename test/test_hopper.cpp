@@ -823,22 +823,28 @@ TEST_CASE("ops::grouped_matmul's Hopper kernel lowers for sm_90a and builds as c
     for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
     return n;
   };
+  // N 192: a partial column tile (16-bit: clipped by the TMA store; fp8:
+  // 64-column tiles, f32 leaves from registers and cannot be clipped).
   for (DType t : {bf16, f8e4m3})
-    for (bool small : {false, true}) {
-      CAPTURE(t.name());
-      CAPTURE(small);
-      const ops::MatmulTiling& tiling = ops::detail::grouped_matmul_tiling(t, small);
-      auto k = lower90(ops::detail::grouped_matmul_kernel(8, 512, 384, t, tiling, 132,
-                                                          /*b_nk=*/t.is_fp8()));
-      CHECK(variant_of(k, "gemm") == "gemm/wgmma");
-      CHECK(variant_of(k, "copy_async") == "copy_async/tma");
-      const std::string cuda = lowering::codegen_cuda(k);
-      CHECK(count(cuda, "wgmma.mma_async") >= 1);
-      // 16-bit: full 64-row blocks leave through a TMA store, the rest masked.
-      if (!t.is_fp8()) CHECK(count(cuda, "cp.async.bulk.tensor.2d.global.shared") >= 1);
-      auto out = runtime::nvrtc_compile(cuda, "grouped.cu", "sm_90a", runtime::NvrtcTarget::cubin);
-      CHECK(out.cubin.size() > 4);
-    }
+    for (bool small : {false, true})
+      for (std::int64_t N : {512, 192}) {
+        CAPTURE(t.name());
+        CAPTURE(small);
+        CAPTURE(N);
+        const ops::MatmulTiling& tiling = ops::detail::grouped_matmul_tiling(t, small, N);
+        if (t.is_fp8()) CHECK(tiling.bn == (N % 128 == 0 ? 128 : 64));
+        auto k = lower90(ops::detail::grouped_matmul_kernel(8, N, 384, t, tiling, 132,
+                                                            /*b_nk=*/t.is_fp8()));
+        CHECK(variant_of(k, "gemm") == "gemm/wgmma");
+        CHECK(variant_of(k, "copy_async") == "copy_async/tma");
+        const std::string cuda = lowering::codegen_cuda(k);
+        CHECK(count(cuda, "wgmma.mma_async") >= 1);
+        // 16-bit: full 64-row blocks leave through a TMA store, the rest masked.
+        if (!t.is_fp8()) CHECK(count(cuda, "cp.async.bulk.tensor.2d.global.shared") >= 1);
+        auto out =
+            runtime::nvrtc_compile(cuda, "grouped.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+        CHECK(out.cubin.size() > 4);
+      }
   // A tiling that is not wgmma's, and fp8 with b (K, N): errors naming why.
   CHECK_THROWS_WITH_AS(ops::detail::grouped_matmul_kernel(8, 512, 384, bf16,
                                                           ops::matmul_tilings().back(), 132, false),

@@ -7,7 +7,8 @@
 //   different tile scheduler. Its work items are (row tile, column tile)
 //   pairs where the row tiles are every expert's rows cut into bm-row tiles
 //   (an expert of 300 rows has three 128-row tiles, the last of 44 rows);
-//   persistent CTA c takes items c, c + ctas, ... Each thread finds its
+//   persistent CTA c takes items c, c + ctas, ... (in groups of 8 row
+//   tiles, column by column, as matmul's scheduler). Each thread finds its
 //   item's expert by walking the E offsets (uniform scalar work, a few
 //   hundred instructions per tile against the tile's tens of microseconds).
 //   A row tile that ends inside its expert reads the next expert's rows
@@ -81,6 +82,8 @@ Var count_row_tiles(const TileBuffer& offs, const TileBuffer& scan, std::int64_t
   return T::let(Expr(scan(1)), "row_tiles");
 }
 
+constexpr std::int64_t kGroup = 8;  // row tiles per group of the item order
+
 PrimFunc hopper_grouped_kernel(std::int64_t E, std::int64_t N, std::int64_t K, DType t,
                                const MatmulTiling& c, std::int64_t ctas, bool b_nk) {
   const std::int64_t BM = c.bm, BN = c.bn, BK = c.bk, STAGES = c.stages;
@@ -121,11 +124,18 @@ PrimFunc hopper_grouped_kernel(std::int64_t E, std::int64_t N, std::int64_t K, D
       Var valid, n0;
       ExpertRows x;
     };
+    // Items in groups of kGroup row tiles (as matmul's tile scheduler): a
+    // group's items go down its row tiles first, then across the columns, so
+    // the CTAs of one round share a few A and B tiles in L2 rather than one
+    // A row tile and every column tile of B (an expert's whole matrix).
     auto item_of = [&](const Var& r) {
       auto i = T::let(max(cta + r * ctas, 0), "item");  // (max: for the range analysis)
       auto valid = T::let(i < row_tiles * TN, "valid");
-      auto n0 = T::let(i % TN * BN, "n0");
-      return Item{valid, n0, find_row_tile(Offs, scan, E, BM, tokens, i / TN)};
+      auto first = T::let(i / (kGroup * TN) * kGroup, "group_row");
+      auto group_rows = T::let(max(min(row_tiles - first, kGroup), 1), "group_rows");
+      auto local = T::let(i % (kGroup * TN), "local");
+      auto n0 = T::let(min(local / group_rows, TN - 1) * BN, "n0");
+      return Item{valid, n0, find_row_tile(Offs, scan, E, BM, tokens, first + local % group_rows)};
     };
     T::if_(wg == 0, [&] {
       T::cuda::decrease_registers(40);
@@ -324,6 +334,9 @@ std::string wgmma_refusal(const Operands& o, const Device& d) {
   if ((o.K * o.t.bytes()) % 16 != 0)
     return "K = " + std::to_string(o.K) + ": the TMA needs rows of whole 16 bytes";
   if (o.N % 8 != 0) return "N = " + std::to_string(o.N) + ": the TMA needs N % 8 == 0";
+  if (o.t.is_fp8() && o.N % 64 != 0)
+    return "N = " + std::to_string(o.N) +
+           ": the fp8 kernel writes whole 64-column f32 tiles from registers (N % 64 == 0)";
   return "";
 }
 
@@ -384,7 +397,9 @@ PrimFunc grouped_matmul_simt(std::int64_t E, std::int64_t N, std::int64_t K, DTy
 // first tiling), or 64 x 256 x 64 with 4 (an expert of 16 rows wastes 48 of
 // 64 rows, not 112 of 128); 128 columns when N is at most that (half of a
 // 256-column tile would be zeros). fp8: bk 128 and bn 128 (two accumulators,
-// matmul.cpp says why), f32 out through registers.
+// matmul.cpp says why), f32 out through registers -- a register copy cannot
+// clip a tile at N, so N not a multiple of 128 takes 64-column tiles (and
+// wgmma_refusal sends N % 64 != 0 to the SIMT kernel).
 const MatmulTiling& grouped_matmul_tiling(DType t, bool small, std::int64_t N) {
   static const MatmulTiling half_large{128, 256, 64, 0, 0, 3, true, true, true};
   static const MatmulTiling half_small{64, 256, 64, 0, 0, 4, true, true, true};
@@ -392,6 +407,9 @@ const MatmulTiling& grouped_matmul_tiling(DType t, bool small, std::int64_t N) {
   static const MatmulTiling half_small_narrow{64, 128, 64, 0, 0, 6, true, true, true};
   static const MatmulTiling fp8_large{128, 128, 128, 0, 0, 6, true, true};
   static const MatmulTiling fp8_small{64, 128, 128, 0, 0, 8, true, true};
+  static const MatmulTiling fp8_large_narrow{128, 64, 128, 0, 0, 8, true, true};
+  static const MatmulTiling fp8_small_narrow{64, 64, 128, 0, 0, 8, true, true};
+  if (t.is_fp8() && N % 128 != 0) return small ? fp8_small_narrow : fp8_large_narrow;
   if (t.is_fp8()) return small ? fp8_small : fp8_large;
   if (N <= 128) return small ? half_small_narrow : half_large_narrow;
   return small ? half_small : half_large;

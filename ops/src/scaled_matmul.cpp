@@ -119,6 +119,10 @@ PrimFunc hopper_scaled_kernel(const ScaledShape& p, const MatmulTiling& c, std::
           auto total = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN), "total");
           auto out = T::alloc_buffer({64, BN}, p.out_t, scope::local, frag::wgmma_c(64, BN), "out");
           auto factor = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64), "factor");
+          // The next K step's row scales of a, and b's block scale of this
+          // step (0) and the next (1).
+          auto next = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64), "next");
+          auto sb = T::alloc_buffer({2}, f32, scope::local, std::nullopt, "sb");
           auto row0 = T::let(max(wg - 1, 0) * 64);
           for (Var r : T::serial(sched.rounds(), "r")) {
             auto [valid, bm, bn] = sched.tile(cta, r);
@@ -133,19 +137,34 @@ PrimFunc hopper_scaled_kernel(const ScaledShape& p, const MatmulTiling& c, std::
                                           .bk = BK,
                                           .k_steps = KT,
                                           .b_nk = true};
-              Var sb_step;
-              if (p.a_kind == ScaleKind::blocks)
+              // Block scales are loaded one K step ahead: step kt's factors
+              // were requested during step kt - 1, so their latency (hundreds
+              // of cycles from L2) hides under a whole step rather than
+              // under one MMA of a warpgroup.
+              const bool a_blocks = p.a_kind == ScaleKind::blocks;
+              const bool b_blocks = p.b_kind == ScaleKind::blocks;
+              auto load_ahead = [&](const Expr& kb) {
+                if (a_blocks) Tx::warpgroup::copy(next, rows(SA, kb), {.partial = true});
+                if (b_blocks) sb(1) = SB(bn, kb);
+              };
+              if (a_blocks || b_blocks) {
+                load_ahead(0);
                 loop.before_mma = [&](const Var& kt) {
-                  // This step's row factors: sa of the rows' block kt (times sb's).
-                  Tx::warpgroup::copy(factor, rows(SA, kt), {.partial = true});
-                  if (p.b_kind == ScaleKind::blocks) Tx::warpgroup::mul(factor, factor, SB(bn, kt));
+                  if (a_blocks && b_blocks)
+                    Tx::warpgroup::mul(factor, next, sb(1));
+                  else if (a_blocks)
+                    Tx::warpgroup::mul(factor, next, 1.0f);
+                  else
+                    sb(0) = sb(1);
+                  load_ahead(min(kt + 1, KT - 1));
                 };
-              else if (p.b_kind == ScaleKind::blocks)
-                loop.before_mma = [&](const Var& kt) { sb_step = T::let(SB(bn, kt), "sb"); };
-              if (p.a_kind == ScaleKind::blocks)
-                loop.fold = [&](const Var&) { Tx::warpgroup::fma(total, acc, factor, total); };
-              else if (p.b_kind == ScaleKind::blocks)
-                loop.fold = [&](const Var&) { Tx::warpgroup::fma(total, acc, sb_step, total); };
+                loop.fold = [&](const Var&) {
+                  if (a_blocks)
+                    Tx::warpgroup::fma(total, acc, factor, total);
+                  else
+                    Tx::warpgroup::fma(total, acc, sb(0), total);
+                };
+              }
               detail::hopper_tile_mainloop(loop, r, row0, tid, acc, total);
               // Scales that do not change along K: once, on the total.
               if (p.a_kind == ScaleKind::rows) {
