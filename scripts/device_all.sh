@@ -49,6 +49,8 @@
 #   scripts/device_all.sh grouped grouped and scaled GEMMs: gpu_gemm_family,
 #                                 memcheck on it, bench/grouped_gemm.py (tx,
 #                                 torch._grouped_mm, a torch.matmul loop)
+#   scripts/device_all.sh grouped-ncu  Nsight Compute on the grouped kernel
+#                                 (bench/grouped_profile.py at 4096, 16384 tokens)
 #   scripts/device_all.sh interop tx inside a program against torch in one
 #                                 run (bench/interop.sh), gpu_interop
 #   scripts/device_all.sh bench   the elementwise benchmark (copy, tx, torch
@@ -96,7 +98,7 @@ sanitize)
   grep -E "^[a-z_]+: ran|RACECHECK SUMMARY|Race reported|hazard" "$FINAL/racy_racecheck.txt" | sort | uniq -c | head -30
   cp -r /tmp/san "$OUT/sanitize" 2>/dev/null
   ;;
-races | shapes | interop | generic | hopper | gemm | grouped | attention | backward | decode | decode-memcheck | decode-pages)
+races | shapes | interop | generic | hopper | gemm | grouped | grouped-ncu | attention | backward | decode | decode-memcheck | decode-pages)
   step "configure and build what the stage needs"
   TX_HOST_JIT=OFF TX_NOTEBOOKS=0 make configure BUILD=$B > "$OUT/configure.log" 2>&1
   targets="racy_kernels gpu_shapes gpu_safety bench_elementwise"
@@ -106,6 +108,7 @@ races | shapes | interop | generic | hopper | gemm | grouped | attention | backw
   [ "$stage" = hopper ] && targets="gpu_hopper gpu_gemm bench_gemm tx_torch"
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
   [ "$stage" = grouped ] && targets="gpu_gemm_family gpu_hopper tx_torch"
+  [ "$stage" = grouped-ncu ] && targets="tx_torch"
   [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
   [ "${stage%-memcheck}" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
   [ "$stage" = decode-pages ] && targets="bench_paged_decode"
@@ -276,6 +279,21 @@ grouped)
   echo "grouped_gemm.py exit $?"
   cp /tmp/gg/grouped_gemm.md /tmp/gg/grouped_gemm.json "$FINAL/" 2>/dev/null
   cat /tmp/gg/grouped_gemm.md 2>/dev/null || tail -30 "$OUT/grouped_log.txt"
+  ;;
+grouped-ncu)
+  # Nsight Compute on the grouped kernel at 4096 and 16384 tokens of the
+  # DeepSeek-like down projection (the second runs at 0.75x torch._grouped_mm
+  # where the first reaches 0.97x).
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for tokens in 4096 16384; do
+    step "ncu, grouped_matmul deepseek down, $tokens tokens"
+    PYTHONPATH=bench TX_TORCH_LIBRARY=$PWD/$B/tx_torch/libtx_torch.so timeout 200 "$NCU" \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+      --section SchedulerStats --section LaunchStats -k regex:grouped_matmul -s 1 -c 1 \
+      python3 bench/grouped_profile.py $tokens > "$OUT/ncu_grouped_$tokens.txt" 2>&1
+    grep -E "Throughput|Duration|Stall|Issued|Eligible|Active Warps|Hit Rate|Bandwidth|Registers|Grid|Block Size" \
+      "$OUT/ncu_grouped_$tokens.txt" | head -40
+  done
   ;;
 gemm)
   step "bench/gemm (tx, cuBLAS, Triton, torch._scaled_mm)"

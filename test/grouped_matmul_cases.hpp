@@ -152,6 +152,30 @@ TEST_CASE("grouped_matmul: fp8 operands, f32 out") {
   }
 }
 
+TEST_CASE("grouped_matmul_out: into the caller's tensor (rows past the end untouched), bad out") {
+  using namespace groupedcase;
+  const Problem p{.N = 72, .K = 64, .rows = {30, 0, 45}, .extra = 6};
+  Inputs in = make_inputs(p, device());
+  Tensor C = Tensor::empty({in.T, p.N}, bf16, device());
+  const std::uint64_t poison = tx::test::poison_bits(bf16);
+  C.fill_bits(poison);
+  ops::grouped_matmul_out(in.A, in.B, in.Offs, C);
+  CHECK(check_output(p, in, C, &poison) <= 1.0);
+  for (const Tensor& bad : {Tensor::empty({in.T, p.N}, f32, device()),
+                            Tensor::empty({in.T + 1, p.N}, bf16, device()),
+                            Tensor::empty({p.N, in.T}, bf16, device()).transpose(0, 1)}) {
+    try {
+      ops::grouped_matmul_out(in.A, in.B, in.Offs, bad);
+      FAIL_CHECK("no error for a bad out");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      CHECK(m.find("tx.ops.grouped_matmul") != std::string::npos);
+      CHECK(m.find("operand out") != std::string::npos);
+      CHECK(m.find("(81, 72)") != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("grouped_matmul: the errors name the op, the operand and the reason") {
   using namespace groupedcase;
   const Device d = device();

@@ -132,6 +132,13 @@ TEST_CASE("scaled_matmul: every form of the scales against float64 (partial bloc
   const Problem p{.M = 33, .N = 64, .K = 128, .t = f8e5m2, .out = f32};
   Inputs in = make_inputs(p, device());
   CHECK(error(p, in, ops::scaled_matmul(in.A, in.B, in.SA, in.SB, {.out_dtype = f32})) <= 1.0);
+  // Into the caller's (poisoned) tensor; a wrong one is an error naming out.
+  Tensor C = Tensor::empty({p.M, p.N}, f32, device());
+  C.fill_bits(tx::test::poison_bits(f32));
+  ops::scaled_matmul_out(in.A, in.B, in.SA, in.SB, C, {.out_dtype = f32});
+  CHECK(error(p, in, C) <= 1.0);
+  CHECK_THROWS_WITH_AS(ops::scaled_matmul_out(in.A, in.B, in.SA, in.SB, C),
+                       doctest::Contains("operand out"), Error);
 }
 
 TEST_CASE("scaled_matmul: scales of zero and of 2^40, f32 out") {

@@ -426,14 +426,22 @@ std::string grouped_matmul_plan(const Tensor& a, const Tensor& b, const Tensor& 
          (b_nk && !o.b_nk ? ", B transposed to (E, N, K) first" : "");
 }
 
-Tensor grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& offsets, SourceLoc loc) {
+void grouped_matmul_out(const Tensor& a, const Tensor& b, const Tensor& offsets, const Tensor& c,
+                        SourceLoc loc) {
   const Operands o = check(a, b, offsets, loc);
   const Device d = a.device();
-  Tensor c = Tensor::empty({o.T, o.N}, o.out_t, d);
-  if (o.T == 0 || o.N == 0) return c;
+  if (!c.defined() || c.dtype() != o.out_t || c.shape() != std::vector<std::int64_t>{o.T, o.N} ||
+      !c.is_contiguous() || !(c.device() == d))
+    fail(kOp, "out", loc,
+         "must be a contiguous " + o.out_t.name() + " tensor of shape (" + std::to_string(o.T) +
+             ", " + std::to_string(o.N) + ") on " + d.str() +
+             (c.defined() ? ", got " + c.dtype().name() + " " + shape_str(c.shape()) + " on " +
+                                c.device().str() + (c.is_contiguous() ? "" : ", strided")
+                          : ", got an undefined tensor"));
+  if (o.T == 0 || o.N == 0) return;
   if (o.K == 0) {  // every sum is empty
-    c.fill_bits(0);
-    return c;
+    Tensor(c).fill_bits(0);  // (a handle: the caller's memory)
+    return;
   }
   const GroupedCall call = resolve(o, d, loc);
   // b as the kernel reads it: (E, N, K) storage -- as given or a transposed
@@ -441,6 +449,12 @@ Tensor grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& offsets, S
   const Tensor bk = call.b_nk ? (o.b_nk ? b.transpose(1, 2) : b.transpose(1, 2).contiguous())
                               : (o.b_nk ? b.contiguous() : b);
   call.kernel.launch({a, bk, c, offsets}, loc);
+}
+
+Tensor grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& offsets, SourceLoc loc) {
+  const Operands o = check(a, b, offsets, loc);
+  Tensor c = Tensor::empty({o.T, o.N}, o.out_t, a.device());
+  grouped_matmul_out(a, b, offsets, c, loc);
   return c;
 }
 

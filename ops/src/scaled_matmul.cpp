@@ -349,15 +349,20 @@ std::string scaled_matmul_plan(const Tensor& a, const Tensor& b, const Tensor& s
          (transposed_rows(b) ? "" : ", B transposed to (N, K) first");
 }
 
-Tensor scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
-                     ScaledMatmulOptions opt, SourceLoc loc) {
+void scaled_matmul_out(const Tensor& a, const Tensor& b, const Tensor& scale_a,
+                       const Tensor& scale_b, const Tensor& c, ScaledMatmulOptions opt,
+                       SourceLoc loc) {
   const ScaledShape p = check(a, b, scale_a, scale_b, opt, loc);
   const Device d = a.device();
-  Tensor c = Tensor::empty({p.M, p.N}, p.out_t, d);
-  if (p.M == 0 || p.N == 0) return c;
+  if (!c.defined() || c.dtype() != p.out_t || c.shape() != std::vector<std::int64_t>{p.M, p.N} ||
+      !c.is_contiguous() || !(c.device() == d))
+    fail(kOp, "out", loc,
+         "must be a contiguous " + p.out_t.name() + " tensor of shape (" + std::to_string(p.M) +
+             ", " + std::to_string(p.N) + ") on " + d.str() + " (opt.out_dtype)");
+  if (p.M == 0 || p.N == 0) return;
   if (p.K == 0) {
-    c.fill_bits(0);
-    return c;
+    Tensor(c).fill_bits(0);  // (a handle: the caller's memory)
+    return;
   }
   const std::string no = hopper_refusal(p, d);
   if (!no.empty() && d.is_cuda())
@@ -379,6 +384,13 @@ Tensor scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
       p.b_kind == ScaleKind::blocks ? scale_b.transpose(0, 1).contiguous() : scale_b.reshape({1});
   const Tensor sak = p.a_kind == ScaleKind::tensor ? scale_a.reshape({1}) : scale_a;
   k.launch({a, bk, c, sak, sbk}, loc);
+}
+
+Tensor scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                     ScaledMatmulOptions opt, SourceLoc loc) {
+  const ScaledShape p = check(a, b, scale_a, scale_b, opt, loc);
+  Tensor c = Tensor::empty({p.M, p.N}, p.out_t, a.device());
+  scaled_matmul_out(a, b, scale_a, scale_b, c, opt, loc);
   return c;
 }
 

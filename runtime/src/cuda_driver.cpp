@@ -513,6 +513,22 @@ void encode_tensor_map(void* out, const TensorMapSpec& m, const std::string& wha
       t = CU_TENSOR_MAP_DATA_TYPE_UINT64;
       break;
   }
+  switch (m.floating) {
+    case TensorMapSpec::Floating::f16:
+      t = CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+      break;
+    case TensorMapSpec::Floating::bf16:
+      t = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+      break;
+    case TensorMapSpec::Floating::f32:
+      t = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+      break;
+    case TensorMapSpec::Floating::f64:
+      t = CU_TENSOR_MAP_DATA_TYPE_FLOAT64;
+      break;
+    case TensorMapSpec::Floating::none:
+      break;
+  }
   CUtensorMapSwizzle sw = m.swizzle_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                           : m.swizzle_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
                           : m.swizzle_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B

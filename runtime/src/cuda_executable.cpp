@@ -229,6 +229,13 @@ void CudaExecutable::encode_maps(const BoundLaunch& b, MapBlob* blobs) const {
     TensorMapSpec spec;
     spec.address = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(b.ptrs[pi]));
     spec.element_bytes = t.dtype().bytes();
+    using F = TensorMapSpec::Floating;
+    const DType dt = t.dtype();
+    spec.floating = dt == f16    ? F::f16
+                    : dt == bf16 ? F::bf16
+                    : dt == f32  ? F::f32
+                    : dt == f64  ? F::f64
+                                 : F::none;
     spec.rank = static_cast<int>(t.shape().size());
     spec.swizzle_bytes = tm.map.swizzle_bytes;
     std::uint64_t pitch = static_cast<std::uint64_t>(spec.element_bytes);

@@ -292,11 +292,15 @@ at::Tensor grouped_matmul(const at::Tensor& self, const at::Tensor& other, const
                        other.size(2) > 1;
   at::Tensor a = self.contiguous(), b = other_t ? other : other.contiguous();
   at::Tensor o = offs.contiguous();
-  at::Tensor c;
+  // The result from PyTorch's caching allocator (tx's pool would give a
+  // result above TX_POOL_KEEP_BYTES back at every synchronization).
+  const bool fp8 = a.scalar_type() == at::kFloat8_e4m3fn || a.scalar_type() == at::kFloat8_e5m2;
+  at::Tensor c =
+      at::empty({a.size(0), b.size(2)}, a.options().dtype(fp8 ? at::kFloat : a.scalar_type()));
   call(op, [&] {
     OnDevice on(a);
-    c = to_torch(
-        tx::ops::grouped_matmul(view(a, op, "self"), view(b, op, "other"), view(o, op, "offs")));
+    tx::ops::grouped_matmul_out(view(a, op, "self"), view(b, op, "other"), view(o, op, "offs"),
+                                view(c, op, "out"));
   });
   return c;
 }
@@ -322,13 +326,15 @@ at::Tensor scaled_matmul(const at::Tensor& self, const at::Tensor& other, const 
                        other.stride(1) == other.size(0);
   at::Tensor a = self.contiguous(), b = other_t ? other : other.contiguous();
   at::Tensor sa = scale_a.contiguous();
-  at::Tensor c;
+  // The result from PyTorch's caching allocator (as grouped_matmul).
+  at::Tensor c =
+      at::empty({a.size(0), b.size(1)}, a.options().dtype(out_dtype.value_or(at::kBFloat16)));
   call(op, [&] {
     OnDevice on(a);
     tx::ops::ScaledMatmulOptions o;
     if (out_dtype) o.out_dtype = tx_dtype(*out_dtype, op, "out_dtype");
-    c = to_torch(tx::ops::scaled_matmul(view(a, op, "self"), view(b, op, "other"),
-                                        view(sa, op, "scale_a"), view(scale_b, op, "scale_b"), o));
+    tx::ops::scaled_matmul_out(view(a, op, "self"), view(b, op, "other"), view(sa, op, "scale_a"),
+                               view(scale_b, op, "scale_b"), view(c, op, "out"), o);
   });
   return c;
 }

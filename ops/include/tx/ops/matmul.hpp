@@ -128,6 +128,13 @@ std::string matmul_plan(const Tensor& a, const Tensor& b, MatmulOptions opt = {}
 // other than b's transpose.
 Tensor grouped_matmul(const Tensor& a, const Tensor& b, const Tensor& offsets,
                       std::source_location loc = std::source_location::current());
+// The same into the caller's `out`: contiguous (T, N) of the output dtype on
+// a's device (rows past offsets[E - 1] are left as they are). For callers
+// with their own allocator (torch.ops.tx.grouped_matmul uses PyTorch's
+// caching allocator: tx's pool gives memory above TX_POOL_KEEP_BYTES back at
+// synchronization, so a multi-GiB result would be mapped again every call).
+void grouped_matmul_out(const Tensor& a, const Tensor& b, const Tensor& offsets, const Tensor& out,
+                        std::source_location loc = std::source_location::current());
 // fp8 GEMM with scales (torch._scaled_mm's operands; DeepSeek-V3's block
 // scaling): C = (A x scale_a) (B x scale_b) for fp8 A (M, K) and B (K, N) --
 // B row-major or, without a copy, the transpose of a row-major (N, K)
@@ -153,6 +160,10 @@ struct ScaledMatmulOptions {
 Tensor scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                      ScaledMatmulOptions opt = {},
                      std::source_location loc = std::source_location::current());
+// The same into the caller's `out`: contiguous (M, N) of opt.out_dtype on a's device.
+void scaled_matmul_out(const Tensor& a, const Tensor& b, const Tensor& scale_a,
+                       const Tensor& scale_b, const Tensor& out, ScaledMatmulOptions opt = {},
+                       std::source_location loc = std::source_location::current());
 std::string scaled_matmul_plan(const Tensor& a, const Tensor& b, const Tensor& scale_a,
                                const Tensor& scale_b, ScaledMatmulOptions opt = {});
 

@@ -100,14 +100,18 @@ void launch(void* function, Dim3 grid, Dim3 block, std::size_t shared_bytes, voi
 struct TensorMapSpec {
   DevicePtr address = 0;
   int element_bytes = 2;
+  // What the elements are, for the TMA's reductions (cp.reduce.async.bulk
+  // adds as the map's data type: float32 bits added as integers are
+  // garbage). Copies move bits and do not care. Integers and fp8: by size.
+  enum class Floating { none, f16, bf16, f32, f64 } floating = Floating::none;
   int rank = 0;
   std::uint64_t dims[5] = {};
   std::uint64_t strides[4] = {};
   std::uint32_t box[5] = {};
   int swizzle_bytes = 0;
   bool operator==(const TensorMapSpec& o) const {
-    if (address != o.address || element_bytes != o.element_bytes || rank != o.rank ||
-        swizzle_bytes != o.swizzle_bytes)
+    if (address != o.address || element_bytes != o.element_bytes || floating != o.floating ||
+        rank != o.rank || swizzle_bytes != o.swizzle_bytes)
       return false;
     for (int i = 0; i < rank; ++i)
       if (dims[i] != o.dims[i] || box[i] != o.box[i] ||
