@@ -10,8 +10,11 @@
 //
 // TFLOP/s = 2.5 x the forward's 4 B H Sq Sk D / time (half when causal).
 // Timing: CUDA events around each call, 5 warm-ups, median of 30; the
-// default (deterministic: a dq kernel of its own) and .dq_atomics. Each case
-// checks 12 rows of dq (first and last batch and head) against float64.
+// default (DqSum::automatic: which form it takes is printed), then each form
+// alone -- DqSum::deterministic (a dq kernel of its own) and DqSum::atomics
+// (dQ tiles added by TMA reductions). Each case checks 12 rows of dq (first
+// and last batch and head) of both forms against float64.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -120,31 +123,38 @@ int main(int argc, char** argv) {
     tx::Tensor Q = make(r.H), K = make(r.Hk), V = make(r.Hk), G = make(r.H);
     tx::ops::AttentionOptions opt{.causal = r.causal};
     auto [O, L] = tx::ops::attention(Q, K, V, opt);
-    auto grads = tx::ops::attention_backward(G, Q, K, V, O, L, opt);
-    const double err = check_dq(r, Q, K, V, G, grads.dq);
+    const bool fused =
+        tx::ops::attention_backward_plan(G, Q, K, V, O, L, opt).find("TMA reductions") !=
+        std::string::npos;
+    tx::ops::AttentionOptions det = opt, atomics = opt;
+    det.dq_sum = tx::ops::DqSum::deterministic;
+    atomics.dq_sum = tx::ops::DqSum::atomics;
+    double err = 0;
+    for (const auto* o : {&det, &atomics}) {
+      auto grads = tx::ops::attention_backward(G, Q, K, V, O, L, *o);
+      err = std::max(err, check_dq(r, Q, K, V, G, grads.dq));
+    }
     if (!(err <= 1.0)) ++bad;
-    const double ms = bench::time_ms([&] { tx::ops::attention_backward(G, Q, K, V, O, L, opt); });
-    // .dq_atomics: one kernel, dQ added by float atomics.
-    tx::ops::AttentionOptions atomics = opt;
-    atomics.dq_atomics = true;
-    const double atomics_ms =
-        bench::time_ms([&] { tx::ops::attention_backward(G, Q, K, V, O, L, atomics); });
+    auto time_with = [&](const tx::ops::AttentionOptions& o) {
+      return bench::time_ms([&] { tx::ops::attention_backward(G, Q, K, V, O, L, o); });
+    };
+    const double ms = time_with(opt), det_ms = time_with(det), atomics_ms = time_with(atomics);
     const double flops =
         2.5 * 4.0 * static_cast<double>(r.B * r.H * r.S * r.S * r.D) * (r.causal ? 0.5 : 1.0);
-    const double tflops = flops / (ms * 1e-3) / 1e12;
-    const double atomics_tflops = flops / (atomics_ms * 1e-3) / 1e12;
+    auto tf = [&](double t) { return flops / (t * 1e-3) / 1e12; };
     std::printf(
-        "%-28s B %3lld H %2lld/%2lld S %5lld D %3lld  %8.4f ms  %6.1f TFLOP/s  (dq atomics "
-        "%6.1f)  dq err %.3g\n",
+        "%-28s B %3lld H %2lld/%2lld S %5lld D %3lld  %8.4f ms  %6.1f TFLOP/s (%s)  "
+        "deterministic %6.1f  atomics %6.1f  dq err %.3g\n",
         r.name.c_str(), static_cast<long long>(r.B), static_cast<long long>(r.H),
         static_cast<long long>(r.Hk), static_cast<long long>(r.S), static_cast<long long>(r.D), ms,
-        tflops, atomics_tflops, err);
+        tf(ms), fused ? "atomics" : "deterministic", tf(det_ms), tf(atomics_ms), err);
     std::fflush(stdout);
     js << (first ? "" : ",\n") << "  {\"name\": \"" << r.name << "\", \"batch\": " << r.B
        << ", \"heads\": " << r.H << ", \"kv_heads\": " << r.Hk << ", \"seq\": " << r.S
        << ", \"head_dim\": " << r.D << ", \"causal\": " << (r.causal ? "true" : "false")
-       << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tflops
-       << ", \"tx_atomics_tflops\": " << atomics_tflops << ", \"tx_err\": " << err << "}";
+       << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tf(ms) << ", \"tx_dq_sum\": \""
+       << (fused ? "atomics" : "deterministic") << "\", \"tx_det_tflops\": " << tf(det_ms)
+       << ", \"tx_atomics_tflops\": " << tf(atomics_ms) << ", \"tx_err\": " << err << "}";
     first = false;
   }
   js << "\n]\n";

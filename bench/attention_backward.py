@@ -73,8 +73,9 @@ def main():
     dev = torch.cuda.get_device_name()
     lines = [f"Attention backward, bf16, TFLOP/s on {dev} (torch {torch.__version__}, "
              f"cuDNN {torch.backends.cudnn.version()})", "",
-             "| case | B | H/Hkv | S | D | tx | tx, dQ by atomics | cuDNN | flash (FA2) | tx/cuDNN | "
-             "tx/flash |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| case | B | H/Hkv | S | D | tx (default: its dQ form) | tx deterministic | "
+             "tx, dQ by TMA reductions | cuDNN | flash (FA2) | tx/cuDNN | tx/flash |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x):
         return "-" if x is None else f"{x:.0f}"
@@ -83,7 +84,8 @@ def main():
         t, c, fl = r.get("tx_tflops"), r.get("cudnn_tflops"), r.get("flash_tflops")
         lines.append(
             f"| {r['name']} | {r['batch']} | {r['heads']}/{r['kv_heads']} | {r['seq']} | "
-            f"{r['head_dim']} | {f(t)} | {f(r.get('tx_atomics_tflops'))} | "
+            f"{r['head_dim']} | {f(t)} ({r.get('tx_dq_sum', '?')}) | "
+            f"{f(r.get('tx_det_tflops'))} | {f(r.get('tx_atomics_tflops'))} | "
             f"{f(c)}{r.get('cudnn_note', '')} | "
             f"{f(fl)}{r.get('flash_note', '')} | "
             f"{'-' if not (t and c) else f'{t / c:.2f}'} | "

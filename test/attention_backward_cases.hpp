@@ -83,7 +83,7 @@ inline double grad_error(const std::vector<double>& want, const std::vector<doub
 struct BackwardCase {
   Fixed f;
   double scale = 0;  // 0: 1 / sqrt(head_dim)
-  bool dq_atomics = false;
+  ops::DqSum dq_sum = ops::DqSum::deterministic;
 };
 
 // Runs tx's forward then backward on a fixed-length batch; the errors of
@@ -99,10 +99,8 @@ inline std::array<double, 3> run_backward(const BackwardCase& bc, std::string* p
   Tensor K = logical(k, f.B, f.Hk, f.Sk, f.D, f.t, f.kv_tokens_major);
   Tensor V = logical(v, f.B, f.Hk, f.Sk, f.D, f.t, f.kv_tokens_major);
   Tensor G = logical(g, f.B, f.H, f.Sq, f.D, f.t, f.q_tokens_major);
-  ops::AttentionOptions opt{.causal = f.causal,
-                            .bottom_right = f.bottom_right,
-                            .scale = bc.scale,
-                            .dq_atomics = bc.dq_atomics};
+  ops::AttentionOptions opt{
+      .causal = f.causal, .bottom_right = f.bottom_right, .scale = bc.scale, .dq_sum = bc.dq_sum};
   auto [O, L] = ops::attention(Q, K, V, opt);
   if (plan) *plan = ops::attention_backward_plan(G, Q, K, V, O, L, opt);
   auto [dQ, dK, dV] = ops::attention_backward(G, Q, K, V, O, L, opt);
@@ -161,7 +159,7 @@ TEST_CASE(
   };
   for (BackwardCase bc : cases)
     for (bool dq_atomics : {false, true}) {
-      bc.dq_atomics = dq_atomics;
+      bc.dq_sum = dq_atomics ? ops::DqSum::atomics : ops::DqSum::deterministic;
       const Fixed& f = bc.f;
       CAPTURE(dq_atomics);
       CAPTURE(f.B);
@@ -205,13 +203,14 @@ TEST_CASE("ops::attention_backward on variable-length batches, with empty sequen
       Tensor G = Tensor::from_doubles(g, {tq, H, D}, bf16, device());
       Tensor CQ = Tensor::from_vector(cq, {nb + 1}, device());
       Tensor CK = Tensor::from_vector(ck, {nb + 1}, device());
-      ops::AttentionOptions opt{.causal = causal,
-                                .bottom_right = causal,
-                                .cu_seqlens_q = &CQ,
-                                .cu_seqlens_k = &CK,
-                                .max_seqlen_q = 130,
-                                .max_seqlen_k = 130,
-                                .dq_atomics = dq_atomics};
+      ops::AttentionOptions opt{
+          .causal = causal,
+          .bottom_right = causal,
+          .cu_seqlens_q = &CQ,
+          .cu_seqlens_k = &CK,
+          .max_seqlen_q = 130,
+          .max_seqlen_k = 130,
+          .dq_sum = dq_atomics ? ops::DqSum::atomics : ops::DqSum::deterministic};
       auto [O, L] = ops::attention(Q, K, V, opt);
       auto [dQ, dK, dV] = ops::attention_backward(G, Q, K, V, O, L, opt);
       std::vector<double> wq(q.size()), wk(k.size()), wv(v.size());
@@ -248,14 +247,14 @@ TEST_CASE("ops::attention_backward on variable-length batches, with empty sequen
     }
 }
 
-TEST_CASE("ops::attention_backward gives the same bits on every run (no atomics by default)") {
+TEST_CASE("ops::attention_backward gives the same bits on every run (DqSum::deterministic)") {
   const std::int64_t B = 1, H = 4, Hk = 1, S = 200, D = 64;
   auto mk = [&](std::int64_t heads, double lo, double hi) {
     return logical(random_values(static_cast<std::size_t>(B * heads * S * D), bf16, lo, hi), B,
                    heads, S, D, bf16, true);
   };
   Tensor Q = mk(H, -2, 2), K = mk(Hk, -2, 2), V = mk(Hk, -1, 1), G = mk(H, -1, 1);
-  ops::AttentionOptions opt{.causal = true};
+  ops::AttentionOptions opt{.causal = true, .dq_sum = ops::DqSum::deterministic};
   auto [O, L] = ops::attention(Q, K, V, opt);
   auto bits = [](const Tensor& x) { return x.contiguous().to_doubles(); };
   auto first = ops::attention_backward(G, Q, K, V, O, L, opt);
@@ -265,6 +264,27 @@ TEST_CASE("ops::attention_backward gives the same bits on every run (no atomics 
     CHECK(bits(again.dk) == bits(first.dk));
     CHECK(bits(again.dv) == bits(first.dv));
   }
+}
+
+TEST_CASE(
+    "ops::attention_backward: DqSum::automatic takes TMA reductions at head_dim 128, long keys") {
+  // The plan only (nothing runs): which dQ form each shape gets.
+  auto plan = [](std::int64_t S, std::int64_t D, bool causal, ops::DqSum sum) {
+    Tensor q = Tensor::empty({1, 1, S, D}, bf16, device());
+    Tensor lse = Tensor::empty({1, 1, S}, f32, device());
+    const ops::AttentionOptions opt{.causal = causal, .dq_sum = sum};
+    return ops::attention_backward_plan(q, q, q, q, q, lse, opt);
+  };
+  auto fused = [](const std::string& p) { return p.find("TMA reductions") != std::string::npos; };
+  using ops::DqSum;
+  CHECK(fused(plan(4096, 128, false, DqSum::automatic)));
+  CHECK(fused(plan(8192, 128, true, DqSum::automatic)));
+  CHECK_FALSE(fused(plan(4096, 128, true, DqSum::automatic)));  // causal 4k: the pair
+  CHECK_FALSE(fused(plan(1024, 128, false, DqSum::automatic)));
+  CHECK_FALSE(fused(plan(16384, 64, false, DqSum::automatic)));  // head_dim 64: the pair
+  CHECK_FALSE(fused(plan(16384, 128, false, DqSum::deterministic)));
+  CHECK(fused(plan(64, 64, false, DqSum::atomics)));
+  CHECK(plan(64, 64, false, DqSum::deterministic).find("deterministic") != std::string::npos);
 }
 
 TEST_CASE("ops::attention_backward: bad input is a tx error naming the operand") {

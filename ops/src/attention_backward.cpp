@@ -21,13 +21,14 @@
 // atomics, the same bits on every run. The price is S and dP computed
 // twice (7 MMAs per block pair instead of 5).
 //
-// .dq_atomics: dsum_kernel (D alone), then dkdv_kernel with dQ too -- each
+// DqSum::atomics: dsum_kernel (D alone), then dkdv_kernel with dQ too -- each
 // consumer adds scale * dS K into an f32 buffer by the atomic_add tile op
 // (at head_dim 128 half of dQ's columns each, from the whole dS in shared
 // memory), then a cast. The tile goes through shared memory and the TMA
 // adds it into dQ (atomic/tma_reduce: one bulk reduction per box, as
 // FlashAttention-3), which replaced one atomic per element (0.45-0.6x the
-// two kernels on an H200, docs/attention.md).
+// two kernels on an H200, docs/attention.md). DqSum::automatic picks one of
+// the two forms per call (dq_by_atomics).
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -765,17 +766,37 @@ std::vector<std::string> detail::attention_backward_cuda(std::int64_t head_dim, 
   return out;
 }
 
+// Whether dQ is summed by TMA reductions in the dk/dv kernel. automatic:
+// measured on an H200 (2026-11-29, docs/attention.md), the fused kernel
+// (5 products per block pair, dQ tiles added by the TMA) beats the
+// deterministic pair (7 products, no atomics) at head_dim 128 once the keys
+// are long -- 1.15x at 16k keys, even at 4k without a mask -- and loses at
+// head_dim 64 (its consumers hold dQ in registers: more spills) and on short
+// or causal 4k keys, where the reductions' traffic outweighs two products.
+static bool dq_by_atomics(const AttentionOptions& opt, const Checked& c) {
+  switch (opt.dq_sum) {
+    case DqSum::deterministic:
+      return false;
+    case DqSum::atomics:
+      return true;
+    case DqSum::automatic:
+      break;
+  }
+  const std::int64_t keys = c.config.varlen ? opt.max_seqlen_k : c.seq_k;
+  return c.config.D == 128 && keys >= (c.config.causal ? 8192 : 4096);
+}
+
 std::string attention_backward_plan(const Tensor& dout, const Tensor& q, const Tensor& k,
                                     const Tensor& v, const Tensor& out, const Tensor& lse,
                                     const AttentionOptions& opt) {
   Backward w = check_backward(dout, q, k, v, out, lse, opt, std::source_location::current());
   const AttnConfig& cf = w.c.config;
   std::string s = std::string(q.device().is_cuda() ? "wgmma" : "host") + ", ";
-  if (!opt.dq_atomics)
+  if (!dq_by_atomics(opt, w.c))
     s += "deterministic (no atomics): dq kernel (128 query rows a CTA, key blocks of " +
          std::to_string(cf.bn) + "), then dk/dv kernel (";
   else
-    s += "D pre-pass, then one kernel for dk, dv and dq (f32 atomics; ";
+    s += "D pre-pass, then one kernel for dk, dv and dq (dQ tiles added by TMA reductions; ";
   s += std::to_string(BK) + " keys a CTA, query blocks of " + std::to_string(BQ) + "), " +
        std::to_string(cf.ctas) + " persistent CTAs";
   if (cf.varlen) s += ", variable lengths (packed tokens)";
@@ -823,9 +844,10 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
   };
   // D = rowsum(dout * out), written by the first kernel, read by the dk/dv one.
   Tensor dsum = Tensor::empty(flat_rows(w.lse).shape(), f32, d);
+  const bool atomics = dq_by_atomics(opt, c);
   // Fused: dQ's float32 accumulator, laid out as dq (zeroed: the kernel adds).
   Tensor acc;
-  if (opt.dq_atomics) {
+  if (atomics) {
     acc = empty_like_layout(c.q, cf.q_heads_major, f32);
     zero(acc);
   }
@@ -839,15 +861,15 @@ AttentionGrads attention_backward(const Tensor& dout, const Tensor& q, const Ten
                                  flat(g.dq, cf.q_heads_major, H),
                                  flat(g.dk, cf.kv_heads_major, HK),
                                  flat(g.dv, cf.kv_heads_major, HK)};
-  if (opt.dq_atomics) tensors.push_back(flat(acc, cf.q_heads_major, H));
+  if (atomics) tensors.push_back(flat(acc, cf.q_heads_major, H));
   std::vector<Kernel::Arg> args(tensors.begin(), tensors.end());
   if (cf.varlen) {
     args.push_back(*opt.cu_seqlens_q);
     args.push_back(*opt.cu_seqlens_k);
   }
   args.insert(args.end(), {Kernel::Arg(B), Kernel::Arg(Sq), Kernel::Arg(Sk)});
-  const BwdConfig bc{.c = cf, .deterministic = !opt.dq_atomics};
-  if (!opt.dq_atomics) {
+  const BwdConfig bc{.c = cf, .deterministic = !atomics};
+  if (!atomics) {
     kernel_for("attention_bwd_dq", bc, d, dq_kernel).launch(args, loc);
     kernel_for("attention_bwd_dkdv", bc, d, dkdv_kernel).launch(args, loc);
     return g;

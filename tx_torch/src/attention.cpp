@@ -44,7 +44,13 @@ std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& q, const at::Tens
     OnDevice on(q);
     tx::ops::AttentionResult r = tx::ops::attention(
         view(q, op, "query"), view(k, op, "key"), view(v, op, "value"),
-        {.causal = is_causal, .bottom_right = bottom_right, .scale = scale.value_or(0.0)});
+        {.causal = is_causal,
+         .bottom_right = bottom_right,
+         .scale = scale.value_or(0.0),
+         // torch.use_deterministic_algorithms(True): the same bits every
+         // run (no TMA reductions into dQ), as PyTorch's own kernels do.
+         .dq_sum = at::globalContext().deterministicAlgorithms() ? tx::ops::DqSum::deterministic
+                                                                 : tx::ops::DqSum::automatic});
     out = to_torch(r.out);
     lse = to_torch(r.lse);
   });
@@ -82,7 +88,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(
     tx::ops::AttentionGrads g = tx::ops::attention_backward(
         view(grad_out, op, "grad_out"), view(q, op, "query"), view(k, op, "key"),
         view(v, op, "value"), view(out, op, "out"), view(lse, op, "lse"),
-        {.causal = is_causal, .bottom_right = bottom_right, .scale = scale.value_or(0.0)});
+        {.causal = is_causal,
+         .bottom_right = bottom_right,
+         .scale = scale.value_or(0.0),
+         // torch.use_deterministic_algorithms(True): the same bits every
+         // run (no TMA reductions into dQ), as PyTorch's own kernels do.
+         .dq_sum = at::globalContext().deterministicAlgorithms() ? tx::ops::DqSum::deterministic
+                                                                 : tx::ops::DqSum::automatic});
     dq = to_torch(g.dq);
     dk = to_torch(g.dk);
     dv = to_torch(g.dv);

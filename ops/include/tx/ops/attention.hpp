@@ -54,6 +54,17 @@
 
 namespace tx::ops {
 
+// How attention_backward sums dQ over the key blocks:
+//   deterministic  a dq kernel of its own (S and dP computed again there):
+//                  each element summed by one thread in a fixed order, the
+//                  same bits on every run;
+//   atomics        one kernel for dk, dv and dq, whose CTAs add their dQ
+//                  tiles into an f32 buffer by TMA reductions (additions in
+//                  whatever order they arrive);
+//   automatic      atomics where they measured faster (head_dim 128 and
+//                  keys from 4096, 8192 when causal), else deterministic.
+enum class DqSum { automatic, deterministic, atomics };
+
 struct AttentionOptions {
   bool causal = false;
   bool bottom_right = false;  // the causal diagonal ends at the last key (see above)
@@ -74,10 +85,9 @@ struct AttentionOptions {
   // (the new tokens of a chunked prefill, already in the cache).
   const Tensor* block_table = nullptr;
   const Tensor* seqused_k = nullptr;
-  // attention_backward only: dQ summed by float atomics inside the dk/dv
-  // kernel rather than by a kernel of its own (not the same bits every run,
-  // and today slower: see attention_backward).
-  bool dq_atomics = false;
+  // attention_backward only: how dQ is summed over the key blocks (see
+  // attention_backward). DqSum::deterministic for the same bits every run.
+  DqSum dq_sum = DqSum::automatic;
 };
 
 struct AttentionResult {
@@ -111,7 +121,7 @@ std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
 //
 // Kernels (ops/src/attention_backward.cpp), in order on q's stream; each
 // gradient element is summed by one thread in a fixed order, so the result
-// is the same bits on every run (deterministic):
+// is the same bits on every run (DqSum::deterministic):
 //   1. dq: a CTA per 128 query rows of a head (as the forward: a producer
 //      warpgroup filling TMA rings, two consumers of 64 rows) -- D =
 //      rowsum(dout * out) for its rows, then over the key blocks S = Q K^T
@@ -123,11 +133,13 @@ std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
 //      Q (wgmma reading the tiles transposed); grouped-query heads summed
 //      in registers.
 // S and dP are computed in both: 7 matrix products per block pair, not 5.
-// With .dq_atomics = true, one kernel does all five (dQ = dS K added by
-// float atomics into an f32 buffer, then converted), after a D pre-pass:
-// not deterministic, and today slower (0.45-0.6x on an H200: an atomic per
-// element; a TMA reduce-add of a shared tile is the next step) --
-// bench/attention_backward times both (docs/attention.md).
+// With DqSum::atomics one kernel does all five after a D pre-pass: each
+// consumer stages its dQ = dS K tile in shared memory and the TMA adds it
+// into an f32 buffer (then converted to q's dtype) -- not the same bits
+// every run. DqSum::automatic (the default) takes it at head_dim 128 when
+// the keys are long (there it measured up to 1.15x faster on an H200),
+// the deterministic pair elsewhere; bench/attention_backward times both
+// (docs/attention.md). attention_backward_plan says which runs.
 struct AttentionGrads {
   Tensor dq, dk, dv;
 };
@@ -148,7 +160,7 @@ namespace detail {
 std::uint64_t attention_kernels_built();
 // Attention backward kernels this process has built.
 std::uint64_t attention_backward_kernels_built();
-// The CUDA of attention_backward's kernels for sm_90a -- the .dq_atomics
+// The CUDA of attention_backward's kernels for sm_90a -- the DqSum::atomics
 // pair (D pre-pass, fused kernel), then the default pair (dq, dk/dv) --
 // as a GPU would get them (132 CTAs), without one: for tests and ptxas.
 std::vector<std::string> attention_backward_cuda(std::int64_t head_dim, std::int64_t heads,
