@@ -52,6 +52,9 @@ TEST_CASE("scaled_matmul's Hopper kernel on the host: block, row and tensor scal
       {.M = 40, .N = 128, .K = 256, .a = ScaleForm::rows, .b = ScaleForm::blocks},
       {.M = 130, .N = 64, .K = 128, .a = ScaleForm::blocks, .b = ScaleForm::tensor, .out = f32},
       {.M = 64, .N = 128, .K = 384, .a = ScaleForm::tensor, .b = ScaleForm::tensor},
+      // torch._scaled_mm's row-wise recipe: per row of A, per column of B
+      // (a partial column tile: N 200).
+      {.M = 150, .N = 200, .K = 256, .a = ScaleForm::rows, .b = ScaleForm::rows},
   };
   for (const Problem& p : problems) {
     CAPTURE(form(p.a));
@@ -64,8 +67,9 @@ TEST_CASE("scaled_matmul's Hopper kernel on the host: block, row and tensor scal
     Tensor C = Tensor::empty({p.M, p.N}, p.out, Device::host());
     C.fill_bits(tx::test::poison_bits(p.out));
     // The kernel's forms: B as (N, K), sb as (nb, kb).
-    const Tensor sb =
-        p.b == ScaleForm::blocks ? in.SB.transpose(0, 1).contiguous() : in.SB.reshape({1});
+    const Tensor sb = p.b == ScaleForm::blocks ? in.SB.transpose(0, 1).contiguous()
+                      : p.b == ScaleForm::rows ? in.SB
+                                               : in.SB.reshape({1});
     k.launch({in.A, in.B.transpose(0, 1), C, in.SA, sb});
     CHECK(error(p, in, C) <= 1.0);
   }

@@ -1,7 +1,7 @@
 // tx::ops::scaled_matmul and tx::ops::quantize_fp8 on the device
 // TX_GROUPED_DEVICE (the host JIT in host_gemm_family, an sm_90 GPU in
-// gpu_gemm_family): every form of the scales (one per tensor, per row, per
-// 1 x 128 / 128 x 128 block) against a float64 product of the scaled fp8
+// gpu_gemm_family): every form of the scales (one per tensor, per row of A /
+// column of B, per 1 x 128 / 128 x 128 block) against a float64 product of the scaled fp8
 // values, partial K blocks and column tiles, bf16 / f32 out; the quantizer
 // against float64; the errors.
 #pragma once
@@ -65,6 +65,9 @@ inline Inputs make_inputs(const Problem& p, const Device& d) {
   if (p.b == ScaleForm::tensor) {
     in.sb = scales(1);
     in.SB = Tensor::from_doubles(in.sb, {1}, f32, d);
+  } else if (p.b == ScaleForm::rows) {  // one per column of B: (1, N)
+    in.sb = scales(static_cast<std::size_t>(p.N));
+    in.SB = Tensor::from_doubles(in.sb, {1, p.N}, f32, d);
   } else {
     // Given as the weights' (N / 128, K / 128) scales, transposed.
     in.sb = scales(static_cast<std::size_t>(KB * NB));
@@ -93,8 +96,9 @@ inline double error(const Problem& p, const Inputs& in, const Tensor& C) {
         const double sa = p.a == ScaleForm::tensor ? in.sa[0]
                           : p.a == ScaleForm::rows ? in.sa[static_cast<std::size_t>(i)]
                                                    : in.sa[static_cast<std::size_t>(i * KB + kb)];
-        const double sb = p.b == ScaleForm::tensor
-                              ? in.sb[0]
+        const double sb = p.b == ScaleForm::tensor ? in.sb[0]
+                          : p.b == ScaleForm::rows
+                              ? in.sb[static_cast<std::size_t>(j)]
                               : in.sb[static_cast<std::size_t>(kb * NB + j / 128)];
         const double x = in.a[static_cast<std::size_t>(i * p.K + k)] * sa *
                          in.b[static_cast<std::size_t>(k * p.N + j)] * sb;
@@ -119,7 +123,7 @@ inline const char* form(ScaleForm f) {
 TEST_CASE("scaled_matmul: every form of the scales against float64 (partial blocks)") {
   using namespace scaledcase;
   for (ScaleForm a : {ScaleForm::tensor, ScaleForm::rows, ScaleForm::blocks})
-    for (ScaleForm b : {ScaleForm::tensor, ScaleForm::blocks}) {
+    for (ScaleForm b : {ScaleForm::tensor, ScaleForm::rows, ScaleForm::blocks}) {
       const Problem p{.M = 70, .N = 136, .K = 336, .a = a, .b = b, .b_nk = a != ScaleForm::rows};
       CAPTURE(form(a));
       CAPTURE(form(b));
@@ -212,7 +216,8 @@ TEST_CASE("scaled_matmul: the errors name the op, the operand and the reason") {
     CHECK_THROWS_WITH_AS(ops::scaled_matmul(x, y, sa, sb), doctest::Contains(what), Error);
   };
   throws(a, b, Tensor::empty({64, 3}, f32, d), one, "one per 1 x 128 block (64, 2)");
-  throws(a, b, one, Tensor::empty({1, 128}, f32, d), "per-column scales of b");
+  throws(a, b, one, Tensor::empty({1, 127}, f32, d), "one per column (1, 128)");
+  throws(a, b, one, Tensor::empty({128, 1}, f32, d), "one per column (1, 128)");
   throws(a, b, Tensor::from_doubles({1.0}, {1}, f64, d), one, "scales are float32");
   throws(Tensor::empty({64, 256}, bf16, d), b, one, one, "float8_e4m3fn / float8_e5m2");
   throws(a, Tensor::empty({128, 128}, f8e4m3, d), one, one, "inner extents differ");

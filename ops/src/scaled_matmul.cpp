@@ -47,14 +47,16 @@ struct ScaledShape {
   std::int64_t kb() const { return (K + kBlock - 1) / kBlock; }
   std::int64_t nb() const { return (N + kBlock - 1) / kBlock; }
   // The scales as the kernels take them: sa (1,), (M, 1) or (M, kb);
-  // sb (1,) or (nb, kb) -- a row of B's blocks per 128 columns, K-major as
-  // B is (N, K).
+  // sb (1,), (1, N) (rows: one per row of B's (N, K) storage, that is per
+  // output column) or (nb, kb) -- a row of B's blocks per 128 columns,
+  // K-major as B is (N, K).
   std::vector<std::int64_t> sa_shape() const {
     if (a_kind == ScaleKind::tensor) return {1};
     return {M, a_kind == ScaleKind::rows ? 1 : kb()};
   }
   std::vector<std::int64_t> sb_shape() const {
     if (b_kind == ScaleKind::tensor) return {1};
+    if (b_kind == ScaleKind::rows) return {1, N};
     return {nb(), kb()};
   }
   std::string key() const {
@@ -119,6 +121,10 @@ PrimFunc hopper_scaled_kernel(const ScaledShape& p, const MatmulTiling& c, std::
           auto total = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN), "total");
           auto out = T::alloc_buffer({64, BN}, p.out_t, scope::local, frag::wgmma_c(64, BN), "out");
           auto factor = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64), "factor");
+          TileBuffer col_scale;  // b's per-column scales of this tile's columns
+          if (p.b_kind == ScaleKind::rows)
+            col_scale =
+                T::alloc_buffer({1, BN}, f32, scope::local, frag::wgmma_col(BN), "col_scale");
           // The next K step's row scales of a, and b's block scale of this
           // step (0) and the next (1).
           auto next = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64), "next");
@@ -174,6 +180,11 @@ PrimFunc hopper_scaled_kernel(const ScaledShape& p, const MatmulTiling& c, std::
                 Tx::warpgroup::mul(total, total, SA(0));
               }
               if (p.b_kind == ScaleKind::tensor) Tx::warpgroup::mul(total, total, SB(0));
+              if (p.b_kind == ScaleKind::rows) {  // broadcast down the rows
+                Tx::warpgroup::copy(col_scale, SB[region({0, 1}, span(bn * BN, BN))],
+                                    {.partial = true});
+                Tx::warpgroup::mul(total, total, col_scale);
+              }
               auto c_tile = C[region(span(first, 64), span(bn * BN, BN))];
               if (p.out_t == f32) {
                 Tx::warpgroup::copy(c_tile, total, {.partial = true});
@@ -220,6 +231,7 @@ PrimFunc simt_scaled_kernel(const ScaledShape& p) {
                             if (p.a_kind == ScaleKind::rows) total = total * SA(i, 0);
                             if (p.a_kind == ScaleKind::tensor) total = total * SA(0);
                             if (p.b_kind == ScaleKind::tensor) total = total * SB(0);
+                            if (p.b_kind == ScaleKind::rows) total = total * SB(0, j);
                             C(i, j) = cast(total, p.out_t);
                           });
                         });
@@ -290,13 +302,17 @@ ScaledShape check(const Tensor& a, const Tensor& b, const Tensor& sa, const Tens
   const auto& s2 = sb.shape();
   if (sb.numel() == 1)
     p.b_kind = ScaleKind::tensor;
+  else if (s2.size() == 2 && s2[0] == 1 && s2[1] == p.N)
+    p.b_kind = ScaleKind::rows;  // one per column of b (per row of its (N, K) storage)
   else if (s2.size() == 2 && s2[0] == KB && s2[1] == p.nb())
     p.b_kind = ScaleKind::blocks;
   else
     fail(kOp, "scale_b", loc,
-         "shape " + shape_str(s2) + ": one scale (1,) or one per 128 x 128 block (" +
-             std::to_string(KB) + ", " + std::to_string(p.nb()) +
-             ") (per-column scales of b are not supported yet)");
+         "shape " + shape_str(s2) + ": one scale (1,), one per column (1, " + std::to_string(p.N) +
+             "), or one per 128 x 128 block (" + std::to_string(KB) + ", " +
+             std::to_string(p.nb()) + ")");
+  if (p.b_kind == ScaleKind::rows && !sb.is_contiguous())
+    fail(kOp, "scale_b", loc, "a strided view: pass .contiguous()");
   if (p.a_kind == ScaleKind::rows && !sa.is_contiguous())
     fail(kOp, "scale_a", loc, "a strided view: pass .contiguous()");
   if (p.a_kind == ScaleKind::blocks && !sa.is_contiguous())
@@ -329,9 +345,6 @@ PrimFunc scaled_matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DT
            : f == ScaleForm::rows ? ScaleKind::rows
                                   : ScaleKind::blocks;
   };
-  if (b_scales == ScaleForm::rows)
-    fail("tx.ops.detail.scaled_matmul_kernel", "b_scales", {},
-         "per-column scales of b are not supported yet");
   const ScaledShape p{M, N, K, t, out_t, kind(a_scales), kind(b_scales)};
   if (simt) return simt_scaled_kernel(p);
   return hopper_scaled_kernel(p, scaled_matmul_tiling(M), ctas);
@@ -380,8 +393,9 @@ void scaled_matmul_out(const Tensor& a, const Tensor& b, const Tensor& scale_a,
   // The kernels read B as (N, K) and sb as (nb, kb): B^T's storage as
   // given, or a transposed copy; sb given (kb, nb) is transposed (small).
   const Tensor bk = transposed_rows(b) ? b.transpose(0, 1) : b.transpose(0, 1).contiguous();
-  const Tensor sbk =
-      p.b_kind == ScaleKind::blocks ? scale_b.transpose(0, 1).contiguous() : scale_b.reshape({1});
+  const Tensor sbk = p.b_kind == ScaleKind::blocks ? scale_b.transpose(0, 1).contiguous()
+                     : p.b_kind == ScaleKind::rows ? scale_b
+                                                   : scale_b.reshape({1});
   const Tensor sak = p.a_kind == ScaleKind::tensor ? scale_a.reshape({1}) : scale_a;
   k.launch({a, bk, c, sak, sbk}, loc);
 }

@@ -406,9 +406,13 @@ def test_scaled_matmul(scales, device, seed):
         wq = w.to(torch.float8_e4m3fn)
         xs = (torch.rand(m, 1, device=device) + 0.5) if scales == "rows" else torch.tensor(
             [0.75], device=device)
-        sb = torch.tensor([1.25], device=device)
-        sa_full = xs.expand(m, k) if scales == "rows" else xs.expand(m, k)
-        sb_full = sb.expand(n, k)
+        sa_full = xs.expand(m, k)
+        if scales == "rows":  # torch._scaled_mm's row-wise recipe: b per column, (1, N)
+            sb = torch.rand(1, n, device=device) + 0.5
+            sb_full = sb.t().expand(n, k)
+        else:
+            sb = torch.tensor([1.25], device=device)
+            sb_full = sb.expand(n, k)
     got = tx.scaled_matmul(xq, wq.t(), xs, sb)
     assert got.dtype == torch.bfloat16 and got.shape == (m, n)
     want = (xq.double() * sa_full.double()) @ (wq.double() * sb_full.double()).t()

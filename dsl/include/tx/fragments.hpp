@@ -173,6 +173,21 @@ inline TileLayout wgmma_row(std::int64_t m) {
                     R({4}, {1 * laneid}));
 }
 
+// A per-column vector of the warpgroup accumulator frag::wgmma_c(m, n): a
+// (1, n) tile whose column c lives in the threads that hold column c of the
+// accumulator (lane % 4 picks the column pair of each 8-column block),
+// copied in every warp and every quad row. Per-column factors of an
+// epilogue (a scale per output column: torch._scaled_mm's row-wise recipe,
+// a bias) are loaded here and broadcast down the rows by an elementwise op
+// (Tx::warpgroup::mul(C, C, col_scale)). Registers: n / 4 per thread.
+inline TileLayout wgmma_col(std::int64_t n) {
+  detail::check_multiple(n, 8, "wgmma_col", "n");
+  if (n > 256)
+    fail("tx::frag::wgmma_col", "", {}, "n = " + std::to_string(n) + " exceeds wgmma's 256");
+  return TileLayout(S({1, n / 8, 4, 2}, {1, 2, 1 * laneid, 1}),
+                    R({4, 8}, {1 * wid_in_wg, 4 * laneid}));
+}
+
 // The A operand of warpgroup MMA from registers (wgmma's register-A form)
 // for an (m, k) tile of dtype t held by a warpgroup: m % 64 == 0, k a
 // multiple of the instruction's K (16 for f16 / bf16, 32 for fp8). Warp w

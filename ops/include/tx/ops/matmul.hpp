@@ -141,14 +141,14 @@ void grouped_matmul_out(const Tensor& a, const Tensor& b, const Tensor& offsets,
 // tensor -- rounded once to out_dtype (bf16 by default; f16, f32).
 //   scale_a: f32, one for A (any shape of one element), one per row (M, 1),
 //            or one per 1 x 128 block of a row (M, ceil(K / 128));
-//   scale_b: f32, one for B, or one per 128 x 128 block (ceil(K / 128),
-//            ceil(N / 128)) (any strides: a transposed view of the weights'
-//            (N / 128, K / 128) scales is fine). Per-column scales of B are
-//            not supported yet (a tx error).
+//   scale_b: f32, one for B, one per column (1, N) (with scale_a (M, 1):
+//            torch._scaled_mm's row-wise recipe), or one per 128 x 128 block
+//            (ceil(K / 128), ceil(N / 128)) (any strides: a transposed view
+//            of the weights' (N / 128, K / 128) scales is fine).
 // Block scales change along K, so each 128-deep K step's partial product is
 // multiplied by its factors before it joins the f32 total (in the Hopper
 // kernel: a fresh accumulator per step, as matmul's fp8 promotion); one-per-
-// tensor and per-row scales multiply the total once. On sm_90 the Hopper
+// tensor, per-row and per-column scales multiply the total once. On sm_90 the Hopper
 // kernel (tiles 128 x 128 x 128, 64-row tiles for M <= 64); elsewhere a SIMT
 // kernel with the same order of sums (a warning on a GPU).
 //
@@ -229,8 +229,9 @@ PrimFunc grouped_matmul_simt(std::int64_t E, std::int64_t N, std::int64_t K, DTy
 const MatmulTiling& grouped_matmul_tiling(DType t, bool small_experts, std::int64_t N = 256);
 
 // scaled_matmul's kernels: parameters (a (M, K), b (N, K), c (M, N),
-// scale_a, scale_b as the kernel reads them: (1,), (M, 1) or (M, kb); (1,)
-// or (nb, kb)). The Hopper kernel on `ctas` persistent CTAs, or the SIMT one.
+// scale_a, scale_b as the kernel reads them: (1,), (M, 1) or (M, kb); (1,),
+// (1, N) (b_scales rows: one per column of the product) or (nb, kb)). The
+// Hopper kernel on `ctas` persistent CTAs, or the SIMT one.
 enum class ScaleForm { tensor, rows, blocks };
 PrimFunc scaled_matmul_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t, DType out_t,
                               ScaleForm a_scales, ScaleForm b_scales, bool simt,
