@@ -879,6 +879,11 @@ TEST_CASE("ops::scaled_matmul's Hopper kernel lowers for sm_90a and builds as cu
     CHECK(runtime::nvrtc_compile(cuda, "quantize.cu", "sm_90a", runtime::NvrtcTarget::cubin)
               .cubin.size() > 4);
   }
+  // ... and the CTA-per-block kernel of a weight's 128 x 128 blocks.
+  auto w = lower90(ops::detail::quantize_fp8_tiles_kernel(300, 200, bf16, f8e4m3, 128, 128));
+  CHECK(runtime::nvrtc_compile(lowering::codegen_cuda(w), "quantize_tiles.cu", "sm_90a",
+                               runtime::NvrtcTarget::cubin)
+            .cubin.size() > 4);
 }
 
 TEST_CASE("atomic_add of a shared tile: atomic/tma_reduce on sm_90a, atomic/fallback on the host") {

@@ -17,6 +17,7 @@
 // applied once, to the total. The output is rounded once to out_dtype.
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #include "hopper_mainloop.hpp"
 #include "special_ops.hpp"
@@ -458,6 +459,8 @@ void check_quantize(const Tensor& x, const QuantizeFp8Options& opt, SourceLoc lo
   if (opt.dtype != f8e4m3 && opt.dtype != f8e5m2)
     fail(op, "dtype", loc, opt.dtype.name() + ": the result is float8_e4m3fn or float8_e5m2");
   if (opt.block < 1) fail(op, "block", loc, std::to_string(opt.block) + ": a block has columns");
+  if (opt.block_rows < 1)
+    fail(op, "block_rows", loc, std::to_string(opt.block_rows) + ": a block has rows");
 }
 // The row kernel for blocks of 128 columns when K % 128 == 0: a warp per
 // block, lane i holding its elements [4 i, 4 i + 4) (one 8-byte load of
@@ -500,6 +503,52 @@ PrimFunc quantize_rows_kernel(std::int64_t blocks, DType in_t, DType out_t) {
   });
 }
 
+// Blocks of several rows (a weight's 128 x 128): a CTA of 256 threads per
+// block. Each thread takes the block's elements t, t + 256, ... (row-major
+// within the block: consecutive threads on consecutive columns), folds
+// their |x| into its own maximum, and leaves it in shared memory; thread 0
+// takes the largest of the 256 and publishes the scale; then every thread
+// divides its elements by it. The scale is computed as quantize_kernel's
+// (the same bits for a block of one row).
+PrimFunc quantize_tiles_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
+                               std::int64_t br, std::int64_t bc) {
+  const std::int64_t MB = (M + br - 1) / br, KB = (K + bc - 1) / bc, per = (br * bc + 255) / 256;
+  const double fp8_max = out_t == f8e4m3 ? 448.0 : 57344.0;
+  return T::prim_func("quantize_fp8_tiles_" + in_t.short_name(), [&](Handle x, Handle q, Handle s) {
+    auto X = T::match_buffer(x, {M, K}, in_t);
+    auto Q = T::match_buffer(q, {M, K}, out_t);
+    auto Sc = T::match_buffer(s, {MB, KB}, f32);
+    T::device_entry();
+    auto cta = T::cta_id({MB * KB});
+    auto tid = T::thread_id({256});
+    auto ib = T::let(cta / KB, "ib"), kb = T::let(cta % KB, "kb");
+    auto mine = T::alloc_buffer({1}, f32, scope::local);
+    auto maxima = T::alloc_buffer({256}, f32, scope::shared);
+    auto published = T::alloc_buffer({1}, f32, scope::shared);
+    // Element e of this thread: (row, col) of the block, and whether it is in x.
+    auto each = [&](const std::function<void(const Expr& i, const Expr& k)>& body) {
+      for (Var e : T::serial(per, "e")) {
+        auto flat = T::let(tid + e * 256, "flat");
+        auto i = T::let(ib * br + flat / bc, "i"), k = T::let(kb * bc + flat % bc, "k");
+        T::if_(flat < br * bc && i < M && k < K, [&] { body(i, k); });
+      }
+    };
+    mine(0) = 1e-12f;
+    each([&](const Expr& i, const Expr& k) { mine(0) = max(mine(0), abs(cast(X(i, k), f32))); });
+    maxima(tid) = mine(0);
+    T::cuda::cta_sync();
+    T::if_(tid == 0, [&] {
+      for (Var j : T::serial(255, "j")) mine(0) = max(mine(0), maxima(j + 1));
+      auto scale = T::let(mine(0) / static_cast<float>(fp8_max), "scale");
+      published(0) = scale;
+      Sc(ib, kb) = scale;
+    });
+    T::cuda::cta_sync();
+    auto inv = T::let(1.0f / published(0), "inv");
+    each([&](const Expr& i, const Expr& k) { Q(i, k) = cast(cast(X(i, k), f32) * inv, out_t); });
+  });
+}
+
 }  // namespace
 
 namespace detail {
@@ -508,6 +557,10 @@ PrimFunc quantize_fp8_kernel(std::int64_t M, std::int64_t K, DType in_t, DType o
   if (block == 128 && K % 128 == 0) return quantize_rows_kernel(M * K / 128, in_t, out_t);
   return quantize_kernel(M, K, in_t, out_t, block);
 }
+PrimFunc quantize_fp8_tiles_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
+                                   std::int64_t block_rows, std::int64_t block) {
+  return quantize_tiles_kernel(M, K, in_t, out_t, block_rows, block);
+}
 }  // namespace detail
 
 void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
@@ -515,9 +568,10 @@ void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
   const char* op = "tx.ops.quantize_fp8";
   check_quantize(x, opt, loc);
   const std::int64_t M = x.shape()[0], K = x.shape()[1], KB = (K + opt.block - 1) / opt.block;
+  const std::int64_t MB = (M + opt.block_rows - 1) / opt.block_rows;
   for (auto [y, name, dt, shape] :
        {std::tuple{&data, "data", opt.dtype, std::vector<std::int64_t>{M, K}},
-        std::tuple{&scale, "scale", f32, std::vector<std::int64_t>{M, KB}}}) {
+        std::tuple{&scale, "scale", f32, std::vector<std::int64_t>{MB, KB}}}) {
     if (!y->defined() || y->dtype() != dt || y->shape() != shape || !y->is_contiguous() ||
         !(y->device() == x.device()))
       fail(op, name, loc,
@@ -526,9 +580,18 @@ void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
   }
   if (M == 0 || K == 0) return;
   char key[160];
-  std::snprintf(key, sizeof key, "quantize_fp8|%s|%s|%lldx%lld|b%lld|%s", x.dtype().name().c_str(),
-                opt.dtype.name().c_str(), static_cast<long long>(M), static_cast<long long>(K),
+  std::snprintf(key, sizeof key, "quantize_fp8|%s|%s|%lldx%lld|b%lldx%lld|%s",
+                x.dtype().name().c_str(), opt.dtype.name().c_str(), static_cast<long long>(M),
+                static_cast<long long>(K), static_cast<long long>(opt.block_rows),
                 static_cast<long long>(opt.block), x.device().str().c_str());
+  if (opt.block_rows > 1) {  // a CTA per block
+    detail::special_cached(key, [&] {
+      return compile(
+          detail::quantize_fp8_tiles_kernel(M, K, x.dtype(), opt.dtype, opt.block_rows, opt.block),
+          {.device = x.device()});
+    }).launch({x, data, scale}, loc);
+    return;
+  }
   // Blocks of 128 whole columns: the warp-per-block row kernel.
   const bool rows = opt.block == 128 && K % 128 == 0;
   Kernel k = detail::special_cached(std::string(key) + (rows ? "|rows" : ""), [&] {
@@ -545,8 +608,9 @@ void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
 Fp8Quantized quantize_fp8(const Tensor& x, QuantizeFp8Options opt, SourceLoc loc) {
   check_quantize(x, opt, loc);
   const std::int64_t M = x.shape()[0], K = x.shape()[1], KB = (K + opt.block - 1) / opt.block;
+  const std::int64_t MB = (M + opt.block_rows - 1) / opt.block_rows;
   Fp8Quantized r{Tensor::empty({M, K}, opt.dtype, x.device()),
-                 Tensor::empty({M, KB}, f32, x.device())};
+                 Tensor::empty({MB, KB}, f32, x.device())};
   quantize_fp8_out(x, r.data, r.scale, opt, loc);
   return r;
 }

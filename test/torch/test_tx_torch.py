@@ -432,6 +432,19 @@ def test_scaled_matmul_opcheck(device):
                           test_utils=("test_faketensor", "test_autograd_registration"))
 
 
+def test_quantize_fp8_weight_blocks(device, seed):
+    # 128 x 128 blocks (block_rows): one scale per block, the data within fp8's rounding.
+    w = signed((200, 300), torch.float32, device) * 5
+    q, s = tx.quantize_fp8(w, block_rows=128)
+    assert q.dtype == torch.float8_e4m3fn and s.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            blk = w[128 * i:128 * (i + 1), 128 * j:128 * (j + 1)]
+            torch.testing.assert_close(s[i, j], blk.abs().max() / 448.0, rtol=1e-6, atol=0)
+            back = q[128 * i:128 * (i + 1), 128 * j:128 * (j + 1)].float() * s[i, j]
+            torch.testing.assert_close(back, blk, rtol=2 ** -4, atol=1e-3 * blk.abs().max().item())
+
+
 def test_quantize_fp8(device, seed):
     x = signed((6, 300), torch.bfloat16, device) * 20
     q, s = tx.quantize_fp8(x)

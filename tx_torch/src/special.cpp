@@ -14,8 +14,9 @@
 //   grouped_matmul(Tensor self, Tensor other, Tensor offs) -> Tensor
 //   scaled_matmul(Tensor self, Tensor other, Tensor scale_a, Tensor scale_b,
 //                 ScalarType? out_dtype=None) -> Tensor   (fp8; torch._scaled_mm's
-//                 scales: one, per row of self, or 1x128 / 128x128 blocks)
-//   quantize_fp8(Tensor self, int block=128, ScalarType? dtype=None) -> (Tensor, Tensor)
+//                 scales: one, per row of self / column of other, or 1x128 / 128x128 blocks)
+//   quantize_fp8(Tensor self, int block=128, ScalarType? dtype=None, int block_rows=1)
+//       -> (Tensor, Tensor)   (block_rows 128: a weight's 128 x 128 blocks)
 //       (self (T, K) sorted by expert, other (E, K, N), offs int32 (E,) cumulative row
 //        ends: torch._grouped_mm's operands)
 //   rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size,
@@ -347,29 +348,35 @@ at::Tensor scaled_matmul_meta(const at::Tensor& self, const at::Tensor& other, c
 }
 
 std::tuple<at::Tensor, at::Tensor> quantize_fp8(const at::Tensor& self, int64_t block,
-                                                std::optional<at::ScalarType> dtype) {
+                                                std::optional<at::ScalarType> dtype,
+                                                int64_t block_rows) {
   const char* op = "tx::quantize_fp8";
   at::Tensor x = self.contiguous();
-  TORCH_CHECK(x.dim() == 2 && block >= 1, op, ": rows of a 2-D tensor, block >= 1");
+  TORCH_CHECK(x.dim() == 2 && block >= 1 && block_rows >= 1, op,
+              ": rows of a 2-D tensor, block >= 1, block_rows >= 1");
   // Into torch's tensors (DLPack has no fp8 type code to hand tx's back).
   at::Tensor q = at::empty(x.sizes(), x.options().dtype(dtype.value_or(at::kFloat8_e4m3fn)));
   at::Tensor s =
-      at::empty({x.size(0), (x.size(1) + block - 1) / block}, x.options().dtype(at::kFloat));
+      at::empty({(x.size(0) + block_rows - 1) / block_rows, (x.size(1) + block - 1) / block},
+                x.options().dtype(at::kFloat));
   call(op, [&] {
     OnDevice on(x);
-    tx::ops::QuantizeFp8Options o{.block = block};
+    tx::ops::QuantizeFp8Options o{.block = block, .block_rows = block_rows};
     if (dtype) o.dtype = tx_dtype(*dtype, op, "dtype");
     tx::ops::quantize_fp8_out(view(x, op, "self"), view(q, op, "data"), view(s, op, "scale"), o);
   });
   return {q, s};
 }
 std::tuple<at::Tensor, at::Tensor> quantize_fp8_meta(const at::Tensor& self, int64_t block,
-                                                     std::optional<at::ScalarType> dtype) {
-  TORCH_CHECK(self.dim() == 2 && block >= 1, "tx::quantize_fp8: rows of a 2-D tensor, block >= 1");
+                                                     std::optional<at::ScalarType> dtype,
+                                                     int64_t block_rows) {
+  TORCH_CHECK(self.dim() == 2 && block >= 1 && block_rows >= 1,
+              "tx::quantize_fp8: rows of a 2-D tensor, block >= 1, block_rows >= 1");
   auto blocks = (self.sym_size(1) + block - 1) / block;
+  auto row_blocks = (self.sym_size(0) + block_rows - 1) / block_rows;
   return {
       at::empty_symint(self.sym_sizes(), self.options().dtype(dtype.value_or(at::kFloat8_e4m3fn))),
-      at::empty_symint({self.sym_size(0), blocks}, self.options().dtype(at::kFloat))};
+      at::empty_symint({row_blocks, blocks}, self.options().dtype(at::kFloat))};
 }
 
 // ------------------------------------------------------------------ rope
@@ -556,7 +563,9 @@ TORCH_LIBRARY_FRAGMENT(tx, m) {
   m.def(
       "scaled_matmul(Tensor self, Tensor other, Tensor scale_a, Tensor scale_b, ScalarType? "
       "out_dtype=None) -> Tensor");
-  m.def("quantize_fp8(Tensor self, int block=128, ScalarType? dtype=None) -> (Tensor, Tensor)");
+  m.def(
+      "quantize_fp8(Tensor self, int block=128, ScalarType? dtype=None, int block_rows=1) -> "
+      "(Tensor, Tensor)");
   m.def(
       "rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
       "Tensor cos_sin_cache, bool is_neox=True) -> ()");

@@ -167,22 +167,26 @@ void scaled_matmul_out(const Tensor& a, const Tensor& b, const Tensor& scale_a,
 std::string scaled_matmul_plan(const Tensor& a, const Tensor& b, const Tensor& scale_a,
                                const Tensor& scale_b, ScaledMatmulOptions opt = {});
 
-// Rows of x (M, K) (f32 / f16 / bf16) quantized to fp8 in blocks of `block`
-// columns: scale[i, j] = max |x[i, block j ..]| / the fp8 maximum (448 for
-// e4m3, 57344 for e5m2; at least 1e-12 / that), data = x / scale rounded to
-// fp8 -- the activations' scales of scaled_matmul (1 x 128 blocks).
+// x (M, K) (f32 / f16 / bf16) quantized to fp8 in blocks of `block_rows` x
+// `block` elements: scale[i, j] = max |x| over block (i, j) / the fp8
+// maximum (448 for e4m3, 57344 for e5m2; at least 1e-12 / that), data = x /
+// its block's scale rounded to fp8. Blocks of 1 x 128 (the default) are the
+// activations' scales of scaled_matmul; 128 x 128 blocks of a weight W
+// (N, K) are B = W^T's: scaled_matmul(xq, wq.transpose(0, 1), xs,
+// ws.transpose(0, 1)).
 struct QuantizeFp8Options {
-  std::int64_t block = 128;
+  std::int64_t block = 128;     // columns per block
+  std::int64_t block_rows = 1;  // rows per block
   DType dtype = f8e4m3;
 };
 struct Fp8Quantized {
   Tensor data;   // (M, K) fp8
-  Tensor scale;  // (M, ceil(K / block)) f32
+  Tensor scale;  // (ceil(M / block_rows), ceil(K / block)) f32
 };
 Fp8Quantized quantize_fp8(const Tensor& x, QuantizeFp8Options opt = {},
                           std::source_location loc = std::source_location::current());
 // The same into the caller's tensors: data (M, K) of opt.dtype, scale
-// (M, ceil(K / block)) f32, contiguous, on x's device.
+// (ceil(M / block_rows), ceil(K / block)) f32, contiguous, on x's device.
 void quantize_fp8_out(const Tensor& x, const Tensor& data, const Tensor& scale,
                       QuantizeFp8Options opt = {},
                       std::source_location loc = std::source_location::current());
@@ -242,6 +246,10 @@ const MatmulTiling& scaled_matmul_tiling(std::int64_t M);
 // the thread-per-block one (x (M, K), data (M, K), scale (M, ceil(K / block))).
 PrimFunc quantize_fp8_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
                              std::int64_t block = 128);
+// quantize_fp8's kernel for blocks of several rows: a CTA per block (x (M,
+// K), data (M, K), scale (ceil(M / block_rows), ceil(K / block))).
+PrimFunc quantize_fp8_tiles_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
+                                   std::int64_t block_rows, std::int64_t block);
 
 // The float32 / float64 kernel (64 x 64 tiles of C, K in steps of 16 through
 // shared memory; any shape).
