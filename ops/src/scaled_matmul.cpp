@@ -413,6 +413,9 @@ Tensor scaled_matmul(const Tensor& a, const Tensor& b, const Tensor& scale_a, co
 
 namespace {
 
+// The largest finite value of an fp8 type: a block's amax maps to it.
+double fp8_largest(DType t) { return t == f8e4m3 ? 448.0 : 57344.0; }
+
 // One thread per (row, block of `block` columns) -- any block and K; the
 // row kernel below takes blocks of 128 whole columns: the block's largest
 // |x|, its scale amax / the fp8 maximum (448 for e4m3, 57344 for e5m2), and
@@ -421,7 +424,7 @@ namespace {
 PrimFunc quantize_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
                          std::int64_t block) {
   const std::int64_t KB = (K + block - 1) / block;
-  const double fp8_max = out_t == f8e4m3 ? 448.0 : 57344.0;
+  const double fp8_max = fp8_largest(out_t);
   return T::prim_func("quantize_fp8_" + in_t.short_name(), [&](Handle x, Handle q, Handle s) {
     auto X = T::match_buffer(x, {M, K}, in_t);
     auto Q = T::match_buffer(q, {M, K}, out_t);
@@ -468,7 +471,7 @@ void check_quantize(const Tensor& x, const QuantizeFp8Options& opt, SourceLoc lo
 // into every lane, then the same arithmetic as quantize_kernel -- the same
 // bits -- and 4-byte stores of the fp8 data. Buffers as (blocks, 32, 4).
 PrimFunc quantize_rows_kernel(std::int64_t blocks, DType in_t, DType out_t) {
-  const double fp8_max = out_t == f8e4m3 ? 448.0 : 57344.0;
+  const double fp8_max = fp8_largest(out_t);
   const auto lane_rows = TileLayout(S({32, 4}, {1 * laneid, 1}));  // lane i: row i
   const auto every_lane = TileLayout(S({1}), R({32}, {1 * laneid}));
   return T::prim_func("quantize_fp8_rows_" + in_t.short_name(), [&](Handle x, Handle q, Handle s) {
@@ -513,7 +516,7 @@ PrimFunc quantize_rows_kernel(std::int64_t blocks, DType in_t, DType out_t) {
 PrimFunc quantize_tiles_kernel(std::int64_t M, std::int64_t K, DType in_t, DType out_t,
                                std::int64_t br, std::int64_t bc) {
   const std::int64_t MB = (M + br - 1) / br, KB = (K + bc - 1) / bc, per = (br * bc + 255) / 256;
-  const double fp8_max = out_t == f8e4m3 ? 448.0 : 57344.0;
+  const double fp8_max = fp8_largest(out_t);
   return T::prim_func("quantize_fp8_tiles_" + in_t.short_name(), [&](Handle x, Handle q, Handle s) {
     auto X = T::match_buffer(x, {M, K}, in_t);
     auto Q = T::match_buffer(q, {M, K}, out_t);
