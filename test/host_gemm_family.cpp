@@ -24,6 +24,9 @@ TEST_CASE("grouped_matmul's Hopper kernel on the host: tilings, b layouts, fp8, 
       {{.N = 128, .K = 128, .rows = {0, 190, 0}, .extra = 2, .t = f16, .b_nk = true}, true, 2},
       // fp8 (b K-major), promotion per 128-deep step, f32 out.
       {{.N = 136, .K = 256, .rows = {70, 0, 60}, .extra = 3, .t = f8e4m3, .b_nk = true}, false, 2},
+      // 12 row tiles of 64 (groups of 8 and 4 in the item order) by 2 column
+      // tiles, 3 CTAs over 8 rounds: every item once, groups across experts.
+      {{.N = 264, .K = 96, .rows = {200, 300, 0, 130}, .extra = 4}, true, 3},
   };
   for (const Run& r : runs) {
     CAPTURE(r.p.t.name());
