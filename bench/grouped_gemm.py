@@ -23,9 +23,10 @@ offs int32 cumulative ends. TFLOP/s = 2 T K N / time (rows actually routed).
 
 Scaled fp8 (e4m3, bf16 out): tx::ops::scaled_matmul with DeepSeek-V3's block
 scales (1 x 128 for A, 128 x 128 for B) against the same call with one
-scale per tensor, torch._scaled_mm with one scale per tensor (cuBLAS), and
-torch._scaled_mm with block scales where this torch offers them on this GPU
-(else the row says why), at 4096^3, 8192^3 and DeepSeek-V3's projections
+scale per tensor and with per-row / per-column scales, tx's ops::matmul on
+the same operands (f32 out, no scales: the same main loop), torch._scaled_mm
+with one scale per tensor and row-wise (cuBLAS), and torch._scaled_mm with
+block scales where this torch offers them on this GPU (else the row says why), at 4096^3, 8192^3 and DeepSeek-V3's projections
 (M 4096: (N, K) = (7168, 2048), (2048, 7168), (24576, 1536)); B stored (N, K)
 and passed transposed. Same alternating rounds.
 Writes OUT_PREFIX.json and OUT_PREFIX.md.
@@ -142,12 +143,21 @@ def scaled_case(M, N, K):
         w.double() * sb.t().repeat_interleave(128, 0)[:N].repeat_interleave(128, 1)[:, :K].double()).t()
     got = TX_SCALED(a, b, sa, sb)[:64].double()
     row["tx_blocks_rel_err"] = ((got - ref).norm() / ref.norm()).item()
+    sa_rows = torch.rand(M, 1, device=DEV) + 0.5  # torch._scaled_mm's row-wise recipe
+    sb_cols = torch.rand(1, N, device=DEV) + 0.5
     impls = {"tx_blocks": lambda: TX_SCALED(a, b, sa, sb),
              "tx_tensor": lambda: TX_SCALED(a, b, one, one),
-             "torch_tensor": lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16)}
+             "tx_rowwise": lambda: TX_SCALED(a, b, sa_rows, sb_cols),
+             # tx's ops::matmul on the same fp8 operands (f32 out, no scales): the
+             # same main loop as scaled_matmul's, for the gap between the two.
+             "tx_matmul": lambda: torch.ops.tx.matmul(a, b),
+             "torch_tensor": lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16),
+             "torch_rowwise": lambda: torch._scaled_mm(a, b, sa_rows, sb_cols,
+                                                       out_dtype=torch.bfloat16)}
     if SMOKE:  # torch._scaled_mm is CUDA's
-        impls.pop("torch_tensor")
-        row["torch_tensor_tflops"] = float("nan")
+        for k in ("torch_tensor", "torch_rowwise"):
+            impls.pop(k)
+            row[k + "_tflops"] = float("nan")
     try:  # block-scaled cuBLAS, where this torch and GPU have it
         torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
         impls["torch_blocks"] = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)
@@ -195,16 +205,20 @@ def main():
         for k, v in errs.items():
             md.write("\ntorch._grouped_mm on %s: %s\n" % (k, v))
         md.write("\nfp8 e4m3 with scales, bf16 out, TFLOP/s (alternating rounds)\n\n"
-                 "| (M, N, K) | tx blocks | tx tensor-wise | torch._scaled_mm tensor-wise "
-                 "| torch._scaled_mm blocks | tx blocks / tx tensor-wise | tx blocks / torch blocks "
-                 "| tx blocks rel. error |\n|---|---|---|---|---|---|---|---|\n")
+                 "| (M, N, K) | tx blocks | tx tensor-wise | tx row-wise | tx matmul (f32 out) "
+                 "| torch._scaled_mm tensor-wise | torch._scaled_mm row-wise "
+                 "| torch._scaled_mm blocks | tx blocks / tx tensor-wise "
+                 "| tx row-wise / torch row-wise | tx blocks rel. error |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|---|\n")
         for r in scaled:
             tb = r.get("torch_blocks_tflops", nan)
-            md.write("| %s | %.1f | %.1f | %.1f | %s | %.3f | %.3f | %.1e |\n"
+            md.write("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.3f | %.3f | %.1e |\n"
                      % (tuple(r["shape"]), r["tx_blocks_tflops"], r["tx_tensor_tflops"],
-                        r["torch_tensor_tflops"],
+                        r["tx_rowwise_tflops"], r["tx_matmul_tflops"], r["torch_tensor_tflops"],
+                        r["torch_rowwise_tflops"],
                         "%.1f" % tb if tb == tb else "n/a (%s)" % r.get("torch_blocks_error", ""),
-                        r["tx_blocks_tflops"] / r["tx_tensor_tflops"], r["tx_blocks_tflops"] / tb,
+                        r["tx_blocks_tflops"] / r["tx_tensor_tflops"],
+                        r["tx_rowwise_tflops"] / r["torch_rowwise_tflops"],
                         r["tx_blocks_rel_err"]))
     print(open(prefix + ".md").read())
 
