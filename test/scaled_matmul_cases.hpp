@@ -114,6 +114,26 @@ inline double error(const Problem& p, const Inputs& in, const Tensor& C) {
   return worst;
 }
 
+// The worst |y - x w^T| / sum_k |x w| over rows i = 0, si, 2 si, ... and
+// columns j = 0, sj, ...: y (M, N), x (M, K), w (N, K), row-major doubles.
+inline double product_error(const std::vector<double>& x, const std::vector<double>& w,
+                            const std::vector<double>& y, std::int64_t M, std::int64_t N,
+                            std::int64_t K, std::int64_t si = 1, std::int64_t sj = 1) {
+  double worst = 0;
+  for (std::int64_t i = 0; i < M; i += si)
+    for (std::int64_t j = 0; j < N; j += sj) {
+      double want = 0, mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double t =
+            x[static_cast<std::size_t>(i * K + k)] * w[static_cast<std::size_t>(j * K + k)];
+        want += t;
+        mag += std::fabs(t);
+      }
+      worst = std::max(worst, std::fabs(y[static_cast<std::size_t>(i * N + j)] - want) / mag);
+    }
+  return worst;
+}
+
 inline const char* form(ScaleForm f) {
   return f == ScaleForm::tensor ? "tensor" : f == ScaleForm::rows ? "rows" : "blocks";
 }
@@ -244,19 +264,7 @@ TEST_CASE("quantize_fp8 in 128 x 128 blocks (a weight's), then scaled_matmul wit
     auto [xq, xs] = ops::quantize_fp8(X);
     Tensor Y =
         ops::scaled_matmul(xq, wq.transpose(0, 1), xs, ws.transpose(0, 1), {.out_dtype = f32});
-    const std::vector<double> y = Y.to_doubles();
-    double worst = 0;
-    for (std::int64_t i = 0; i < M; ++i)
-      for (std::int64_t j = 0; j < N; ++j) {
-        double want = 0, mag = 0;
-        for (std::int64_t k = 0; k < K; ++k) {
-          const double t =
-              x[static_cast<std::size_t>(i * K + k)] * w[static_cast<std::size_t>(j * K + k)];
-          want += t;
-          mag += std::fabs(t);
-        }
-        worst = std::max(worst, std::fabs(y[static_cast<std::size_t>(i * N + j)] - want) / mag);
-      }
+    const double worst = product_error(x, w, Y.to_doubles(), M, N, K);
     // Each product's two roundings: (1 + 2^-4)^2 - 1 < 0.13 of |x w|; a lost
     // or misplaced scale is off by O(1).
     CHECK(worst <= 0.14);
