@@ -133,6 +133,19 @@ int main(int argc, char** argv) {
     if (!(err <= 1.0)) ++bad;
     auto step = [&] { tx::ops::paged_attention(x.q, x.kc, x.vc, x.table, x.lens, opt); };
     const double ms = bench::time_ms_back_to_back(step);
+    // The other residency (one CTA per SM with two consumers, or two with
+    // one each), timed the same way, checked the same way.
+    const int chosen = plan.find("two CTAs per SM") != std::string::npos ? 2 : 1;
+    tx::ops::PagedAttentionOptions alt_opt = opt;
+    alt_opt.ctas_per_sm = 3 - chosen;
+    const std::string alt_plan =
+        tx::ops::paged_attention_plan(x.q, x.kc, x.vc, x.table, x.lens, alt_opt);
+    o.fill_bits(0x7fc0);
+    tx::ops::paged_attention(x.q, x.kc, x.vc, x.table, x.lens, alt_opt);
+    const double alt_err = check(r, x, o);
+    if (!(alt_err <= 1.0)) ++bad;
+    const double alt_ms = bench::time_ms_back_to_back(
+        [&] { tx::ops::paged_attention(x.q, x.kc, x.vc, x.table, x.lens, alt_opt); });
     const std::size_t kv_bytes = static_cast<std::size_t>(r.batch * r.ctx * kKvHeads * kDim * 2) *
                                  static_cast<std::size_t>(r.cache_t.bits / 8);
     // A copy of kv_bytes (its bandwidth counts the bytes read and written,
@@ -163,15 +176,18 @@ int main(int argc, char** argv) {
     const std::string label = "decode b" + std::to_string(r.batch) + " ctx" + std::to_string(r.ctx);
     std::printf(
         "%-22s %-14s %8.4f ms  %7.1f GB/s  copy %7.1f GB/s  %.3f of copy  32 steps: eager "
-        "%.3f ms, graph %.3f ms  err %.3g  [%s]\n",
+        "%.3f ms, graph %.3f ms  err %.3g  [%s]\n    %d CTA(s) per SM instead: %.4f ms  %.3f of "
+        "copy  err %.3g\n",
         label.c_str(), r.cache_t.name().c_str(), ms, gbs, copy_gbs, gbs / copy_gbs, eager32,
-        graph32, err, plan.c_str());
+        graph32, err, plan.c_str(), 3 - chosen, alt_ms,
+        static_cast<double>(kv_bytes) / alt_ms / 1e6 / copy_gbs, alt_err);
     std::fflush(stdout);
     js << (first ? "" : ",\n") << "  {\"label\": \"" << label << "\", \"batch\": " << r.batch
        << ", \"ctx\": " << r.ctx << ", \"cache\": \"" << r.cache_t.name()
        << "\", \"kv_bytes\": " << kv_bytes << ", \"tx_ms\": " << ms << ", \"copy_ms\": " << copy
        << ", \"eager32_ms\": " << eager32 << ", \"graph32_ms\": " << graph32 << ", \"err\": " << err
-       << ", \"plan\": \"" << plan << "\"}";
+       << ", \"plan\": \"" << plan << "\", \"alt_ms\": " << alt_ms << ", \"alt_plan\": \""
+       << alt_plan << "\"}";
     first = false;
   }
   js << "\n]\n";

@@ -39,6 +39,7 @@ struct Case {
   DType t = bf16, cache_t = bf16;
   std::int64_t max_pages = 0;  // 0: enough for the longest context
   std::int64_t splits = 0;
+  int ctas_per_sm = 0;
   double k_scale = 1, v_scale = 1;
   // Table entries to break: (sequence, page column, id).
   std::vector<std::array<std::int64_t, 3>> bad_pages{};
@@ -146,7 +147,8 @@ struct Result {
 };
 
 inline Result run(const Case& c, const Built& x) {
-  ops::PagedAttentionOptions opt{.k_scale = c.k_scale, .v_scale = c.v_scale, .splits = c.splits};
+  ops::PagedAttentionOptions opt{
+      .k_scale = c.k_scale, .v_scale = c.v_scale, .splits = c.splits, .ctas_per_sm = c.ctas_per_sm};
   Result r;
   r.plan = ops::paged_attention_plan(x.q, x.kc, x.vc, x.table, x.lens, opt);
   Tensor o = ops::paged_attention(x.q, x.kc, x.vc, x.table, x.lens, opt);
@@ -213,6 +215,42 @@ TEST_CASE("paged_attention: the split and unsplit paths agree within rounding") 
     worst = std::max(
         worst, std::fabs(one.out[i] - four.out[i]) / (2 * 0x1p-9 * (1 + std::fabs(one.out[i]))));
   CHECK(worst <= 1.0);
+}
+
+TEST_CASE("paged_attention: one CTA per SM (two consumers) and two (one each) agree") {
+  // Query rows per tile: 4 (warps 1-3 of a consumer skip the softmax), 32
+  // (warps 2-3 skip), 128 (two row blocks, all live), with an fp8 cache.
+  const std::vector<Case> cases = {
+      {.TQ = 1, .H = 8, .HK = 2, .D = 128, .P = 16, .ctx = {300, 17, 64}},
+      {.TQ = 8, .H = 8, .HK = 2, .D = 64, .P = 32, .ctx = {140, 9}},
+      {.TQ = 8, .H = 16, .HK = 1, .D = 64, .P = 16, .ctx = {80, 200}, .splits = 2},
+      {.TQ = 1,
+       .H = 4,
+       .HK = 1,
+       .D = 128,
+       .P = 64,
+       .ctx = {250, 1},
+       .cache_t = f8e4m3,
+       .k_scale = 0.5,
+       .v_scale = 2},
+  };
+  for (Case c : cases) {
+    CAPTURE(describe(c));
+    Built x = build(c, 5);
+    c.ctas_per_sm = 1;
+    Result one = run(c, x);
+    CHECK(one.plan.find("one CTA per SM (two consumer warpgroups)") != std::string::npos);
+    c.ctas_per_sm = 2;
+    Result two = run(c, x);
+    CHECK(two.plan.find("two CTAs per SM") != std::string::npos);
+    CHECK(one.error <= 1.0);
+    CHECK(two.error <= 1.0);
+    double worst = 0;
+    for (std::size_t i = 0; i < one.out.size(); ++i)
+      worst = std::max(
+          worst, std::fabs(one.out[i] - two.out[i]) / (2 * 0x1p-8 * (1 + std::fabs(one.out[i]))));
+    CHECK(worst <= 1.0);
+  }
 }
 
 TEST_CASE("paged_attention with an fp8 e4m3 cache and per-tensor scales") {
@@ -296,6 +334,9 @@ TEST_CASE("paged_attention: bad input is a tx error naming the operand and the l
     ops::paged_attention(x.q, x.kc, x.vc, x.table, l3);
   });
   CHECK(e.find("context_lens") != std::string::npos);
+  e = error_of([&] { ops::paged_attention(x.q, x.kc, x.vc, x.table, x.lens, {.ctas_per_sm = 3}); });
+  CHECK(e.find("ctas_per_sm") != std::string::npos);
+  CHECK(e.find("0 (choose), 1 or 2") != std::string::npos);
   e = error_of([&] { ops::paged_attention(x.q, x.kc, x.vc, x.table, x.lens, {.k_scale = 2}); });
   CHECK(e.find("scales apply to an fp8 cache") != std::string::npos);
   e = error_of([&] {

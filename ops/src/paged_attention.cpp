@@ -30,6 +30,7 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
+#include <optional>
 #include <thread>
 
 #include "special_ops.hpp"
@@ -48,6 +49,11 @@ struct PagedConfig {
   DType t = bf16, cache_t = bf16;
   bool split = false;
   std::int64_t bn = 64, stages = 4;
+  // Consumer warpgroups per CTA, and the CTAs an SM holds: two consumers
+  // (alternate key blocks, merged at the end) in a CTA that fills the SM,
+  // or one consumer in a CTA of half the SM, two resident (one CTA's
+  // start and end overlap the other's stream).
+  std::int64_t consumers = 2, ctas_per_sm = 1;
   double scale = 0;
   std::int64_t rows() const { return q_tokens * group; }
   std::int64_t row_blocks() const { return (rows() + kRows - 1) / kRows; }
@@ -57,10 +63,12 @@ struct PagedConfig {
     std::uint64_t bits = 0;
     std::memcpy(&bits, &scale, sizeof bits);
     std::snprintf(
-        s, sizeof s, "paged_decode|d%lld|g%lld|hk%lld|tq%lld|p%lld|%s|%s|s%d|bn%lld|st%lld|%llx|%s",
+        s, sizeof s,
+        "paged_decode|d%lld|g%lld|hk%lld|tq%lld|p%lld|%s|%s|s%d|bn%lld|st%lld|c%lld|r%lld|%llx|%s",
         static_cast<long long>(D), static_cast<long long>(group), static_cast<long long>(kv_heads),
         static_cast<long long>(q_tokens), static_cast<long long>(page), t.name().c_str(),
         cache_t.name().c_str(), split, static_cast<long long>(bn), static_cast<long long>(stages),
+        static_cast<long long>(consumers), static_cast<long long>(ctas_per_sm),
         static_cast<unsigned long long>(bits), d.str().c_str());
     return s;
   }
@@ -76,6 +84,7 @@ struct PagedConfig {
 PrimFunc paged_decode_kernel(const PagedConfig& c) {
   const std::int64_t D = c.D, P = c.page, BN = c.bn, PB = BN / P, STAGES = c.stages;
   const std::int64_t G = c.group, TQ = c.q_tokens, R = c.rows(), RB = c.row_blocks();
+  const std::int64_t C = c.consumers;
   const DType t = c.t, ct = c.cache_t;
   std::vector<std::string> names = {"q", "k_cache", "v_cache", "block_table", "context_lens"};
   if (c.split)
@@ -116,8 +125,9 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
     T::no_alias();
     T::device_entry();
     auto cta = T::cta_id({splits, kv_heads * RB, batch});
-    auto wg = T::warpgroup_id({3});
+    auto wg = T::warpgroup_id({1 + C});
     auto tid = T::thread_id_in_wg({128});
+    auto warp = T::warp_id_in_wg({4});
     auto Qs = T::alloc_buffer({kRows, D}, t, scope::shared, layouts::swizzled_tiles({kRows, D}, t));
     auto Ks = T::alloc_buffer({STAGES, BN, D}, ct, scope::shared,
                               layouts::swizzled_tiles({STAGES, BN, D}, ct));
@@ -198,12 +208,21 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
              });
            })
         .else_([&] {
-          // Two consumers, each the 64 rows' online softmax over every other
-          // key block (warpgroup 1 the even ones, 2 the odd), merged at the
-          // end: one consumer left the copies waiting (its softmax and two
-          // MMAs per block are serial), two keep the ring draining.
-          T::cuda::increase_registers(240);
-          auto half = T::let(wg / 2, "half");  // warpgroup 1 -> 0, 2 -> 1
+          // Each consumer runs the 64 rows' online softmax over its key
+          // blocks. Two in a CTA take alternate blocks (warpgroup 1 the even
+          // ones, 2 the odd) and merge at the end: one consumer alone left
+          // the copies waiting (its softmax and two MMAs per block are
+          // serial). With two CTAs on an SM, each has one consumer.
+          // Registers: (24 + C x 240) x 128 fill an SM's 64 Ki with one CTA;
+          // two CTAs of 256 threads have 32 Ki each: 24 + 232.
+          T::cuda::increase_registers(c.ctas_per_sm == 2 ? 232 : 240);
+          // warpgroup 1 -> 0, 2 -> 1
+          auto half = T::let(C == 2 ? Expr(wg / 2) : Expr(0), "half");
+          // The warps whose 16 rows hold a query row (GQA packs only
+          // tokens x group rows into the 64: 4 with one token of a group of
+          // 4): the others skip the softmax (their P stays 0, their rows are
+          // never stored), which frees issue slots on the SM.
+          auto live = T::let(warp * 16 < rows_here, "live_rows");
           auto S = T::alloc_buffer({kRows, BN}, f32, scope::local, frag::wgmma_c(kRows, BN));
           auto Pr = T::alloc_buffer({kRows, BN}, t, scope::local, frag::wgmma_a(kRows, BN, t));
           auto Oacc = T::alloc_buffer({kRows, D}, f32, scope::local, frag::wgmma_c(kRows, D));
@@ -216,18 +235,22 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
             T::if_(tid == 0, [&] { pipe.consumer_release(it); });
           };
           // Consumer 2's state for the merge, and the barrier of the two.
-          auto Om = T::alloc_buffer({kRows, D}, f32, scope::shared, std::nullopt, "O_merge");
-          auto Mm = T::alloc_buffer({kRows, 1}, f32, scope::shared, std::nullopt, "m_merge");
-          auto Lm = T::alloc_buffer({kRows, 1}, f32, scope::shared, std::nullopt, "l_merge");
-          auto merge = T::named_barriers({.count = 1, .threads = 256});
+          TileBuffer Om, Mm, Lm;
+          if (C == 2) {
+            Om = T::alloc_buffer({kRows, D}, f32, scope::shared, std::nullopt, "O_merge");
+            Mm = T::alloc_buffer({kRows, 1}, f32, scope::shared, std::nullopt, "m_merge");
+            Lm = T::alloc_buffer({kRows, 1}, f32, scope::shared, std::nullopt, "l_merge");
+          }
+          std::optional<T::NamedBarriers> merge;
+          if (C == 2) merge = T::named_barriers({.count = 1, .threads = 256});
           // An fp8 block is widened into a tile of q's dtype for wgmma (one
           // per consumer).
           TileBuffer K16, V16;
           if (c.fp8()) {
-            K16 = T::alloc_buffer({2, BN, D}, t, scope::shared,
-                                  layouts::swizzled_tiles({2, BN, D}, t));
-            V16 = T::alloc_buffer({2, BN, D}, t, scope::shared,
-                                  layouts::swizzled_tiles({2, BN, D}, t));
+            K16 = T::alloc_buffer({C, BN, D}, t, scope::shared,
+                                  layouts::swizzled_tiles({C, BN, D}, t));
+            V16 = T::alloc_buffer({C, BN, D}, t, scope::shared,
+                                  layouts::swizzled_tiles({C, BN, D}, t));
           }
           auto mine = [&](const TileBuffer& wide) {
             return wide[region(span(half, 1), {0, BN}, {0, D})];
@@ -236,13 +259,14 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
             return ring[region(span(pipe.stage(j), 1), {0, BN}, {0, D})];
           };
           Tx::warpgroup::fill(Oacc, 0.0f);
+          Tx::warpgroup::fill(Pr, 0.0f);  // what the skipping warps multiply
           // Finite: a row with no key keeps alpha = exp2(0), O = 0, l = 0.
           Tx::warpgroup::fill(m, -1e30f);
           Tx::warpgroup::fill(l, 0.0f);
           T::if_(nblk > half, [&] {
             qpipe.consumer_wait(0);
-            for (Var jj : T::serial(ceildiv(nblk - half, 2), "jj")) {
-              auto j = T::let(2 * jj + half, "j");
+            for (Var jj : T::serial(ceildiv(nblk - half, C), "jj")) {
+              auto j = T::let(C * jj + half, "j");
               auto key0 = T::let((j0 + j) * BN, "key0");
               kpipe.consumer_wait(j);
               if (c.fp8()) {
@@ -255,26 +279,28 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
                 Tx::warpgroup::gemm(S, Qs, stage_of(Ks, kpipe, j), {.transpose_b = true});
                 release(kpipe, j);
               }
-              // Keys past the context, and each new token's future: token
-              // tq sits at ctx - TQ + tq and sees the keys up to it.
-              T::if_(key0 + BN > ctx - TQ + 1, [&] {
-                Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) -> Expr {
-                                      Expr token = (rb * kRows + i) / G;
-                                      return key0 + k >= ctx || key0 + k > ctx - TQ + token;
-                                    }});
+              T::if_(live, [&] {
+                // Keys past the context, and each new token's future: token
+                // tq sits at ctx - TQ + tq and sees the keys up to it.
+                T::if_(key0 + BN > ctx - TQ + 1, [&] {
+                  Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) -> Expr {
+                                        Expr token = (rb * kRows + i) / G;
+                                        return key0 + k >= ctx || key0 + k > ctx - TQ + token;
+                                      }});
+                });
+                Tx::warpgroup::max(m_new, S);
+                Tx::warpgroup::maximum(m_new, m_new, m);
+                Tx::warpgroup::sub(alpha, m, m_new);
+                Tx::warpgroup::exp2(alpha, alpha, {.scale = c2});
+                Tx::warpgroup::maximum(m, m, m_new);
+                Tx::warpgroup::mul(m_new, m, -1.0f);
+                Tx::warpgroup::mul(m_new, m_new, c2);
+                Tx::warpgroup::exp2(S, S, {.scale = c2, .bias = m_new.all()});
+                Tx::warpgroup::mul(l, l, alpha);
+                Tx::warpgroup::sum(l, S, {.accum = true});
+                Tx::warpgroup::cast(Pr, S);
+                Tx::warpgroup::mul(Oacc, Oacc, alpha);
               });
-              Tx::warpgroup::max(m_new, S);
-              Tx::warpgroup::maximum(m_new, m_new, m);
-              Tx::warpgroup::sub(alpha, m, m_new);
-              Tx::warpgroup::exp2(alpha, alpha, {.scale = c2});
-              Tx::warpgroup::maximum(m, m, m_new);
-              Tx::warpgroup::mul(m_new, m, -1.0f);
-              Tx::warpgroup::mul(m_new, m_new, c2);
-              Tx::warpgroup::exp2(S, S, {.scale = c2, .bias = m_new.all()});
-              Tx::warpgroup::mul(l, l, alpha);
-              Tx::warpgroup::sum(l, S, {.accum = true});
-              Tx::warpgroup::cast(Pr, S);
-              Tx::warpgroup::mul(Oacc, Oacc, alpha);
               vpipe.consumer_wait(j);
               // The value rows past the context hold whatever the page held
               // (or, for pages not loaded, an earlier block): zero them, as a
@@ -301,29 +327,33 @@ PrimFunc paged_decode_kernel(const PagedConfig& c) {
           });
           // The merge: consumer 2 leaves (m, l, O) in shared memory, consumer
           // 1 rescales both to the larger maximum and adds them up.
-          T::if_(half == 1, [&] {
-            Tx::warpgroup::copy(Om, Oacc);
-            Tx::warpgroup::copy(Mm, m);
-            Tx::warpgroup::copy(Lm, l);
-          });
-          merge.sync(0);
+          if (C == 2) {
+            T::if_(half == 1, [&] {
+              Tx::warpgroup::copy(Om, Oacc);
+              Tx::warpgroup::copy(Mm, m);
+              Tx::warpgroup::copy(Lm, l);
+            });
+            merge->sync(0);
+          }
           T::if_(half == 0, [&] {
-            auto O2 = T::alloc_buffer({kRows, D}, f32, scope::local, frag::wgmma_c(kRows, D));
-            auto m2 = row("m2"), l2 = row("l2");
-            Tx::warpgroup::copy(O2, Om);
-            Tx::warpgroup::copy(m2, Mm);
-            Tx::warpgroup::copy(l2, Lm);
-            Tx::warpgroup::maximum(m_new, m, m2);
-            Tx::warpgroup::sub(alpha, m, m_new);
-            Tx::warpgroup::exp2(alpha, alpha, {.scale = c2});
-            Tx::warpgroup::sub(m2, m2, m_new);
-            Tx::warpgroup::exp2(m2, m2, {.scale = c2});
-            Tx::warpgroup::maximum(m, m, m_new);  // = m_new
-            Tx::warpgroup::mul(l, l, alpha);
-            Tx::warpgroup::fma(l, l2, m2, l);
-            Tx::warpgroup::mul(Oacc, Oacc, alpha);
-            Tx::warpgroup::mul(O2, O2, m2);
-            Tx::warpgroup::add(Oacc, Oacc, O2);
+            if (C == 2) {
+              auto O2 = T::alloc_buffer({kRows, D}, f32, scope::local, frag::wgmma_c(kRows, D));
+              auto m2 = row("m2"), l2 = row("l2");
+              Tx::warpgroup::copy(O2, Om);
+              Tx::warpgroup::copy(m2, Mm);
+              Tx::warpgroup::copy(l2, Lm);
+              Tx::warpgroup::maximum(m_new, m, m2);
+              Tx::warpgroup::sub(alpha, m, m_new);
+              Tx::warpgroup::exp2(alpha, alpha, {.scale = c2});
+              Tx::warpgroup::sub(m2, m2, m_new);
+              Tx::warpgroup::exp2(m2, m2, {.scale = c2});
+              Tx::warpgroup::maximum(m, m, m_new);  // = m_new
+              Tx::warpgroup::mul(l, l, alpha);
+              Tx::warpgroup::fma(l, l2, m2, l);
+              Tx::warpgroup::mul(Oacc, Oacc, alpha);
+              Tx::warpgroup::mul(O2, O2, m2);
+              Tx::warpgroup::add(Oacc, Oacc, O2);
+            }
             // Epilogue: O / l (x v_scale), lse = (m c2 + log2 l) ln 2 (-inf, O 0
             // for a row that saw no key).
             Tx::warpgroup::log2(lse, l);
@@ -511,6 +541,12 @@ Call check(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& bt
   if (kc.dtype() != f8e4m3 && (opt.k_scale != 1 || opt.v_scale != 1))
     fail(kOp, "k_scale", loc, "scales apply to an fp8 cache; this one is " + kc.dtype().name());
   if (opt.splits < 0) fail(kOp, "splits", loc, "0 (choose), 1 (no split) or more");
+  if (opt.ctas_per_sm < 0 || opt.ctas_per_sm > 2)
+    fail(kOp, "ctas_per_sm", loc,
+         std::to_string(opt.ctas_per_sm) + ": 0 (choose), 1 or 2 decode CTAs per SM");
+  if (opt.ctas_per_sm == 2 && D == 256)
+    fail(kOp, "ctas_per_sm", loc,
+         "2 at head_dim 256: two stages of K and V (128 KiB) do not fit in half an SM");
   // The kernel's extents (their maxima keep its index arithmetic 32-bit).
   if (kc.shape()[0] > (1 << 24)) fail(kOp, "k_cache", loc, "more than 2^24 pages");
   if (HK > 256) fail(kOp, "k_cache", loc, "more than 256 K/V heads");
@@ -529,7 +565,12 @@ Call check(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& bt
   k.scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(static_cast<double>(D));
   // Key blocks of 64 keys: 16 KiB of K and of V per stage at head_dim 128.
   k.bn = 64;
-  k.stages = D == 256 ? 2 : 4;
+  // Two CTAs per SM (one consumer each) where their rings fit in half an
+  // SM's shared memory (~113 KiB each): at head_dim 128, Q's 16 KiB and
+  // three stages of bf16 K and V, or four of fp8 (plus their widened tiles).
+  k.ctas_per_sm = opt.ctas_per_sm ? opt.ctas_per_sm : (D <= 128 ? 2 : 1);
+  k.consumers = k.ctas_per_sm == 2 ? 1 : 2;
+  k.stages = D == 256 ? 2 : (k.ctas_per_sm == 2 && D == 128 && !k.fp8() ? 3 : 4);
   c.batch = B;
   c.heads = H;
   c.kv_heads = HK;
@@ -547,8 +588,8 @@ Call check(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& bt
   } else {
     c.sms = std::max(4u, 2 * std::thread::hardware_concurrency());
   }
-  // Split-KV when the tiles leave SMs idle. A CTA fills an SM (its shared
-  // memory and registers), so the grid runs in waves of `sms` CTAs; a range
+  // Split-KV when the tiles leave SMs idle. A CTA fills an SM or half of
+  // one, so the grid runs in waves of sms x ctas_per_sm CTAs; a range
   // of n key blocks costs about n + 4 blocks' time (Q, the pipeline's fill,
   // the epilogue), and a split adds the combine (about 2). The count is the
   // cheapest of 1..32 by waves x (blocks per range + overhead), each range
@@ -560,7 +601,8 @@ Call check(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& bt
   std::int64_t splits = opt.splits;
   if (splits == 0) {
     auto cost = [&](std::int64_t s) {
-      const std::int64_t waves = (tiles * s + c.sms - 1) / c.sms;
+      const std::int64_t slots = c.sms * k.ctas_per_sm;
+      const std::int64_t waves = (tiles * s + slots - 1) / slots;
       return waves * ((max_blocks + s - 1) / s + 4 + (s > 1 ? 2 : 0));
     };
     splits = 1;
@@ -587,7 +629,10 @@ Call check(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& bt
 
 Kernel decode_kernel(const PagedConfig& config, const Device& d) {
   return detail::special_cached(config.key(d), [&] {
-    return compile(paged_decode_kernel(config), {.device = d, .approx_math = true});
+    return compile(paged_decode_kernel(config),
+                   {.device = d,
+                    .approx_math = true,
+                    .min_ctas_per_sm = static_cast<int>(config.ctas_per_sm)});
   });
 }
 
@@ -611,6 +656,8 @@ std::string paged_attention_plan(const Tensor& q, const Tensor& k_cache, const T
        std::to_string(k.group) + " head(s))";
   s += ", key blocks of " + std::to_string(k.bn) + " (" + std::to_string(k.bn / k.page) +
        " page(s) of " + std::to_string(k.page) + ")";
+  s += k.ctas_per_sm == 2 ? ", two CTAs per SM (one consumer warpgroup each)"
+                          : ", one CTA per SM (two consumer warpgroups)";
   if (k.fp8()) s += ", fp8 cache widened in shared memory";
   if (c.splits > 1)
     s += ", split-KV: " + std::to_string(c.splits) + " ranges of " +

@@ -30,8 +30,8 @@ Check scope_fits_cta(const DispatchContext& ctx) {
   return ok();
 }
 
-Check all_threads_active(const DispatchContext& ctx) {
-  Uniformity need = scope_level(ctx.scope);
+namespace {
+Check guards_at_least(const DispatchContext& ctx, Uniformity need) {
   for (const Guard& g : ctx.guards)
     if (static_cast<int>(g.level) < static_cast<int>(need)) {
       std::string why = std::string("not all threads of the ") + exec_scope_name(ctx.scope) +
@@ -43,6 +43,27 @@ Check all_threads_active(const DispatchContext& ctx) {
       return dst ? operand_reason(*dst, why) : why;
     }
   return ok();
+}
+}  // namespace
+
+Check all_threads_active(const DispatchContext& ctx) {
+  return guards_at_least(ctx, scope_level(ctx.scope));
+}
+
+Check whole_warps_active(const DispatchContext& ctx) {
+  const Uniformity need = scope_level(ctx.scope);
+  return guards_at_least(
+      ctx, static_cast<int>(need) < static_cast<int>(Uniformity::warp) ? need : Uniformity::warp);
+}
+
+std::vector<std::pair<std::string, Predicate>> per_warp_predicates(
+    std::vector<std::pair<std::string, Predicate>> p) {
+  for (auto& [name, check] : p)
+    if (name == "all_threads_active") {
+      name = "whole_warps_active";
+      check = whole_warps_active;
+    }
+  return p;
 }
 
 Check operands_in(const DispatchContext& ctx, MemScope scope) {

@@ -24,6 +24,14 @@ std::string operand_reason(const BufferRegion& r, const std::string& what);
 Check scope_fits_cta(const DispatchContext& ctx);
 // No enclosing guard splits the scope's group of threads.
 Check all_threads_active(const DispatchContext& ctx);
+// No enclosing guard splits a warp: for variants whose operands are all
+// registers and whose threads exchange data only within a warp (shuffles),
+// so a guard that varies per warp runs the op on the active warps' elements
+// and leaves the others' registers as they were.
+Check whole_warps_active(const DispatchContext& ctx);
+// The predicates of `p` with all_threads_active relaxed to whole_warps_active.
+std::vector<std::pair<std::string, Predicate>> per_warp_predicates(
+    std::vector<std::pair<std::string, Predicate>> p);
 // Every region operand lives in `scope`.
 Check operands_in(const DispatchContext& ctx, MemScope scope);
 // Every region operand's start is inside its buffer (static or by range analysis).

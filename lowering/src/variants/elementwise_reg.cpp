@@ -2,7 +2,8 @@
 // exp2, reciprocal, silu, add, sub, mul, fdiv, maximum, minimum, fma) whose
 // operands are all register (local) tiles, plus scalars.
 //
-// Accepts: cuda; any scope with all its threads active; every tile operand
+// Accepts: cuda; any scope with all its threads active, or with whole warps
+// left out by a guard (their registers keep their values); every tile operand
 // local; dtype rules of the op (tile_ops.cpp); inputs that broadcast to the
 // destination (NumPy rules); a destination (anchor) layout whose thread
 // iters map the scope's threads one-to-one; inputs that give each thread the
@@ -183,7 +184,9 @@ void register_elementwise_reg(Registry& r) {
   v.family = "elementwise";
   v.name = "reg";
   v.priority = 10;
-  v.when = common_predicates_where();
+  // Registers are private to a thread: a guard may leave whole warps out
+  // (a kernel skipping the warps whose rows hold no data).
+  v.when = per_warp_predicates(common_predicates_where());
   v.when.push_back({"all_local", all_local});
   v.plan = plan;
   r.add(v);

@@ -1,7 +1,9 @@
 // reduction/local [10]: sum / max / min with register (local) source and
 // destination.
 //
-// Accepts: cuda; thread, warp or warpgroup scope with all threads active
+// Accepts: cuda; thread, warp or warpgroup scope with all threads active, or
+// at warpgroup scope with whole warps left out by a guard (their registers
+// keep their values);
 // (not cta: threads of different warps cannot meet in registers -- use
 // shared operands and reduction/shared); a destination layout that maps the
 // scope's threads one-to-one; spatial (kept) source iters distributed over
@@ -198,7 +200,8 @@ void register_reduction_local(Registry& r) {
   v.family = "reduction";
   v.name = "local";
   v.priority = 10;
-  v.when = common_predicates();
+  // Shuffles stay within a warp: a guard may leave whole warps out.
+  v.when = per_warp_predicates(common_predicates());
   v.when.push_back({"all_local", all_local});
   v.when.push_back({"not_cta", not_cta});
   v.plan = plan;

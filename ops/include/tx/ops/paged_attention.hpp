@@ -37,8 +37,8 @@
 // q_tokens x heads/kv_heads rows, up to 64, share each page read); a producer
 // warpgroup loads the pages by TMA into an mbarrier ring, two consumer
 // warpgroups (alternate key blocks, merged at the end) run S = Q K^T and
-// O += P V on wgmma with the online softmax in registers. Split-KV (flash-decoding): when batch x kv_heads leaves SMs idle,
-// each sequence's pages are cut into `splits` ranges, one CTA each, and a
+// O += P V on wgmma with the online softmax in registers. Split-KV (flash-decoding): when batch x
+// kv_heads leaves SMs idle, each sequence's pages are cut into `splits` ranges, one CTA each, and a
 // second kernel combines their partial outputs by their log-sum-exps.
 // paged_attention_plan says which. On the host (Device::host()) the same
 // kernels run through the host JIT.
@@ -61,6 +61,11 @@ struct PagedAttentionOptions {
   // Split-KV: 0 chooses (paged_attention_plan says what), 1 never splits,
   // n > 1 cuts every sequence's pages into n ranges.
   std::int64_t splits = 0;
+  // Decode CTAs resident on an SM: 0 chooses (2 at head_dim <= 128, 1 at
+  // 256), 1 = a CTA with two consumer warpgroups fills the SM, 2 = two CTAs
+  // of one consumer each share it (one's start and end overlap the other's
+  // stream). The plan names it; both give the same result within rounding.
+  int ctas_per_sm = 0;
   // Where O goes (contiguous, q's shape, dtype and device); else a new
   // tensor. For CUDA graphs: an output allocated inside a capture would be
   // the graph's own allocation, which a graph cannot replay while it lives.
