@@ -588,22 +588,23 @@ Call check(const Tensor& q, const Tensor& kc, const Tensor& vc, const Tensor& bt
   } else {
     c.sms = std::max(4u, 2 * std::thread::hardware_concurrency());
   }
-  // Split-KV when the tiles leave SMs idle. A CTA fills an SM or half of
-  // one, so the grid runs in waves of sms x ctas_per_sm CTAs; a range
-  // of n key blocks costs about n + 4 blocks' time (Q, the pipeline's fill,
-  // the epilogue), and a split adds the combine (about 2). The count is the
-  // cheapest of 1..32 by waves x (blocks per range + overhead), each range
-  // at least two blocks of the table's width (the lengths are on the device;
-  // the width bounds them). On an H200: batch 8 at 16384 keys takes 2 ranges
-  // (128 CTAs, one wave) where 5 (320 CTAs, 2.4 waves) ran at 0.69 of copy.
+  // Split-KV when the tiles leave SMs idle. The unit is an SM's share of
+  // the bandwidth: one CTA alone on an SM streams about as fast as two
+  // sharing it, so the grid costs ceil(CTAs / sms) rounds whatever the
+  // residency; a range of n key blocks costs about n + 4 blocks' time (Q,
+  // the pipeline's fill, the epilogue), and a split adds the combine (about
+  // 2). The count is the cheapest of 1..32, each range at least two blocks
+  // of the table's width (the lengths are on the device; the width bounds
+  // them). On an H200: batch 8 at 16384 keys takes 2 ranges (128 CTAs)
+  // where 5 (320 CTAs) ran at 0.69 of copy, and counting two CTAs per SM as
+  // two slots (4 ranges) at 0.89 against 0.92.
   const std::int64_t tiles = B * HK * k.row_blocks();
   const std::int64_t max_blocks = (c.max_pages * P + k.bn - 1) / k.bn;
   std::int64_t splits = opt.splits;
   if (splits == 0) {
     auto cost = [&](std::int64_t s) {
-      const std::int64_t slots = c.sms * k.ctas_per_sm;
-      const std::int64_t waves = (tiles * s + slots - 1) / slots;
-      return waves * ((max_blocks + s - 1) / s + 4 + (s > 1 ? 2 : 0));
+      const std::int64_t rounds = (tiles * s + c.sms - 1) / c.sms;
+      return rounds * ((max_blocks + s - 1) / s + 4 + (s > 1 ? 2 : 0));
     };
     splits = 1;
     const std::int64_t most = std::min<std::int64_t>(32, std::max<std::int64_t>(max_blocks / 2, 1));
