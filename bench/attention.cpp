@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
     r.tiling.ctas = std::getenv("TX_ATTN_CTAS") ? std::atoi(std::getenv("TX_ATTN_CTAS")) : sms;
     // TX_ATTN_BN=176: key blocks of that many rows (every row).
     if (const char* bn = std::getenv("TX_ATTN_BN")) r.tiling.bn = std::atoi(bn);
+    // TX_ATTN_STAGES=3: stages of the K and V rings (every row).
+    if (const char* st = std::getenv("TX_ATTN_STAGES")) r.tiling.stages = std::atoi(st);
     // TX_ATTN_PINGPONG=1: the consumers take turns issuing their MMAs.
     if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "1")
       r.tiling.pingpong = true;

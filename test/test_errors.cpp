@@ -138,6 +138,50 @@ TEST_CASE("a guard on the warp id keeps whole warps: accepted") {
   CHECK_NOTHROW(lowering::lower(f));
 }
 
+// Register ops of a warpgroup whose threads meet only within a warp take a
+// guard on the warp (the paged decode kernel's skipped rows); anything else
+// under such a guard, or any op under a per-thread guard, is refused.
+TEST_CASE("warpgroup register ops under a guard on the warp: accepted; shared ones refused") {
+  auto build = [](int guard, bool shared_copy, int* line) {
+    return T::prim_func("wg_guard", [&](Handle A_ptr) {
+      auto A = T::match_buffer(A_ptr, {64, 64}, f32);
+      T::warpgroup_id({1});
+      auto tid = T::thread_id_in_wg({128});
+      auto warp = T::warp_id_in_wg({4});
+      auto S = T::alloc_buffer({64, 64}, f32, scope::local, frag::wgmma_c(64, 64));
+      auto m = T::alloc_buffer({64, 1}, f32, scope::local, frag::wgmma_row(64));
+      auto As = T::alloc_buffer({64, 64}, f32, scope::shared);
+      Tx::warpgroup::copy(S, A);
+      T::if_(guard == 0 ? Expr(warp * 16 < 20) : Expr(tid < 40), [&] {
+        *line = __LINE__ + 1;
+        Tx::warpgroup::max(m, S);
+        Tx::warpgroup::exp2(S, S, {.bias = m.all()});
+        if (shared_copy) {
+          *line = __LINE__ + 1;
+          Tx::warpgroup::copy(As, S);
+        }
+      });
+    });
+  };
+  int line = 0;
+  CHECK_NOTHROW(lowering::lower(build(0, false, &line), {.arch = "sm_90a"}));
+  auto refused = [&](PrimFunc f, const Expect& want) {
+    try {
+      lowering::lower(f, {.arch = "sm_90a"});
+      FAIL("expected a tx error: " << want.reason);
+    } catch (const Error& e) {
+      INFO(e.what());
+      CHECK(e.op() == want.op);
+      CHECK(e.operand() == want.operand);
+      CHECK(std::string(e.what()).find(want.reason) != std::string::npos);
+      CHECK(e.loc().line == static_cast<unsigned>(want.line));
+    }
+  };
+  refused(build(1, false, &line), {"Tx.warpgroup.max", "m", "varies per thread", line});
+  refused(build(0, true, &line),
+          {"Tx.warpgroup.copy", "As", "varies per warp, which splits a warpgroup", line});
+}
+
 TEST_CASE("a barrier under a thread-dependent condition") {
   int line = 0;
   expect_error(

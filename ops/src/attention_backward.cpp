@@ -29,10 +29,8 @@
 // FlashAttention-3), which replaced one atomic per element (0.45-0.6x the
 // two kernels on an H200, docs/attention.md). DqSum::automatic picks one of
 // the two forms per call (dq_by_atomics).
-#include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <numbers>
 
@@ -674,23 +672,11 @@ void zero(Tensor& x) {
                          current_stream(x.device()).handle());
 }
 
-// TX_ATTN_BWD_MIN_CTAS=1 compiles the kernels with __launch_bounds__(384, 1)
-// (ptxas then budgets the producer and the consumers apart, as their
-// setmaxnreg does): a measurement knob, not yet a default (docs/attention.md).
-int bwd_min_ctas() {
-  static const int n = [] {
-    const char* v = std::getenv("TX_ATTN_BWD_MIN_CTAS");
-    return v && *v ? std::clamp(std::atoi(v), 0, 2) : 0;
-  }();
-  return n;
-}
-
 Kernel kernel_for(const std::string& kind, const BwdConfig& config, const Device& d,
                   PrimFunc (*make)(const BwdConfig&)) {
-  const int min_ctas = bwd_min_ctas();
-  return detail::special_cached(config.key(kind, d) + "|mc" + std::to_string(min_ctas), [&] {
+  return detail::special_cached(config.key(kind, d), [&] {
     ++g_built;
-    return compile(make(config), {.device = d, .approx_math = true, .min_ctas_per_sm = min_ctas});
+    return compile(make(config), {.device = d, .approx_math = true});
   });
 }
 
