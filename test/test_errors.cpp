@@ -141,7 +141,7 @@ TEST_CASE("a guard on the warp id keeps whole warps: accepted") {
 // Register ops of a warpgroup whose threads meet only within a warp take a
 // guard on the warp (the paged decode kernel's skipped rows); anything else
 // under such a guard, or any op under a per-thread guard, is refused.
-TEST_CASE("warpgroup register ops under a guard on the warp: accepted; shared ones refused") {
+TEST_CASE("warpgroup register ops under a guard on the warp are accepted, shared ones refused") {
   auto build = [](int guard, bool shared_copy, int* line) {
     return T::prim_func("wg_guard", [&](Handle A_ptr) {
       auto A = T::match_buffer(A_ptr, {64, 64}, f32);
