@@ -45,6 +45,11 @@ struct AttentionTiling {
   // issue, FA3's pingpong). Measured on an H100 it did not pay in this kernel
   // (docs/attention.md), so it is off unless asked for.
   bool pingpong = false;
+  // Causal: each CTA takes a row block and its mirror image back to back
+  // (equal work per pair), pairs head by head, so the heads in flight keep
+  // their K and V in L2 (T::tile_scheduler's pairs). Off by default until
+  // measured: rows longest-first across all heads is the default.
+  bool causal_pairs = false;
 };
 
 PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = {}) {
@@ -58,7 +63,8 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                                         // causal: row blocks across heads, longest first
                                         .group = p.causal ? 1 : (p.seq_q + BM - 1) / BM,
                                         .ctas = c.ctas,
-                                        .m_descending = p.causal});
+                                        .m_descending = p.causal,
+                                        .pairs = p.causal && c.causal_pairs});
   return T::prim_func("attention_hopper_d" + std::to_string(D), [&](Handle q_ptr, Handle k_ptr,
                                                                     Handle v_ptr, Handle o_ptr,
                                                                     Handle lse_ptr) {
@@ -79,9 +85,11 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
     auto qpipe = T::pipeline({.stages = 1, .consumer_arrivals = 2});
     auto kpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
     auto vpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
-    // Key blocks so far: the pipelines' position, the same count on both sides.
-    auto kv = T::alloc_buffer({1}, i32, scope::local);
+    // The pipelines' positions, the same counts on both sides: key blocks so
+    // far (K and V) and tiles so far (Q; a round may have no tile).
+    auto kv = T::alloc_buffer({2}, i32, scope::local);
     kv(0) = 0;
+    kv(1) = 0;
     // One tile: row block m0 of head h (batch b), and its key blocks [0, n_end).
     auto tile_of = [&](Var r) {
       auto [valid, mb, bh] = sched.tile(cta, r);
@@ -96,12 +104,12 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
              for (Var r : T::serial(sched.rounds(), "r")) {
                auto [valid, m0, b, h, n_end] = tile_of(r);
                T::if_(valid, [&] {
-                 auto hk = T::let(h / group);
-                 qpipe.producer_acquire(r);
+                 auto hk = T::let(h / group), qi = T::let(kv(1));
+                 qpipe.producer_acquire(qi);
                  Tx::warpgroup::copy_async(Qs,
                                            Q[region(span(b, 1), span(m0, BM), span(h, 1), {0, D})],
-                                           {.barrier = qpipe.full(r), .partial = true});
-                 T::if_(tid == 0, [&] { qpipe.producer_commit(r); });
+                                           {.barrier = qpipe.full(qi), .partial = true});
+                 T::if_(tid == 0, [&] { qpipe.producer_commit(qi); });
                  for (Var j : T::serial(n_end, "j")) {
                    auto it = T::let(kv(0) + j), s = T::let(kpipe.stage(it));
                    auto kv_block = region(span(b, 1), span(j * BN, BN), span(hk, 1), {0, D});
@@ -119,6 +127,7 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                    });
                  }
                  kv(0) = kv(0) + n_end;
+                 kv(1) = kv(1) + 1;
                });
              }
            })
@@ -180,7 +189,8 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 Tx::warpgroup::mul(l, l, alpha);
                 Tx::warpgroup::sum(l, S, {.accum = true});
               };
-              qpipe.consumer_wait(r);
+              auto qi = T::let(kv(1));
+              qpipe.consumer_wait(qi);
               Tx::warpgroup::fill(Oacc, 0.0f);
               // m starts below every score but finite: a row whose keys are all
               // masked keeps alpha = exp2(0) (with -inf it would be -inf + inf = NaN).
@@ -216,7 +226,7 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                   Tx::warpgroup::cast(P, S);
                 }
                 // Q is read by no more MMA: the producer may load the next tile's.
-                release(qpipe, r);
+                release(qpipe, qi);
                 auto last = T::let(kv(0) + n_end - 1);
                 vpipe.consumer_wait(last);
                 my_turn();
@@ -225,8 +235,9 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 their_turn();
                 T::cuda::wgmma_wait(0, Oacc);
                 release(vpipe, last);
-              }).else_([&] { release(qpipe, r); });
+              }).else_([&] { release(qpipe, qi); });
               kv(0) = kv(0) + n_end;
+              kv(1) = kv(1) + 1;
               // Epilogue: lse = (m c + log2 l) ln 2 (-inf for a row with no key),
               // O = O / l (0 for such a row, where O and l are 0).
               auto lse = row("lse");

@@ -300,6 +300,29 @@ inline std::vector<AttentionCase> attention_host_cases() {
         .causal = true},
        bf16,
        {.ctas = 2}},
+      // Mirrored pairs (row blocks 2 and 0, then 1 alone: a round without a
+      // tile between rounds with one) on three CTAs; and an even count.
+      {"causal pairs, three CTAs, an odd count of row blocks",
+       {.batch = 2,
+        .heads = 2,
+        .kv_heads = 1,
+        .seq_q = 300,
+        .seq_k = 300,
+        .head_dim = 64,
+        .causal = true},
+       bf16,
+       {.ctas = 3, .causal_pairs = true}},
+      {"causal pairs bottom-right, four row blocks",
+       {.batch = 1,
+        .heads = 3,
+        .kv_heads = 3,
+        .seq_q = 450,
+        .seq_k = 500,
+        .head_dim = 64,
+        .causal = true,
+        .bottom_right = true},
+       bf16,
+       {.ctas = 2, .causal_pairs = true}},
   };
 }
 

@@ -383,6 +383,42 @@ TEST_CASE("T::tile_scheduler: persistent CTAs cover every tile once, in groups o
   }
 }
 
+TEST_CASE("T::tile_scheduler pairs: a row and its mirror back to back, column by column") {
+  // 5 x 3 tiles on 4 CTAs: 3 pairs per column ((4, 0), (3, 1), (2) alone),
+  // 9 pairs, 3 pair rounds = 6 rounds; the middle row's second round is idle.
+  const auto sched = T::tile_scheduler({.tiles_m = 5, .tiles_n = 3, .ctas = 4, .pairs = true});
+  CHECK(sched.pair_count() == 9);
+  CHECK(sched.ctas() == 4);
+  CHECK(sched.rounds() == 6);
+  CHECK(T::tile_scheduler({.tiles_m = 4, .tiles_n = 1, .pairs = true}).ctas() == 2);
+  PrimFunc f = T::prim_func("pairs", [&](Handle o_ptr) {
+    auto O = T::match_buffer(o_ptr, {5, 3}, i32);
+    T::device_entry();
+    auto cta = T::cta_id({sched.ctas()});
+    T::thread_id({1});
+    for (Var r : T::serial(sched.rounds(), "r")) {
+      auto [valid, m, n] = sched.tile(cta, r);
+      // += : a tile taken twice would show as a sum.
+      T::if_(valid, [&] { O(m, n) = O(m, n) + cta * 100 + r + 1000; });
+    }
+  });
+  std::string why;
+  if (!runtime::host_jit_available(&why)) {
+    MESSAGE("not run on the host: " << why);
+    return;
+  }
+  Kernel k = compile(f, {.device = Device::host()});
+  Tensor O = Tensor::from_doubles(std::vector<double>(15, 0.0), {5, 3}, i32, Device::host());
+  k(O);
+  std::vector<double> got = O.to_doubles();
+  for (std::int64_t p = 0; p < 9; ++p) {
+    const std::int64_t n = p / 3, j = p % 3, cta = p % 4, round = p / 4 * 2;
+    CAPTURE(p);
+    CHECK(got[static_cast<std::size_t>((4 - j) * 3 + n)] == 1000 + cta * 100 + round);
+    if (j != 2) CHECK(got[static_cast<std::size_t>(j * 3 + n)] == 1000 + cta * 100 + round + 1);
+  }
+}
+
 TEST_CASE("partial tiles on sm_90: TMA boxes past the end, masked stores, reasons elsewhere") {
   // 72 x 520 x 200: the one tile row is 128 rows of a 72-row A and C, the
   // last K step reaches past K = 200, the last tile column past N = 520.

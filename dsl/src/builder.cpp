@@ -1061,12 +1061,31 @@ void NamedBarriers::arrive(Value i, Loc loc) const {
 
 TileScheduler::TileScheduler(TileSchedulerConfig c) : c_(c) {
   c_.group = std::gcd(std::max<std::int64_t>(c.group, 1), c.tiles_m);
+  if (c.pairs) {
+    ctas_ = c.ctas > 0 ? std::min(c.ctas, pair_count()) : pair_count();
+    rounds_ = 2 * ((pair_count() + ctas_ - 1) / ctas_);
+    return;
+  }
   ctas_ = c.ctas > 0 ? std::min(c.ctas, tiles()) : tiles();
   rounds_ = (tiles() + ctas_ - 1) / ctas_;
 }
 
 ScheduledTile TileScheduler::tile(Value cta, Value round, Loc loc) const {
   auto c = [](std::int64_t v) { return Expr(static_cast<int>(v)); };
+  if (c_.pairs) {
+    // Pair p = cta + (round / 2) ctas: column p / per_column, rows
+    // tiles_m - 1 - j (even rounds) and j (odd), j = p % per_column.
+    const std::int64_t per_column = (c_.tiles_m + 1) / 2;
+    const Expr linear = cta.value + round.value / c(2) * c(ctas_);
+    Var p = let(Value(min(linear, c(pair_count() - 1)), loc), Name("pair"), loc);
+    Var j = let(Value(p % c(per_column), loc), Name("pair_row"), loc);
+    const Expr second = round.value % c(2) == c(1);
+    Var valid = let(Value(linear < c(pair_count()) && (!second || j < c(c_.tiles_m - 1) - j), loc),
+                    Name("valid"), loc);
+    Var m = let(Value(select(second, Expr(j), c(c_.tiles_m - 1) - j), loc), Name("tile_m"), loc);
+    Var n = let(Value(p / c(per_column), loc), Name("tile_n"), loc);
+    return {valid, m, n};
+  }
   const Expr linear = cta.value + round.value * c(ctas_);
   Var valid = let(Value(linear < c(tiles()), loc), Name("valid"), loc);
   Var t = let(Value(min(linear, c(tiles() - 1)), loc), Name("tile"), loc);

@@ -601,6 +601,15 @@ struct TileSchedulerConfig {
   // attention, whose row block m attends to m + 1 key blocks), the longest
   // tiles are taken first and the short ones fill the last round.
   bool m_descending = false;
+  // Mirrored pairs (causal attention): a CTA takes row tiles_m - 1 - j and
+  // then row j of the same column back to back, so every pair costs the
+  // same (tiles_m + 1 key blocks) and static rounds balance without taking
+  // rows longest-first across all columns; pairs are numbered column by
+  // column, so the pairs running at once span few columns (heads), whose
+  // operands stay in L2. `group` and `m_descending` do not apply; rounds
+  // come in twos (an odd tiles_m's middle row is a pair of one: its second
+  // round is not valid).
+  bool pairs = false;
 };
 // One round's tile of a CTA: `valid` is false past the last tile, where m and
 // n stay clamped to the last tile (indices provably in range either way).
@@ -611,6 +620,8 @@ class TileScheduler {
  public:
   explicit TileScheduler(TileSchedulerConfig c);
   std::int64_t tiles() const { return c_.tiles_m * c_.tiles_n; }
+  // Pairs of tiles (pairs = true): ceil(tiles_m / 2) per column.
+  std::int64_t pair_count() const { return (c_.tiles_m + 1) / 2 * c_.tiles_n; }
   std::int64_t ctas() const { return ctas_; }      // the grid
   std::int64_t rounds() const { return rounds_; }  // tiles per CTA, at most
   std::int64_t group() const { return c_.group; }  // after clamping
