@@ -161,6 +161,15 @@ inline Result run(const Case& c, const Built& x) {
   return r;
 }
 
+// The largest |a - b| / (1 + |a|) of two runs of the same call (each
+// rounded to 16 bits: within rounding, they differ by a bf16 ulp or less).
+inline double relative_gap(const Result& a, const Result& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.out.size(); ++i)
+    worst = std::max(worst, std::fabs(a.out[i] - b.out[i]) / (1 + std::fabs(a.out[i])));
+  return worst;
+}
+
 inline std::string describe(const Case& c) {
   std::string s = "TQ " + std::to_string(c.TQ) + ", H " + std::to_string(c.H) + "/" +
                   std::to_string(c.HK) + ", D " + std::to_string(c.D) + ", page " +
@@ -210,11 +219,7 @@ TEST_CASE("paged_attention: the split and unsplit paths agree within rounding") 
   CHECK(four.plan.find("split-KV: 4 ranges of 64 keys") != std::string::npos);
   CHECK(one.error <= 1.0);
   CHECK(four.error <= 1.0);
-  double worst = 0;
-  for (std::size_t i = 0; i < one.out.size(); ++i)
-    worst = std::max(
-        worst, std::fabs(one.out[i] - four.out[i]) / (2 * 0x1p-9 * (1 + std::fabs(one.out[i]))));
-  CHECK(worst <= 1.0);
+  CHECK(relative_gap(one, four) <= 0x1p-8);
 }
 
 TEST_CASE("paged_attention: one CTA per SM (two consumers) and two (one each) agree") {
@@ -245,11 +250,9 @@ TEST_CASE("paged_attention: one CTA per SM (two consumers) and two (one each) ag
     CHECK(two.plan.find("two CTAs per SM") != std::string::npos);
     CHECK(one.error <= 1.0);
     CHECK(two.error <= 1.0);
-    double worst = 0;
-    for (std::size_t i = 0; i < one.out.size(); ++i)
-      worst = std::max(
-          worst, std::fabs(one.out[i] - two.out[i]) / (2 * 0x1p-8 * (1 + std::fabs(one.out[i]))));
-    CHECK(worst <= 1.0);
+    // Blocks summed in another order (alternate blocks merged at the end):
+    // one bf16 ulp (2^-7 relative) apart at most.
+    CHECK(relative_gap(one, two) <= 0x1p-7);
   }
 }
 
