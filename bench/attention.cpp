@@ -122,9 +122,10 @@ int main(int argc, char** argv) {
     if (const char* bn = std::getenv("TX_ATTN_BN")) r.tiling.bn = std::atoi(bn);
     // TX_ATTN_STAGES=3: stages of the K and V rings (every row).
     if (const char* st = std::getenv("TX_ATTN_STAGES")) r.tiling.stages = std::atoi(st);
-    // TX_ATTN_PAIRS=1: causal rows as mirrored pairs, head by head.
-    if (const char* pr = std::getenv("TX_ATTN_PAIRS"); pr && std::string(pr) == "1")
-      r.tiling.causal_pairs = true;
+    // TX_ATTN_PAIRS=0: causal rows longest first across all heads, not in
+    // mirrored pairs head by head (the default).
+    if (const char* pr = std::getenv("TX_ATTN_PAIRS"); pr && std::string(pr) == "0")
+      r.tiling.causal_pairs = false;
     // TX_ATTN_PINGPONG=1: the consumers take turns issuing their MMAs.
     if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "1")
       r.tiling.pingpong = true;

@@ -47,9 +47,9 @@ struct AttentionTiling {
   bool pingpong = false;
   // Causal: each CTA takes a row block and its mirror image back to back
   // (equal work per pair), pairs head by head, so the heads in flight keep
-  // their K and V in L2 (T::tile_scheduler's pairs). Off by default until
-  // measured: rows longest-first across all heads is the default.
-  bool causal_pairs = false;
+  // their K and V in L2 (T::tile_scheduler's pairs). Measured on an H200:
+  // 1.03-1.25x rows longest-first across all heads (the order with false).
+  bool causal_pairs = true;
 };
 
 PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = {}) {

@@ -144,6 +144,10 @@ TEST_CASE("ops::attention against float64: layouts, GQA, causal both ways, parti
       {.B = 1, .H = 3, .Hk = 1, .Sq = 1, .Sk = 333, .D = 64, .q_tokens_major = true},
       {.B = 1, .H = 1, .Hk = 1, .Sq = 129, .Sk = 129, .D = 128, .causal = true, .t = f16},
       {.B = 1, .H = 2, .Hk = 2, .Sq = 70, .Sk = 90, .D = 256, .q_tokens_major = true},
+      // Causal row blocks go in mirrored pairs: several pairs per CTA on the
+      // host's few CTAs, and an odd number of row blocks (a pair of one).
+      {.B = 1, .H = 3, .Hk = 1, .Sq = 400, .Sk = 400, .D = 64, .causal = true},
+      {.B = 2, .H = 3, .Hk = 3, .Sq = 300, .Sk = 330, .D = 64, .causal = true, .bottom_right = true},
   };
   for (const Fixed& f : cases) {
     CAPTURE(f.D);
