@@ -5,7 +5,7 @@
 // kv_heads, head_dim), bf16 or f16; kv_heads may divide heads (grouped-query
 // attention: query head h reads K/V head h / (heads / kv_heads)). Each CTA
 // takes 128 query rows of one head at a time -- a persistent loop over (row
-// block, head) tiles, the longest causal row blocks first -- and streams the
+// block, head) tiles, causal row blocks in mirrored pairs of equal work -- and streams the
 // head's K and V through shared memory in blocks of BN rows.
 //
 // Warp specialization: warpgroup 0 produces. It gives registers back, loads
@@ -60,7 +60,7 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
   const double c2 = scale * std::numbers::log2e;  // exp(x scale) = exp2(x c2)
   const auto sched = T::tile_scheduler({.tiles_m = (p.seq_q + BM - 1) / BM,
                                         .tiles_n = p.batch * p.heads,
-                                        // causal: row blocks across heads, longest first
+                                        // causal: pairs head by head (or longest first)
                                         .group = p.causal ? 1 : (p.seq_q + BM - 1) / BM,
                                         .ctas = c.ctas,
                                         .m_descending = p.causal,

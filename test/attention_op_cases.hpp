@@ -147,7 +147,14 @@ TEST_CASE("ops::attention against float64: layouts, GQA, causal both ways, parti
       // Causal row blocks go in mirrored pairs: several pairs per CTA on the
       // host's few CTAs, and an odd number of row blocks (a pair of one).
       {.B = 1, .H = 3, .Hk = 1, .Sq = 400, .Sk = 400, .D = 64, .causal = true},
-      {.B = 2, .H = 3, .Hk = 3, .Sq = 300, .Sk = 330, .D = 64, .causal = true, .bottom_right = true},
+      {.B = 2,
+       .H = 3,
+       .Hk = 3,
+       .Sq = 300,
+       .Sk = 330,
+       .D = 64,
+       .causal = true,
+       .bottom_right = true},
   };
   for (const Fixed& f : cases) {
     CAPTURE(f.D);

@@ -134,9 +134,9 @@ PrimFunc attention_kernel(const AttnConfig& c) {
     // (odd tiles_m) holds no tile. Else: a head's row blocks together.
     auto pairs_per_head = T::let(ceildiv(tiles_m, 2), "pairs_per_head");
     auto pairs = T::let(pairs_per_head * heads_total, "pairs");
-    auto rounds = T::let(c.causal ? Expr(2 * ceildiv(pairs, c.ctas))
-                                  : Expr(ceildiv(tiles_m * heads_total, c.ctas)),
-                         "rounds");
+    auto rounds = T::let(
+        c.causal ? Expr(2 * ceildiv(pairs, c.ctas)) : Expr(ceildiv(tiles_m * heads_total, c.ctas)),
+        "rounds");
     struct Tile {
       Var live, m0, b, h, q0, lq, k0, lk, n_end, diagonal, bt;
     };
