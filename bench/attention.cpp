@@ -126,6 +126,14 @@ int main(int argc, char** argv) {
     // mirrored pairs head by head (the default).
     if (const char* pr = std::getenv("TX_ATTN_PAIRS"); pr && std::string(pr) == "0")
       r.tiling.causal_pairs = false;
+    // TX_ATTN_CONSUMERS=3: three consumer warpgroups, 192-row blocks (D 64
+    // rows only), key blocks of 112 when causal (ptxas spills the causal
+    // consumer at 128 with 160 registers) unless TX_ATTN_BN says otherwise.
+    if (const char* nc = std::getenv("TX_ATTN_CONSUMERS"); nc && r.shape.head_dim <= 64) {
+      r.tiling.consumers = std::atoi(nc);
+      if (r.tiling.consumers == 3 && r.shape.causal && !std::getenv("TX_ATTN_BN"))
+        r.tiling.bn = 112;
+    }
     // TX_ATTN_PINGPONG=1: the consumers take turns issuing their MMAs.
     if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "1")
       r.tiling.pingpong = true;

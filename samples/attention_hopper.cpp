@@ -4,7 +4,7 @@
 // Q and O are (batch, seq_q, heads, head_dim), K and V (batch, seq_k,
 // kv_heads, head_dim), bf16 or f16; kv_heads may divide heads (grouped-query
 // attention: query head h reads K/V head h / (heads / kv_heads)). Each CTA
-// takes 128 query rows of one head at a time -- a persistent loop over (row
+// takes 128 (or 192) query rows of one head at a time -- a persistent loop over (row
 // block, head) tiles, causal row blocks in mirrored pairs of equal work -- and streams the
 // head's K and V through shared memory in blocks of BN rows.
 //
@@ -50,10 +50,21 @@ struct AttentionTiling {
   // their K and V in L2 (T::tile_scheduler's pairs). Measured on an H200:
   // 1.03-1.25x rows longest-first across all heads (the order with false).
   bool causal_pairs = true;
+  // Consumer warpgroups, 64 query rows each: row blocks of 64 x consumers.
+  // Three (FA3's 192-row tiles at D 64) keep more softmax in flight per SM
+  // beside MMAs that are short at D 64; each consumer thread then has 160
+  // registers (four warpgroups share the register file), so D 64 only, and
+  // key blocks of at most 128 (112 when causal: ptxas spills the masked
+  // consumer at 128).
+  std::int64_t consumers = 2;
 };
 
 PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = {}) {
-  const std::int64_t BM = 128, BN = c.bn, D = p.head_dim, STAGES = c.stages;
+  const std::int64_t D = p.head_dim, NC = c.consumers, BM = 64 * NC, BN = c.bn, STAGES = c.stages;
+  if (NC != 2 && !(NC == 3 && D <= 64 && !c.pingpong))
+    fail("attention_hopper", "consumers", {},
+         std::to_string(NC) + " consumer warpgroups: 2, or 3 at head_dim <= 64 without pingpong " +
+             "(160 registers a thread hold no larger tile)");
   const std::int64_t NB = (p.seq_k + BN - 1) / BN, group = p.heads / p.kv_heads;
   const std::int64_t diagonal = p.bottom_right ? p.seq_k - p.seq_q : 0;
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(D));
@@ -75,16 +86,18 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
     auto LSE = T::match_buffer(lse_ptr, {p.batch, p.heads, p.seq_q}, f32);
     T::device_entry();
     auto cta = T::cta_id({sched.ctas()});
-    auto wg = T::warpgroup_id({3});
+    auto wg = T::warpgroup_id({static_cast<int>(NC) + 1});
     auto tid = T::thread_id_in_wg({128});
     auto Qs = T::alloc_buffer({BM, D}, t, scope::shared, layouts::swizzled_tiles({BM, D}, t));
     auto Ks = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
                               layouts::swizzled_tiles({STAGES, BN, D}, t));
     auto Vs = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
                               layouts::swizzled_tiles({STAGES, BN, D}, t));
-    auto qpipe = T::pipeline({.stages = 1, .consumer_arrivals = 2});
-    auto kpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
-    auto vpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
+    auto qpipe = T::pipeline({.stages = 1, .consumer_arrivals = static_cast<int>(NC)});
+    auto kpipe = T::pipeline(
+        {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(NC)});
+    auto vpipe = T::pipeline(
+        {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(NC)});
     // The pipelines' positions, the same counts on both sides: key blocks so
     // far (K and V) and tiles so far (Q; a round may have no tile).
     auto kv = T::alloc_buffer({2}, i32, scope::local);
@@ -132,7 +145,7 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
              }
            })
         .else_([&] {  // the consumers: 64 query rows each
-          T::cuda::increase_registers(240);
+          T::cuda::increase_registers(NC == 2 ? 240 : 160);
           auto S = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
           auto P = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_a(64, BN, t));
           auto Oacc = T::alloc_buffer({64, D}, f32, scope::local, frag::wgmma_c(64, D));

@@ -290,7 +290,7 @@ inline std::vector<AttentionCase> attention_host_cases() {
        {.batch = 1, .heads = 1, .kv_heads = 1, .seq_q = 100, .seq_k = 160, .head_dim = 256},
        bf16,
        {.bn = 64, .stages = 1}},
-      {"two CTAs, nine rounds each, causal",
+      {"two CTAs, nine rounds each, causal, longest first",
        {.batch = 2,
         .heads = 3,
         .kv_heads = 3,
@@ -299,7 +299,7 @@ inline std::vector<AttentionCase> attention_host_cases() {
         .head_dim = 64,
         .causal = true},
        bf16,
-       {.ctas = 2}},
+       {.ctas = 2, .causal_pairs = false}},
       // Mirrored pairs (row blocks 2 and 0, then 1 alone: a round without a
       // tile between rounds with one) on three CTAs; and an even count.
       {"causal pairs, three CTAs, an odd count of row blocks",
@@ -323,6 +323,21 @@ inline std::vector<AttentionCase> attention_host_cases() {
         .bottom_right = true},
        bf16,
        {.ctas = 2, .causal_pairs = true}},
+      // Three consumer warpgroups: row blocks of 192 (FA3's D 64 tiling).
+      {"three consumers, causal pairs, partial row and key blocks",
+       {.batch = 1,
+        .heads = 2,
+        .kv_heads = 1,
+        .seq_q = 500,
+        .seq_k = 520,
+        .head_dim = 64,
+        .causal = true},
+       bf16,
+       {.ctas = 2, .consumers = 3}},
+      {"three consumers, non-causal, fewer rows than one block",
+       {.batch = 2, .heads = 2, .kv_heads = 2, .seq_q = 100, .seq_k = 333, .head_dim = 64},
+       f16,
+       {.consumers = 3}},
   };
 }
 

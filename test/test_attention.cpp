@@ -304,6 +304,23 @@ TEST_CASE("the attention sample lowers for sm_90a: wgmma from shared and from re
   CHECK(count(cuda, "A in registers") == 2);  // O += P V, in the loop and after it
 }
 
+TEST_CASE("three consumer warpgroups: 192-row blocks, 512 threads, 160 registers a consumer") {
+  const AttentionShape p{.seq_q = 1000, .seq_k = 1000, .head_dim = 64, .causal = true};
+  auto k = lowering::lower(attention_hopper(p, bf16, {.consumers = 3}), {.arch = "sm_90a"});
+  const std::string cuda = lowering::codegen_cuda(k);
+  CHECK(cuda.find("__launch_bounds__(512)") != std::string::npos);
+  CHECK(cuda.find("setmaxnreg.inc.sync.aligned.u32 %0;\" :: \"n\"(160)") != std::string::npos);
+  auto out = runtime::nvrtc_compile(cuda, "attention_c3.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+  CHECK(out.cubin.size() > 4);
+  // Larger heads, or pingpong's two-way turns, are refused by name.
+  CHECK_THROWS_WITH_AS(attention_hopper({.head_dim = 128}, bf16, {.consumers = 3}),
+                       doctest::Contains("consumers"), Error);
+  CHECK_THROWS_WITH_AS(attention_hopper({.head_dim = 64}, bf16, {.pingpong = true, .consumers = 3}),
+                       doctest::Contains("without pingpong"), Error);
+  CHECK_THROWS_WITH_AS(attention_hopper({.head_dim = 64}, bf16, {.consumers = 4}),
+                       doctest::Contains("consumers"), Error);
+}
+
 TEST_CASE(
     "min_ctas_per_sm: __launch_bounds__(threads, n), so ptxas budgets each side of setmaxnreg") {
   const AttentionShape p{.seq_q = 256, .seq_k = 256, .head_dim = 64};
