@@ -156,6 +156,10 @@ TEST_CASE(
         .q_tokens_major = true}},
       {{.B = 1, .H = 2, .Hk = 1, .Sq = 100, .Sk = 260, .D = 128, .kv_tokens_major = true}},
       {{.B = 1, .H = 1, .Hk = 1, .Sq = 190, .Sk = 190, .D = 128, .causal = true, .t = f16}, 0.3},
+      // Causal blocks go in mirrored pairs (query blocks in the dq kernel, key
+      // blocks in the dk/dv kernel): an odd count (a pair of one), several
+      // pairs per CTA on the host's few CTAs.
+      {{.B = 1, .H = 4, .Hk = 2, .Sq = 300, .Sk = 300, .D = 64, .causal = true}},
   };
   for (BackwardCase bc : cases)
     for (bool dq_atomics : {false, true}) {

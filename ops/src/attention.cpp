@@ -126,37 +126,16 @@ PrimFunc attention_kernel(const AttnConfig& c) {
     // Tiles: (row block, batch * head), counted at launch.
     auto tiles_m = T::let(ceildiv(seq_q, BM), "tiles_m");
     auto heads_total = T::let(batch * H, "heads_total");
-    // Causal: a CTA takes row block tiles_m - 1 - j, then j of the same head
-    // (equal work per pair), pairs numbered head by head, so the heads in
-    // flight keep their K and V in L2 (T::tile_scheduler's pairs; measured on
-    // an H200: 1.03-1.25x the longest-first order across all heads, which
-    // read K and V from DRAM). A pair's second round with j = tiles_m - 1 - j
-    // (odd tiles_m) holds no tile. Else: a head's row blocks together.
-    auto pairs_per_head = T::let(ceildiv(tiles_m, 2), "pairs_per_head");
-    auto pairs = T::let(pairs_per_head * heads_total, "pairs");
-    auto rounds = T::let(
-        c.causal ? Expr(2 * ceildiv(pairs, c.ctas)) : Expr(ceildiv(tiles_m * heads_total, c.ctas)),
-        "rounds");
+    // Causal: mirrored pairs of row blocks, head by head; else a head's
+    // blocks together (attn::tile_order).
+    const attn::TileOrder order = attn::tile_order(cta, tiles_m, heads_total, c.ctas, c.causal);
+    auto rounds = order.rounds;
     struct Tile {
       Var live, m0, b, h, q0, lq, k0, lk, n_end, diagonal, bt;
     };
     auto tile_of = [&](Var r) {
       Tile x;
-      Var valid, mb, bh;
-      if (c.causal) {
-        auto linear = T::let(cta + r / 2 * c.ctas, "pair_linear");
-        auto pair = T::let(min(linear, pairs - 1), "pair");
-        auto j = T::let(pair % pairs_per_head, "pair_row");
-        auto second = T::let(r % 2 == 1, "second");
-        valid = T::let(linear < pairs && (!second || j < tiles_m - 1 - j), "valid");
-        mb = T::let(select(second, Expr(j), tiles_m - 1 - j), "mb");
-        bh = T::let(pair / pairs_per_head, "bh");
-      } else {
-        auto t_ = T::let(cta + r * c.ctas, "tile");
-        valid = T::let(t_ < tiles_m * heads_total, "valid");
-        mb = T::let(t_ % tiles_m, "mb");
-        bh = T::let(min(t_ / tiles_m, heads_total - 1), "bh");
-      }
+      auto [valid, mb, bh] = order.at(r);
       // (The max(.., 0) state what holds, for the range analysis.)
       x.b = T::let(max(bh / H, 0), "b");
       x.h = T::let(max(bh % H, 0), "h");

@@ -222,21 +222,17 @@ PrimFunc dq_kernel(const BwdConfig& bc) {
     kv(1) = 0;
     auto tiles_m = T::let(ceildiv(p.seq_q, BM), "tiles_m");
     auto heads_total = T::let(p.batch * H, "heads_total");
-    auto rounds = T::let(ceildiv(tiles_m * heads_total, c.ctas), "rounds");
+    // Tile r of this CTA: (row block, batch * head); causal: mirrored pairs
+    // of row blocks head by head, else a head's blocks together.
+    const attn::TileOrder order = attn::tile_order(cta, tiles_m, heads_total, c.ctas, c.causal);
+    auto rounds = order.rounds;
     struct Tile {
       Var live, m0, b, h, n_end;
       Bounds s;
     };
-    // Tile r of this CTA: (row block, batch * head); causal: the longest rows first.
     auto tile_of = [&](Var r) {
       Tile x;
-      auto t_ = T::let(cta + r * c.ctas, "tile");
-      auto valid = T::let(t_ < tiles_m * heads_total, "valid");
-      auto mb = T::let(
-          c.causal ? Expr(tiles_m - 1 - min(t_ / heads_total, tiles_m - 1)) : Expr(t_ % tiles_m),
-          "mb");
-      auto bh = T::let(c.causal ? Expr(t_ % heads_total) : Expr(min(t_ / tiles_m, heads_total - 1)),
-                       "bh");
+      auto [valid, mb, bh] = order.at(r);
       x.b = T::let(max(bh / H, 0), "b");
       x.h = T::let(max(bh % H, 0), "h");
       x.m0 = T::let(max(mb, 0) * BM, "m0");
@@ -457,19 +453,21 @@ PrimFunc dkdv_kernel(const BwdConfig& bc) {
     kv(1) = 0;  // live tiles so far
     auto tiles_n = T::let(ceildiv(p.seq_k, BK), "tiles_n");
     auto heads_total = T::let(p.batch * HK, "heads_total");
-    auto rounds = T::let(ceildiv(tiles_n * heads_total, c.ctas), "rounds");
+    // Tile r of this CTA: (key block, batch * kv head). Causal: mirrored
+    // pairs of key blocks head by head, the first key block of a pair the
+    // one that sees more queries; else a head's blocks together, so the
+    // CTAs of a round share the head's Q and dO in L2 (they had taken one
+    // block of every head, each CTA streaming its own head's Q and dO).
+    const attn::TileOrder order = attn::tile_order(cta, tiles_n, heads_total, c.ctas, c.causal);
+    auto rounds = order.rounds;
     struct Tile {
       Var live, n0, b, hk, m_begin, nm, steps;
       Bounds s;
     };
-    // Tile r of this CTA: (key block, batch * kv head), the first key blocks
-    // first (with a causal mask they see the most queries).
     auto tile_of = [&](Var r) {
       Tile x;
-      auto t_ = T::let(cta + r * c.ctas, "tile");
-      auto valid = T::let(t_ < tiles_n * heads_total, "valid");
-      auto nb = T::let(min(t_ / heads_total, tiles_n - 1), "nb");
-      auto bh = T::let(t_ % heads_total, "bh");
+      auto [valid, block, bh] = order.at(r);
+      auto nb = T::let(c.causal ? Expr(tiles_n - 1 - block) : Expr(block), "nb");
       x.b = T::let(max(bh / HK, 0), "b");
       x.hk = T::let(max(bh % HK, 0), "hk");
       x.n0 = T::let(max(nb, 0) * BK, "n0");

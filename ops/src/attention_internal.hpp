@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <source_location>
 #include <string>
 
@@ -44,6 +45,52 @@ struct Checked {
   Tensor q, k, v;  // as the kernel reads them (possibly copies)
   std::string copies;
 };
+
+// The order in which the persistent CTAs of the attention kernels take their
+// tiles, (block, head) with `blocks` blocks a head (counted at launch):
+//  - paired (causal masks): a CTA takes block blocks - 1 - j and then block j
+//    of one head back to back -- equal work per pair, whichever end of the
+//    head the long blocks sit at -- and pairs go head by head, so the few
+//    heads in flight keep their operands in L2. Measured on an H200 (the
+//    forward, docs/attention.md): 1.03-1.25x the longest blocks first across
+//    all heads, which read K and V from DRAM for every block. A pair's second
+//    round with j = blocks - 1 - j (an odd count) holds no tile.
+//  - else a head's blocks together (CTAs next to each other share the head's
+//    operands in L2).
+struct TileOrder {
+  Var rounds;  // rounds of every CTA
+  struct At {
+    Var valid, block, head;  // head: batch * heads + head
+  };
+  std::function<At(Var)> at;  // the tile of round r
+};
+inline TileOrder tile_order(Var cta, Expr blocks, Expr heads, std::int64_t ctas, bool paired) {
+  TileOrder o;
+  if (paired) {
+    auto per_head = T::let(ceildiv(blocks, 2), "pairs_per_head");
+    auto pairs = T::let(per_head * heads, "pairs");
+    o.rounds = T::let(2 * ceildiv(pairs, ctas), "rounds");
+    o.at = [=](Var r) {
+      auto linear = T::let(cta + r / 2 * ctas, "pair_linear");
+      auto pair = T::let(min(linear, pairs - 1), "pair");
+      auto j = T::let(pair % per_head, "pair_row");
+      auto second = T::let(r % 2 == 1, "second");
+      return TileOrder::At{
+          .valid = T::let(linear < pairs && (!second || j < blocks - 1 - j), "valid"),
+          .block = T::let(select(second, Expr(j), blocks - 1 - j), "block"),
+          .head = T::let(pair / per_head, "bh")};
+    };
+    return o;
+  }
+  o.rounds = T::let(ceildiv(blocks * heads, ctas), "rounds");
+  o.at = [=](Var r) {
+    auto t = T::let(cta + r * ctas, "tile");
+    return TileOrder::At{.valid = T::let(t < blocks * heads, "valid"),
+                         .block = T::let(t % blocks, "block"),
+                         .head = T::let(min(t / blocks, heads - 1), "bh")};
+  };
+  return o;
+}
 
 // A (B, H, S, D) view whose storage is (B, S, H, D).
 bool tokens_major(const Tensor& x);
