@@ -488,7 +488,12 @@ PrimFunc dkdv_kernel(const BwdConfig& bc) {
       Step st;
       auto nm = T::let(max(x.nm, 1));
       st.h = T::let(x.hk * group + min(u / nm, group - 1), "h");
-      st.m0 = T::let((x.m_begin + u % nm) * BQ, "m0");
+      // Fused, non-causal: the CTAs of a round hold key blocks of the same
+      // heads and would add into the same dQ rows at once; each starts at
+      // the query block level with its keys instead (causal starts differ).
+      Expr mi = u % nm;
+      if (fused && !c.causal) mi = (mi + x.n0 / BQ) % nm;
+      st.m0 = T::let((x.m_begin + mi) * BQ, "m0");
       return st;
     };
     auto q_rows = [&](const TileBuffer& X, const Tile& x, const Step& st) {
