@@ -312,7 +312,8 @@ TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator ch
     if (s.buffer->dtype == bf16) CHECK(s.offset % 1024 == 0);
 
   // Rejections, each with its reason (forced onto the variant).
-  auto one = [](const TileLayout& acc_layout, const TileLayout& a_layout, ExecScope scope) {
+  auto one = [](const TileLayout& acc_layout, const TileLayout& a_layout, ExecScope scope,
+                int pending = 0) {
     return T::prim_func("one_wgmma", [&](Handle d_ptr) {
       auto D = T::match_buffer(d_ptr, {64, 64}, f32);
       T::device_entry();
@@ -324,6 +325,7 @@ TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator ch
       auto acc = T::alloc_buffer({64, 64}, f32, scope::local, acc_layout);
       TileAttrs at;
       at.variant = "wgmma";
+      at.pending = pending;
       if (scope == ExecScope::warpgroup)
         Tx::warpgroup::gemm(acc, As, Bs, at);
       else
@@ -333,6 +335,20 @@ TEST_CASE("gemm/wgmma: descriptors read off swizzled layouts, the accumulator ch
   };
   const TileLayout sw = layouts::swizzled_tiles({64, 64}, bf16);
   CHECK_NOTHROW(lower90(one(frag::wgmma_c(64, 64), sw, ExecScope::warpgroup)));
+  // The accumulator's registers are fenced after a wait that retires the
+  // call's group, never while it is in flight (ptxas would serialize every
+  // wgmma of the kernel): 32 registers a thread at 64 x 64.
+  auto fences = [&](int pending) {
+    const std::string ir =
+        to_string(lower90(one(frag::wgmma_c(64, 64), sw, ExecScope::warpgroup, pending)).lowered);
+    int n = 0;
+    for (auto at = ir.find("T.ptx.register_fence("); at != std::string::npos;
+         at = ir.find("T.ptx.register_fence(", at + 1))
+      ++n;
+    return n;
+  };
+  CHECK(fences(0) == 32);
+  CHECK(fences(1) == 0);
   CHECK_THROWS_WITH_AS(
       lower90(one(frag::wgmma_c(64, 64), TileLayout::row_major({64, 64}), ExecScope::warpgroup)),
       doctest::Contains("without a swizzle"), Error);

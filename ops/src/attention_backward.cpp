@@ -573,54 +573,120 @@ PrimFunc dkdv_kernel(const BwdConfig& bc) {
               Tx::warpgroup::fill(dK, 0.0f);
               Tx::warpgroup::fill(dV, 0.0f);
               kvpipe.consumer_wait(ki);
-              for (Var u : T::serial(x.steps, "u")) {
-                Step st = step_of(x, u);
-                auto it = T::let(kv(0) + u);
+              // The softmax's rows of step u (LSE as -log2 lse, D).
+              auto load_rows = [&](const Step& st) {
                 auto per_row = [&](const TileBuffer& X) {
                   return row_values(X, c.q_heads_major, H, x.b, st.h, x.s.q0, st.m0, p.seq_q, BQ);
                 };
                 Tx::warpgroup::copy(nlse, per_row(p.LSE), {.partial = true});
                 Tx::warpgroup::copy(dsum, per_row(p.Dsum), {.partial = true});
                 negated_log2_lse(nlse);
+              };
+              // S = Q K^T and dP = dO V^T of step u, left in flight (two groups).
+              auto issue_s_dp = [&](Expr it) {
                 qpipe.consumer_wait(it);
                 Tx::warpgroup::gemm(S, at(Qr, it), Kw, {.pending = 1, .transpose_b = true});
-                Tx::warpgroup::gemm(dP, at(dOr, it), Vw, {.transpose_b = true});
+                Tx::warpgroup::gemm(dP, at(dOr, it), Vw, {.pending = 2, .transpose_b = true});
+              };
+              // P = exp2(S c2 - lse') and dS = P (dP - D) in the registers of S and dP.
+              auto p_and_ds = [&](const Step& st, bool guarded = true) {
                 // Rows past the sequence (the next one's, or zeros), keys past
                 // it (fused: they would reach dQ) and, causal, keys above the
                 // diagonal: P = 0.
                 Expr partial = st.m0 + BQ > x.s.lq;
                 if (fused) partial = partial || first_key + 64 > x.s.lk;
                 if (c.causal) partial = partial || st.m0 + x.s.diagonal < first_key + 63;
-                T::if_(partial, [&] {
+                auto mask = [&] {
                   Tx::warpgroup::fill(S, -INFINITY, {.where = [&](Expr i, Expr k) -> Expr {
                                         Expr masked = st.m0 + i >= x.s.lq;
                                         if (fused) masked = masked || first_key + k >= x.s.lk;
                                         if (!c.causal) return masked;
                                         return masked || first_key + k > st.m0 + i + x.s.diagonal;
                                       }});
-                });
+                };
+                if (guarded)
+                  T::if_(partial, mask);
+                else
+                  mask();
                 Tx::warpgroup::exp2(S, S, {.scale = c2, .bias = nlse.all()});  // P
                 Tx::warpgroup::sub(dP, dP, dsum);
                 Tx::warpgroup::mul(dP, dP, S);  // dS
-                // The last step's MMAs read Pw and dSw until every warp's wait
-                // (fused, dS also the other consumer's dQ MMA).
-                if (fused && split_d)
-                  both.sync(0);
-                else
-                  T::cuda::warpgroup_sync();
+              };
+              // P and dS into this consumer's panels, for wgmma to read transposed.
+              auto store_p_ds = [&] {
                 Tx::warpgroup::cast(half, S);
                 Tx::warpgroup::copy(Pw, half);
                 Tx::warpgroup::cast(half, dP);
                 Tx::warpgroup::copy(dSw, half);
                 T::cuda::fence_proxy_async();
-                if (fused && split_d)
-                  both.sync(0);
-                else
+              };
+              if (!fused) {
+                // Software-pipelined over the steps: the dV and dK products of
+                // step u run while step u + 1's P and dS are computed, and step
+                // u + 1's S and dP are issued before them. Every wait retires
+                // the same groups on every path (ptxas serializes the MMAs
+                // around waits it cannot place): after a step, S(u + 1) and
+                // dP(u + 1) are done and dV(u), dK(u) may still run.
+                auto step = [&](Var u, bool next) {
+                  Step st = step_of(x, u);
+                  auto it = T::let(kv(0) + u);
+                  // (The last step masks unconditionally: reached both from the
+                  // loop and, with one step, from the prologue, a conditional
+                  // write to S there makes ptxas serialize every wgmma, C7515.)
+                  p_and_ds(st, next);
+                  // dV(u - 1), dK(u - 1) done: their Q and dO stage is free, and
+                  // (every warp past its wait) so are the P and dS panels.
+                  T::cuda::wgmma_wait(0, dV);
+                  T::cuda::wgmma_wait(0, dK);
+                  T::if_(u > 0, [&] { release(qpipe, it - 1); });
                   T::cuda::warpgroup_sync();
-                Tx::warpgroup::gemm(dV, PwT, at(dOr, it), {.accum = true, .pending = 1});
-                Tx::warpgroup::gemm(dK, dSwT, at(Qr, it), {.accum = true});
-                release(qpipe, it);
-                if (fused) {
+                  store_p_ds();
+                  T::cuda::warpgroup_sync();
+                  if (next) {
+                    load_rows(step_of(x, T::let(u + 1, "u_next")));
+                    issue_s_dp(it + 1);
+                  }
+                  Tx::warpgroup::gemm(dV, PwT, at(dOr, it), {.accum = true, .pending = 3});
+                  Tx::warpgroup::gemm(dK, dSwT, at(Qr, it), {.accum = true, .pending = 4});
+                  if (next) {
+                    T::cuda::wgmma_wait(2, S);
+                    T::cuda::wgmma_wait(2, dP);
+                  }
+                };
+                T::if_(x.steps > 0, [&] {
+                  load_rows(step_of(x, T::let(0, "u0")));
+                  issue_s_dp(kv(0));
+                  T::cuda::wgmma_wait(0, S);
+                  T::cuda::wgmma_wait(0, dP);
+                  for (Var u : T::serial(x.steps - 1, "u")) step(u, true);
+                  step(T::let(x.steps - 1, "u_last"), false);
+                  T::cuda::wgmma_wait(0, dV);
+                  T::cuda::wgmma_wait(0, dK);
+                  release(qpipe, kv(0) + x.steps - 1);
+                });
+              } else {
+                for (Var u : T::serial(x.steps, "u")) {
+                  Step st = step_of(x, u);
+                  auto it = T::let(kv(0) + u);
+                  load_rows(st);
+                  qpipe.consumer_wait(it);
+                  Tx::warpgroup::gemm(S, at(Qr, it), Kw, {.pending = 1, .transpose_b = true});
+                  Tx::warpgroup::gemm(dP, at(dOr, it), Vw, {.transpose_b = true});
+                  p_and_ds(st);
+                  // The last step's MMAs read Pw and dSw until every warp's wait
+                  // (dS also the other consumer's dQ MMA at head_dim 128).
+                  if (split_d)
+                    both.sync(0);
+                  else
+                    T::cuda::warpgroup_sync();
+                  store_p_ds();
+                  if (split_d)
+                    both.sync(0);
+                  else
+                    T::cuda::warpgroup_sync();
+                  Tx::warpgroup::gemm(dV, PwT, at(dOr, it), {.accum = true, .pending = 1});
+                  Tx::warpgroup::gemm(dK, dSwT, at(Qr, it), {.accum = true});
+                  release(qpipe, it);
                   Expr col0 = split_d ? Expr(me * dq_cols) : Expr(0);
                   if (split_d) {
                     Tx::warpgroup::gemm(dQ, dSs.all(), Ks[region({0, BK}, span(col0, dq_cols))]);
@@ -677,9 +743,14 @@ void zero(Tensor& x) {
 
 Kernel kernel_for(const std::string& kind, const BwdConfig& config, const Device& d,
                   PrimFunc (*make)(const BwdConfig&)) {
+  // The pipelined dk/dv kernel at head_dim 64 as one CTA per SM: with
+  // __launch_bounds__(384) alone ptxas cannot place the consumers' setmaxnreg
+  // (C7508), keeps them at 168 registers and spills; with (384, 1) it budgets
+  // each side and spills nothing (ptxas 13.0, sm_90a).
+  const int min_ctas = make == dkdv_kernel && config.deterministic && config.c.D <= 64 ? 1 : 0;
   return detail::special_cached(config.key(kind, d), [&] {
     ++g_built;
-    return compile(make(config), {.device = d, .approx_math = true});
+    return compile(make(config), {.device = d, .approx_math = true, .min_ctas_per_sm = min_ctas});
   });
 }
 

@@ -329,11 +329,16 @@ Plan plan(const DispatchContext& ctx) {
   body.push_back(
       make_evaluate(make_call(Intrinsic::wgmma_wait, {c32(ctx.call->attrs.pending)}, loc), loc));
   // The accumulator's registers are written until the wait: keep the
-  // compiler from moving their other uses across it.
-  for (const auto& rr : regs)
-    for (std::int64_t r : rr)
-      body.push_back(make_evaluate(
-          make_call(Intrinsic::register_fence, {make_load(fd, {c32(r)}, loc)}, loc), loc));
+  // compiler from moving their other uses across it. Only when the wait
+  // retires this call's group (pending = 0): with the group still in flight
+  // a fence would itself touch registers the MMA owns, and ptxas then
+  // serializes every wgmma of the kernel (C7515). The kernel's own
+  // T::cuda::wgmma_wait(n, accumulator) fences them once they are done.
+  if (ctx.call->attrs.pending == 0)
+    for (const auto& rr : regs)
+      for (std::int64_t r : rr)
+        body.push_back(make_evaluate(
+            make_call(Intrinsic::register_fence, {make_load(fd, {c32(r)}, loc)}, loc), loc));
   return make_origin(
       origin_text(ctx, "gemm/wgmma (" + std::to_string(count) + " x wgmma." + shape + ", A " +
                            (a_regs               ? "in registers"
