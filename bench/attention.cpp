@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
     js << (first ? "" : ",\n") << "  {\"name\": \"" << r.name << "\", \"batch\": " << p.batch
        << ", \"heads\": " << p.heads << ", \"kv_heads\": " << p.kv_heads << ", \"seq\": " << p.seq_q
        << ", \"head_dim\": " << D << ", \"causal\": " << (p.causal ? "true" : "false")
-       << ", \"bn\": " << r.tiling.bn << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tflops
-       << ", \"tx_err\": " << err << "}";
+       << ", \"bn\": " << r.tiling.bn << ", \"consumers\": " << r.tiling.consumers
+       << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tflops << ", \"tx_err\": " << err << "}";
     first = false;
   }
   js << "\n]\n";
