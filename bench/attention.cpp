@@ -3,7 +3,9 @@
 // heads = 2048 / D; and a GQA shape, 32 query heads over 8 K/V heads at D
 // 128); bench/attention.py times cuDNN SDPA, torch's flash backend and a
 // Triton flash-attention kernel on the same shapes and writes the report
-// (bench/run_attention.sh runs both).
+// (bench/run_attention.sh runs both). Each row also times tx::ops::attention
+// (the library op torch.ops.tx.attention calls: run-time shapes, its own
+// tiling) on the same tensors: the "tx op" column.
 //
 //   bench_attention --out tx.json
 //   TX_ATTN_ONLY=d128_s4096_causal,d64_s16384 bench_attention    (these rows only)
@@ -21,6 +23,7 @@
 #define TX_SAMPLE_NO_MAIN
 #include "../samples/attention_hopper.cpp"
 #include "bench_util.hpp"
+#include "tx/ops/attention.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 
 namespace {
@@ -153,16 +156,33 @@ int main(int argc, char** argv) {
     const double flops = 4.0 * static_cast<double>(p.batch * p.heads * p.seq_q * p.seq_k * D) *
                          (p.causal ? 0.5 : 1.0);
     const double tflops = flops / (ms * 1e-3) / 1e12;
-    std::printf("%-26s B %3lld H %2lld/%2lld S %5lld D %3lld  %8.4f ms  %6.1f TFLOP/s  err %.3g\n",
-                r.name.c_str(), static_cast<long long>(p.batch), static_cast<long long>(p.heads),
-                static_cast<long long>(p.kv_heads), static_cast<long long>(p.seq_q),
-                static_cast<long long>(D), ms, tflops, err);
+    // tx::ops::attention, what torch.ops.tx.attention runs (shapes at launch,
+    // both layouts, variable lengths): (B, H, S, D) views of the same storage,
+    // its own tiling (key_block in ops/src/attention.cpp), out allocated per call.
+    tx::ops::AttentionResult res;
+    auto op = [&] {
+      res = tx::ops::attention(Q.transpose(1, 2), K.transpose(1, 2), V.transpose(1, 2),
+                               {.causal = p.causal});
+    };
+    op();
+    const double op_err = check_rows(p, Q, K, V, res.out.transpose(1, 2).contiguous());
+    if (!(op_err <= 1.0)) ++bad;
+    const double op_ms = bench::time_ms(op);
+    const double op_tflops = flops / (op_ms * 1e-3) / 1e12;
+    std::printf(
+        "%-26s B %3lld H %2lld/%2lld S %5lld D %3lld  %8.4f ms  %6.1f TFLOP/s  err %.3g  "
+        "op %6.1f TFLOP/s err %.3g\n",
+        r.name.c_str(), static_cast<long long>(p.batch), static_cast<long long>(p.heads),
+        static_cast<long long>(p.kv_heads), static_cast<long long>(p.seq_q),
+        static_cast<long long>(D), ms, tflops, err, op_tflops, op_err);
     std::fflush(stdout);
     js << (first ? "" : ",\n") << "  {\"name\": \"" << r.name << "\", \"batch\": " << p.batch
        << ", \"heads\": " << p.heads << ", \"kv_heads\": " << p.kv_heads << ", \"seq\": " << p.seq_q
        << ", \"head_dim\": " << D << ", \"causal\": " << (p.causal ? "true" : "false")
        << ", \"bn\": " << r.tiling.bn << ", \"consumers\": " << r.tiling.consumers
-       << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tflops << ", \"tx_err\": " << err << "}";
+       << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tflops << ", \"tx_err\": " << err
+       << ", \"op_ms\": " << op_ms << ", \"op_tflops\": " << op_tflops << ", \"op_err\": " << op_err
+       << "}";
     first = false;
   }
   js << "\n]\n";

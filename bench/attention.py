@@ -177,8 +177,8 @@ def main():
     dev = torch.cuda.get_device_name()
     lines = [f"Attention forward, bf16, TFLOP/s on {dev} (torch {torch.__version__}, "
              f"Triton {triton.__version__}, cuDNN {torch.backends.cudnn.version()})", "",
-             "| case | B | H/Hkv | S | D | tx | cuDNN | flash (FA2) | Triton | tx/cuDNN | "
-             "tx/flash |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| case | B | H/Hkv | S | D | tx | tx op | cuDNN | flash (FA2) | Triton | tx/cuDNN | "
+             "tx/flash | op/cuDNN |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def f(x):
         return f"{x:.1f}" if isinstance(x, float) else "-"
@@ -187,11 +187,13 @@ def main():
         c = r.get("cudnn_tflops")
         fl = r.get("flash_tflops")
         t = r["tx_tflops"]
+        o = r.get("op_tflops")
         lines.append(
             f"| {r['name']} | {r['batch']} | {r['heads']}/{r['kv_heads']} | {r['seq']} | "
-            f"{r['head_dim']} | {f(t)} | {f(c)}{r.get('cudnn_note', '')} | "
+            f"{r['head_dim']} | {f(t)} | {f(o)} | {f(c)}{r.get('cudnn_note', '')} | "
             f"{f(fl)}{r.get('flash_note', '')} | {f(r.get('triton_tflops'))} | "
-            f"{(t / c if c else float('nan')):.3f} | {(t / fl if fl else float('nan')):.3f} |")
+            f"{(t / c if c else float('nan')):.3f} | {(t / fl if fl else float('nan')):.3f} | "
+            f"{(o / c if c and o else float('nan')):.3f} |")
     open(prefix + ".md", "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

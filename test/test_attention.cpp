@@ -337,6 +337,21 @@ TEST_CASE(
                        doctest::Contains("min_ctas_per_sm"), Error);
 }
 
+TEST_CASE("ops::attention's kernel lowers for sm_90a and builds as a cubin, every head dim") {
+  for (std::int64_t D : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      CAPTURE(D);
+      CAPTURE(causal);
+      const std::string cuda = ops::detail::attention_cuda(D, 8, 2, bf16, causal, !causal);
+      // S = Q K^T from shared memory, O += P V with P from registers.
+      CHECK(count(cuda, "wgmma.mma_async") >= 2);
+      CHECK(count(cuda, "setmaxnreg") == 2);
+      auto out =
+          runtime::nvrtc_compile(cuda, "attention_fwd.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+      CHECK(out.cubin.size() > 4);
+    }
+}
+
 TEST_CASE("ops::attention_backward's kernels lower for sm_90a and build as cubins") {
   for (std::int64_t D : {64, 128})
     for (bool causal : {false, true}) {

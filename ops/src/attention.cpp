@@ -21,6 +21,7 @@
 
 #include "attention_internal.hpp"
 #include "special_ops.hpp"
+#include "tx/lowering/codegen_cuda.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
@@ -594,6 +595,18 @@ std::string layout_words(bool heads_major) {
 }  // namespace
 
 std::uint64_t detail::attention_kernels_built() { return g_built.load(); }
+
+std::string detail::attention_cuda(std::int64_t head_dim, std::int64_t heads, std::int64_t kv_heads,
+                                   DType t, bool causal, bool varlen) {
+  AttnConfig c{.D = head_dim,
+               .heads = heads,
+               .kv_heads = kv_heads,
+               .t = t,
+               .causal = causal,
+               .varlen = varlen};
+  c.bn = key_block(head_dim, causal);
+  return lowering::codegen_cuda(lowering::lower(attention_kernel(c), {.arch = "sm_90a"}));
+}
 
 std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
                            const AttentionOptions& opt) {

@@ -158,6 +158,10 @@ namespace detail {
 // Attention kernels this process has built (compiled from the DSL), for
 // tests that check a new shape reuses one.
 std::uint64_t attention_kernels_built();
+// The CUDA of ops::attention's kernel for sm_90a (132 CTAs), as a GPU would
+// get it, without one: for tests and ptxas.
+std::string attention_cuda(std::int64_t head_dim, std::int64_t heads, std::int64_t kv_heads,
+                           DType t, bool causal, bool varlen);
 // Attention backward kernels this process has built.
 std::uint64_t attention_backward_kernels_built();
 // The CUDA of attention_backward's kernels for sm_90a -- the DqSum::atomics
