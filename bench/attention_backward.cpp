@@ -15,6 +15,7 @@
 // (dQ tiles added by TMA reductions). Each case checks 12 rows of dq (first
 // and last batch and head) of both forms against float64.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
   for (const Row& r : rows()) {
     if (only && ("," + std::string(only) + ",").find("," + r.name + ",") == std::string::npos)
       continue;
+    const auto row_start = std::chrono::steady_clock::now();
     // (B, S, H, D) storage seen as (B, H, S, D): the flash kernels' layout.
     auto make = [&](std::int64_t heads) {
       return bench::random_tensor({r.B, r.S, heads, r.D}, tx::bf16).transpose(1, 2);
@@ -144,10 +146,11 @@ int main(int argc, char** argv) {
     auto tf = [&](double t) { return flops / (t * 1e-3) / 1e12; };
     std::printf(
         "%-28s B %3lld H %2lld/%2lld S %5lld D %3lld  %8.4f ms  %6.1f TFLOP/s (%s)  "
-        "deterministic %6.1f  atomics %6.1f  dq err %.3g\n",
+        "deterministic %6.1f  atomics %6.1f  dq err %.3g  (row: %.0f s)\n",
         r.name.c_str(), static_cast<long long>(r.B), static_cast<long long>(r.H),
         static_cast<long long>(r.Hk), static_cast<long long>(r.S), static_cast<long long>(r.D), ms,
-        tf(ms), fused ? "atomics" : "deterministic", tf(det_ms), tf(atomics_ms), err);
+        tf(ms), fused ? "atomics" : "deterministic", tf(det_ms), tf(atomics_ms), err,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - row_start).count());
     std::fflush(stdout);
     js << (first ? "" : ",\n") << "  {\"name\": \"" << r.name << "\", \"batch\": " << r.B
        << ", \"heads\": " << r.H << ", \"kv_heads\": " << r.Hk << ", \"seq\": " << r.S
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
        << ", \"tx_ms\": " << ms << ", \"tx_tflops\": " << tf(ms) << ", \"tx_dq_sum\": \""
        << (fused ? "atomics" : "deterministic") << "\", \"tx_det_tflops\": " << tf(det_ms)
        << ", \"tx_atomics_tflops\": " << tf(atomics_ms) << ", \"tx_err\": " << err << "}";
+    js.flush();  // a run cut short by its time limit keeps the rows it finished
     first = false;
   }
   js << "\n]\n";

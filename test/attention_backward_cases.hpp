@@ -271,7 +271,7 @@ TEST_CASE("ops::attention_backward gives the same bits on every run (DqSum::dete
 }
 
 TEST_CASE(
-    "ops::attention_backward: DqSum::automatic takes TMA reductions at head_dim 128, long keys") {
+    "ops::attention_backward: DqSum::automatic takes TMA reductions at head_dim 128 from 1k keys") {
   // The plan only (nothing runs): which dQ form each shape gets.
   auto plan = [](std::int64_t S, std::int64_t D, bool causal, ops::DqSum sum) {
     Tensor q = Tensor::empty({1, 1, S, D}, bf16, device());
@@ -283,8 +283,10 @@ TEST_CASE(
   using ops::DqSum;
   CHECK(fused(plan(4096, 128, false, DqSum::automatic)));
   CHECK(fused(plan(8192, 128, true, DqSum::automatic)));
-  CHECK_FALSE(fused(plan(4096, 128, true, DqSum::automatic)));  // causal 4k: the pair
-  CHECK_FALSE(fused(plan(1024, 128, false, DqSum::automatic)));
+  CHECK(fused(plan(4096, 128, true, DqSum::automatic)));
+  CHECK(fused(plan(1024, 128, false, DqSum::automatic)));
+  CHECK(fused(plan(1024, 128, true, DqSum::automatic)));
+  CHECK_FALSE(fused(plan(512, 128, false, DqSum::automatic)));  // short keys: not measured
   CHECK_FALSE(fused(plan(16384, 64, false, DqSum::automatic)));  // head_dim 64: the pair
   CHECK_FALSE(fused(plan(16384, 128, false, DqSum::deterministic)));
   CHECK(fused(plan(64, 64, false, DqSum::atomics)));

@@ -841,12 +841,14 @@ std::vector<std::string> detail::attention_backward_cuda(std::int64_t head_dim, 
 }
 
 // Whether dQ is summed by TMA reductions in the dk/dv kernel. automatic:
-// measured on an H200 (2026-11-29, docs/attention.md), the fused kernel
-// (5 products per block pair, dQ tiles added by the TMA) beats the
-// deterministic pair (7 products, no atomics) at head_dim 128 once the keys
-// are long -- 1.15x at 16k keys, even at 4k without a mask -- and loses at
-// head_dim 64 (its consumers hold dQ in registers: more spills) and on short
-// or causal 4k keys, where the reductions' traffic outweighs two products.
+// measured on an H200 (2026-11-29, docs/attention.md, with both kernels
+// taking attn::tile_order), the fused kernel (5 products per block pair,
+// dQ tiles added by the TMA) beats the deterministic pair (7 products, no
+// atomics) at head_dim 128 on every row timed, 1k to 16k keys, causal or
+// not (1.03-1.27x), and loses at head_dim 64 on every row (its consumers
+// hold dQ in registers beside dK and dV; the pair's pipelined dk/dv kernel
+// is 1.01-1.19x faster there). Below 1k keys nothing was timed: the pair,
+// whose result does not depend on the order of additions.
 static bool dq_by_atomics(const AttentionOptions& opt, const Checked& c) {
   switch (opt.dq_sum) {
     case DqSum::deterministic:
@@ -857,7 +859,7 @@ static bool dq_by_atomics(const AttentionOptions& opt, const Checked& c) {
       break;
   }
   const std::int64_t keys = c.config.varlen ? opt.max_seqlen_k : c.seq_k;
-  return c.config.D == 128 && keys >= (c.config.causal ? 8192 : 4096);
+  return c.config.D == 128 && keys >= 1024;
 }
 
 std::string attention_backward_plan(const Tensor& dout, const Tensor& q, const Tensor& k,

@@ -61,8 +61,8 @@ namespace tx::ops {
 //   atomics        one kernel for dk, dv and dq, whose CTAs add their dQ
 //                  tiles into an f32 buffer by TMA reductions (additions in
 //                  whatever order they arrive);
-//   automatic      atomics where they measured faster (head_dim 128 and
-//                  keys from 4096, 8192 when causal), else deterministic.
+//   automatic      atomics where they measured faster (head_dim 128 with
+//                  keys from 1024), else deterministic.
 enum class DqSum { automatic, deterministic, atomics };
 
 struct AttentionOptions {
@@ -136,8 +136,8 @@ std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
 // With DqSum::atomics one kernel does all five after a D pre-pass: each
 // consumer stages its dQ = dS K tile in shared memory and the TMA adds it
 // into an f32 buffer (then converted to q's dtype) -- not the same bits
-// every run. DqSum::automatic (the default) takes it at head_dim 128 when
-// the keys are long (there it measured up to 1.15x faster on an H200),
+// every run. DqSum::automatic (the default) takes it at head_dim 128 from
+// 1k keys (there it measured 1.03-1.27x faster on an H200),
 // the deterministic pair elsewhere; bench/attention_backward times both
 // (docs/attention.md). attention_backward_plan says which runs.
 struct AttentionGrads {
