@@ -286,7 +286,7 @@ TEST_CASE(
   CHECK(fused(plan(4096, 128, true, DqSum::automatic)));
   CHECK(fused(plan(1024, 128, false, DqSum::automatic)));
   CHECK(fused(plan(1024, 128, true, DqSum::automatic)));
-  CHECK_FALSE(fused(plan(512, 128, false, DqSum::automatic)));  // short keys: not measured
+  CHECK_FALSE(fused(plan(512, 128, false, DqSum::automatic)));   // short keys: not measured
   CHECK_FALSE(fused(plan(16384, 64, false, DqSum::automatic)));  // head_dim 64: the pair
   CHECK_FALSE(fused(plan(16384, 128, false, DqSum::deterministic)));
   CHECK(fused(plan(64, 64, false, DqSum::atomics)));
