@@ -171,6 +171,64 @@ TEST_CASE("ops::attention against float64: layouts, GQA, causal both ways, parti
   }
 }
 
+TEST_CASE("ops::attention at head_dim 64 with three consumer warpgroups (192-row blocks)") {
+  // Long dense calls take this form (the rule below); forced here so that
+  // small shapes run it: partial row and key blocks, fewer rows than one
+  // block, causal both ways (key blocks of 112), GQA, both layouts.
+  struct Force {
+    Force() { ops::detail::force_attention_consumers(3); }
+    ~Force() { ops::detail::force_attention_consumers(0); }
+  } force;
+  const Fixed cases[] = {
+      {.B = 2, .H = 2, .Hk = 1, .Sq = 400, .Sk = 300, .D = 64},
+      {.B = 1, .H = 2, .Hk = 2, .Sq = 100, .Sk = 250, .D = 64, .q_tokens_major = true},
+      {.B = 1, .H = 3, .Hk = 1, .Sq = 500, .Sk = 500, .D = 64, .causal = true},
+      {.B = 2,
+       .H = 2,
+       .Hk = 2,
+       .Sq = 200,
+       .Sk = 260,
+       .D = 64,
+       .causal = true,
+       .bottom_right = true,
+       .t = f16,
+       .kv_tokens_major = true},
+  };
+  for (const Fixed& f : cases) {
+    CAPTURE(f.Sq);
+    CAPTURE(f.Sk);
+    CAPTURE(f.causal);
+    std::string plan;
+    auto e = run_fixed(f, &plan);
+    CAPTURE(plan);
+    CHECK(plan.find("3 consumer warpgroups (192 query rows a tile)") != std::string::npos);
+    CHECK(plan.find(f.causal ? "key blocks of 112" : "key blocks of 128") != std::string::npos);
+    CHECK(e.out <= 1.0);
+    CHECK(e.lse <= 1.0);
+  }
+}
+
+TEST_CASE("ops::attention: three consumers at head_dim 64 from 2k keys, 8k when causal") {
+  // The plan only (nothing runs).
+  auto plan = [](std::int64_t S, std::int64_t D, bool causal) {
+    Tensor q = Tensor::empty({1, 1, S, D}, bf16, device());
+    return ops::attention_plan(q, q, q, {.causal = causal});
+  };
+  auto three = [](const std::string& p) {
+    return p.find("3 consumer warpgroups") != std::string::npos;
+  };
+  CHECK(three(plan(2048, 64, false)));
+  CHECK_FALSE(three(plan(1024, 64, false)));
+  CHECK_FALSE(three(plan(4096, 64, true)));
+  CHECK(three(plan(8192, 64, true)));
+  CHECK(plan(8192, 64, true).find("key blocks of 112") != std::string::npos);
+  CHECK_FALSE(three(plan(16384, 128, false)));
+  CHECK(plan(16384, 128, false).find("2 consumer warpgroups (128 query rows a tile)") !=
+        std::string::npos);
+  CHECK_THROWS_WITH_AS(ops::detail::force_attention_consumers(4), doctest::Contains("consumers"),
+                       Error);
+}
+
 TEST_CASE("ops::attention: one kernel serves every batch and sequence length") {
   // Two shapes of one configuration: the second call compiles nothing.
   CHECK(run_fixed({.B = 1, .H = 2, .Hk = 2, .Sq = 64, .Sk = 100, .D = 64}).out <= 1.0);

@@ -350,6 +350,18 @@ TEST_CASE("ops::attention's kernel lowers for sm_90a and builds as a cubin, ever
           runtime::nvrtc_compile(cuda, "attention_fwd.cu", "sm_90a", runtime::NvrtcTarget::cubin);
       CHECK(out.cubin.size() > 4);
     }
+  // Three consumer warpgroups at head_dim 64: 512 threads, 160 registers a consumer.
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const std::string cuda = ops::detail::attention_cuda(64, 8, 2, bf16, causal, false, 3);
+    CHECK(cuda.find("__launch_bounds__(512") != std::string::npos);
+    CHECK(cuda.find("setmaxnreg.inc.sync.aligned.u32 %0;\" :: \"n\"(160)") != std::string::npos);
+    auto out =
+        runtime::nvrtc_compile(cuda, "attention_fwd3.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+    CHECK(out.cubin.size() > 4);
+  }
+  CHECK_THROWS_WITH_AS(ops::detail::attention_cuda(128, 8, 2, bf16, false, false, 3),
+                       doctest::Contains("consumers"), Error);
 }
 
 TEST_CASE("ops::attention_backward's kernels lower for sm_90a and build as cubins") {

@@ -30,7 +30,6 @@ namespace tx::ops {
 namespace {
 
 using attn::AttnConfig;
-using attn::BM;
 
 // Key blocks per head dim, from bench/attention on an H100 (docs/attention.md):
 // D 128 non-causal 176 (640 TFLOP/s at S 4096 against 627 with 128), causal
@@ -41,8 +40,31 @@ std::int64_t key_block(std::int64_t D, bool causal) {
   return 80;
 }
 
+// D 64: three consumer warpgroups (FA3's 192-row blocks) where they measured
+// faster on an H200 (the sample's kernel, docs/attention.md): 1.04-1.09x from
+// 2k keys without a mask, 1.02-1.06x from 8k with one, 0.79-0.96x below (the
+// last round's idle rows, the diagonal's waste in a 192-row block). Key blocks
+// of 112 when causal: ptxas spills the masked consumer at 128 with the 160
+// registers a thread of four warpgroups gets. Dense calls only (variable
+// lengths and paged caches keep two: their lengths are not known here).
+std::atomic<std::int64_t> g_forced_consumers{0};  // detail::force_attention_consumers
+
+void choose_consumers(attn::Checked& c) {
+  attn::AttnConfig& f = c.config;
+  if (f.D != 64 || f.page > 0 || f.varlen) return;
+  const std::int64_t forced = g_forced_consumers.load();
+  if (forced == 2) return;
+  if (forced != 3 && std::min(c.seq_q, c.seq_k) < (f.causal ? 8192 : 2048)) return;
+  f.consumers = 3;
+  if (f.causal) f.bn = 112;
+}
+
 PrimFunc attention_kernel(const AttnConfig& c) {
   const std::int64_t D = c.D, H = c.heads, HK = c.kv_heads, BN = c.bn, STAGES = c.stages;
+  const std::int64_t NC = c.consumers, BM = c.rows_per_tile();
+  if (NC != 2 && !(NC == 3 && D == 64 && c.page == 0))
+    fail("tx.ops.attention", "consumers", {},
+         std::to_string(NC) + " consumer warpgroups: 2, or 3 at head_dim 64 without a paged cache");
   const std::int64_t group = H / HK;
   const DType t = c.t;
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(D));
@@ -108,16 +130,18 @@ PrimFunc attention_kernel(const AttnConfig& c) {
     T::no_alias();
     T::device_entry();
     auto cta = T::cta_id({c.ctas});
-    auto wg = T::warpgroup_id({3});
+    auto wg = T::warpgroup_id({static_cast<int>(NC) + 1});
     auto tid = T::thread_id_in_wg({128});
     auto Qs = T::alloc_buffer({BM, D}, t, scope::shared, layouts::swizzled_tiles({BM, D}, t));
     auto Ks = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
                               layouts::swizzled_tiles({STAGES, BN, D}, t));
     auto Vs = T::alloc_buffer({STAGES, BN, D}, t, scope::shared,
                               layouts::swizzled_tiles({STAGES, BN, D}, t));
-    auto qpipe = T::pipeline({.stages = 1, .consumer_arrivals = 2});
-    auto kpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
-    auto vpipe = T::pipeline({.stages = static_cast<int>(STAGES), .consumer_arrivals = 2});
+    auto qpipe = T::pipeline({.stages = 1, .consumer_arrivals = static_cast<int>(NC)});
+    auto kpipe = T::pipeline(
+        {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(NC)});
+    auto vpipe = T::pipeline(
+        {.stages = static_cast<int>(STAGES), .consumer_arrivals = static_cast<int>(NC)});
     // Pipeline positions, the same count on both sides: key blocks so far
     // (kv(0)) and live tiles so far (kv(1): a variable-length batch skips the
     // row blocks past a sequence's end, anywhere in the schedule).
@@ -226,7 +250,7 @@ PrimFunc attention_kernel(const AttnConfig& c) {
              }
            })
         .else_([&] {  // the consumers: 64 query rows each
-          T::cuda::increase_registers(240);
+          T::cuda::increase_registers(NC == 2 ? 240 : 160);
           auto S = T::alloc_buffer({64, BN}, f32, scope::local, frag::wgmma_c(64, BN));
           auto P = T::alloc_buffer({64, BN}, t, scope::local, frag::wgmma_a(64, BN, t));
           auto Oacc = T::alloc_buffer({64, D}, f32, scope::local, frag::wgmma_c(64, D));
@@ -246,7 +270,7 @@ PrimFunc attention_kernel(const AttnConfig& c) {
             T::if_(tid == 0, [&] { pipe.consumer_release(it); });
           };
           auto me = T::let(max(wg - 1, 0), "me");
-          auto tail = T::named_barriers({.count = 1, .threads = 256});
+          auto tail = T::named_barriers({.count = 1, .threads = static_cast<int>(128 * NC)});
           for (Var r : T::serial(rounds, "r")) {
             Tile x = tile_of(r);
             T::if_(x.live, [&] {
@@ -575,7 +599,6 @@ Checked check(const Tensor& q, const Tensor& k, const Tensor& v, const Attention
 namespace {
 
 using attn::AttnConfig;
-using attn::BM;
 using attn::check;
 using attn::Checked;
 
@@ -596,8 +619,15 @@ std::string layout_words(bool heads_major) {
 
 std::uint64_t detail::attention_kernels_built() { return g_built.load(); }
 
+void detail::force_attention_consumers(std::int64_t consumers) {
+  if (consumers != 0 && consumers != 2 && consumers != 3)
+    fail("tx.ops.detail.force_attention_consumers", "consumers", {},
+         std::to_string(consumers) + ": 0 (the measured rule), 2 or 3");
+  g_forced_consumers.store(consumers);
+}
+
 std::string detail::attention_cuda(std::int64_t head_dim, std::int64_t heads, std::int64_t kv_heads,
-                                   DType t, bool causal, bool varlen) {
+                                   DType t, bool causal, bool varlen, std::int64_t consumers) {
   AttnConfig c{.D = head_dim,
                .heads = heads,
                .kv_heads = kv_heads,
@@ -605,14 +635,19 @@ std::string detail::attention_cuda(std::int64_t head_dim, std::int64_t heads, st
                .causal = causal,
                .varlen = varlen};
   c.bn = key_block(head_dim, causal);
+  c.consumers = consumers;
+  if (consumers == 3 && causal) c.bn = 112;  // as choose_consumers
   return lowering::codegen_cuda(lowering::lower(attention_kernel(c), {.arch = "sm_90a"}));
 }
 
 std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
                            const AttentionOptions& opt) {
   Checked c = check(q, k, v, opt, std::source_location::current());
+  choose_consumers(c);
   std::string where = q.device().is_cuda() ? "wgmma" : "host";
   std::string s = where + ", key blocks of " + std::to_string(c.config.bn) + ", " +
+                  std::to_string(c.config.consumers) + " consumer warpgroups (" +
+                  std::to_string(c.config.rows_per_tile()) + " query rows a tile), " +
                   std::to_string(c.config.ctas) + " persistent CTAs" +
                   (c.config.causal ? ", causal row blocks in mirrored pairs head by head" : "");
   if (c.config.page > 0)
@@ -629,8 +664,10 @@ std::string attention_plan(const Tensor& q, const Tensor& k, const Tensor& v,
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionOptions& opt, std::source_location loc) {
   Checked c = check(q, k, v, opt, loc);
+  choose_consumers(c);
   const Device d = q.device();
   const std::int64_t D = c.config.D, H = c.config.heads, HK = c.config.kv_heads;
+  const std::int64_t BM = c.config.rows_per_tile();
   AttentionResult r;
   if (c.config.page > 0) {
     const std::int64_t tq = q.shape()[0];

@@ -25,16 +25,22 @@ struct AttnConfig {
   bool q_heads_major = false, kv_heads_major = false;  // (B, H, S, D) storage
   double scale = 0;
   std::int64_t bn = 128, stages = 2, ctas = 132;
+  // Consumer warpgroups of the forward kernel, 64 query rows each (row
+  // blocks of 64 x consumers): 2, or 3 at head_dim 64 (attention.cpp says
+  // when). The backward kernels keep two (BM).
+  std::int64_t consumers = 2;
+  std::int64_t rows_per_tile() const { return 64 * consumers; }
   std::string key(const Device& d) const {
     char s[320];
     std::uint64_t bits = 0;
     std::memcpy(&bits, &scale, sizeof bits);
-    std::snprintf(
-        s, sizeof s, "attention|d%lld|h%lld/%lld|%s|c%d%d|v%d|p%lld|l%d%d|s%llx|bn%lld|%lld|%s",
-        static_cast<long long>(D), static_cast<long long>(heads), static_cast<long long>(kv_heads),
-        t.name().c_str(), causal, bottom_right, varlen, static_cast<long long>(page), q_heads_major,
-        kv_heads_major, static_cast<unsigned long long>(bits), static_cast<long long>(bn),
-        static_cast<long long>(ctas), d.str().c_str());
+    std::snprintf(s, sizeof s,
+                  "attention|d%lld|h%lld/%lld|%s|c%d%d|v%d|p%lld|l%d%d|s%llx|bn%lld|%lld|w%lld|%s",
+                  static_cast<long long>(D), static_cast<long long>(heads),
+                  static_cast<long long>(kv_heads), t.name().c_str(), causal, bottom_right, varlen,
+                  static_cast<long long>(page), q_heads_major, kv_heads_major,
+                  static_cast<unsigned long long>(bits), static_cast<long long>(bn),
+                  static_cast<long long>(ctas), static_cast<long long>(consumers), d.str().c_str());
     return s;
   }
 };

@@ -158,10 +158,16 @@ namespace detail {
 // Attention kernels this process has built (compiled from the DSL), for
 // tests that check a new shape reuses one.
 std::uint64_t attention_kernels_built();
+// Tests: dense calls at head_dim 64 take `consumers` (2 or 3) consumer
+// warpgroups whatever their lengths, so that small shapes exercise the
+// 192-row form; 0 restores the measured rule (three from 2k keys, 8k when
+// causal). Process-wide.
+void force_attention_consumers(std::int64_t consumers);
 // The CUDA of ops::attention's kernel for sm_90a (132 CTAs), as a GPU would
-// get it, without one: for tests and ptxas.
+// get it, without one: for tests and ptxas. consumers: 2, or 3 (head_dim 64,
+// the form long dense calls take there).
 std::string attention_cuda(std::int64_t head_dim, std::int64_t heads, std::int64_t kv_heads,
-                           DType t, bool causal, bool varlen);
+                           DType t, bool causal, bool varlen, std::int64_t consumers = 2);
 // Attention backward kernels this process has built.
 std::uint64_t attention_backward_kernels_built();
 // The CUDA of attention_backward's kernels for sm_90a -- the DqSum::atomics
