@@ -120,6 +120,24 @@ inline tx::test::AttentionError run_fixed(const Fixed& f, std::string* plan = nu
   return tx::test::attention_error(want, O.to_doubles(), L.to_doubles(), f.t, 1.0);
 }
 
+// One fixed-length case against float64, the shape and the op's plan in the
+// report; plan_check adds checks of the plan.
+inline void check_fixed(const Fixed& f,
+                        const std::function<void(const std::string&)>& plan_check = {}) {
+  CAPTURE(f.D);
+  CAPTURE(f.Sq);
+  CAPTURE(f.Sk);
+  CAPTURE(f.causal);
+  CAPTURE(f.q_tokens_major);
+  CAPTURE(f.kv_tokens_major);
+  std::string plan;
+  auto e = run_fixed(f, &plan);
+  CAPTURE(plan);
+  if (plan_check) plan_check(plan);
+  CHECK(e.out <= 1.0);
+  CHECK(e.lse <= 1.0);
+}
+
 TEST_CASE("ops::attention against float64: layouts, GQA, causal both ways, partial tiles") {
   const Fixed cases[] = {
       {.B = 2, .H = 2, .Hk = 2, .Sq = 150, .Sk = 150, .D = 64},
@@ -156,19 +174,7 @@ TEST_CASE("ops::attention against float64: layouts, GQA, causal both ways, parti
        .causal = true,
        .bottom_right = true},
   };
-  for (const Fixed& f : cases) {
-    CAPTURE(f.D);
-    CAPTURE(f.Sq);
-    CAPTURE(f.Sk);
-    CAPTURE(f.causal);
-    CAPTURE(f.q_tokens_major);
-    CAPTURE(f.kv_tokens_major);
-    std::string plan;
-    auto e = run_fixed(f, &plan);
-    CAPTURE(plan);
-    CHECK(e.out <= 1.0);
-    CHECK(e.lse <= 1.0);
-  }
+  for (const Fixed& f : cases) check_fixed(f);
 }
 
 TEST_CASE("ops::attention at head_dim 64 with three consumer warpgroups (192-row blocks)") {
@@ -194,18 +200,11 @@ TEST_CASE("ops::attention at head_dim 64 with three consumer warpgroups (192-row
        .t = f16,
        .kv_tokens_major = true},
   };
-  for (const Fixed& f : cases) {
-    CAPTURE(f.Sq);
-    CAPTURE(f.Sk);
-    CAPTURE(f.causal);
-    std::string plan;
-    auto e = run_fixed(f, &plan);
-    CAPTURE(plan);
-    CHECK(plan.find("3 consumer warpgroups (192 query rows a tile)") != std::string::npos);
-    CHECK(plan.find(f.causal ? "key blocks of 112" : "key blocks of 128") != std::string::npos);
-    CHECK(e.out <= 1.0);
-    CHECK(e.lse <= 1.0);
-  }
+  for (const Fixed& f : cases)
+    check_fixed(f, [&](const std::string& plan) {
+      CHECK(plan.find("3 consumer warpgroups (192 query rows a tile)") != std::string::npos);
+      CHECK(plan.find(f.causal ? "key blocks of 112" : "key blocks of 128") != std::string::npos);
+    });
 }
 
 TEST_CASE("ops::attention: three consumers at head_dim 64 from 2k keys, 8k when causal") {
