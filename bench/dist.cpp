@@ -5,7 +5,10 @@
 //     back to back: small messages (latency) and large ones (bus bandwidth,
 //     2 (n - 1) / n bytes / time, NCCL's definition); tx's all-gather and
 //     reduce-scatter (ops::AllGather / ReduceScatter) against NCCL's, bus
-//     bandwidth (n - 1) / n of the gathered bytes / time;
+//     bandwidth (n - 1) / n of the gathered bytes / time; the small
+//     all-reduces also from CUDA graph replays (50 calls captured per rank,
+//     both tx's and NCCL's): the GPUs' time without the host's launches,
+//     which with every rank a thread of one process queue on the driver;
 //   - all_gather(A) @ B (ops::AllGatherMatmul), fused against the sequential
 //     NCCL all-gather + tx matmul and the GEMM alone, at the shapes
 //     (M rows split over the ranks, K 8192, N 28672 split over the ranks)
@@ -59,6 +62,7 @@ struct Row {
   std::string what;
   std::int64_t bytes = 0;  // all-reduce: the tensor; all-gather / reduce-scatter: the gathered one
   double tx_us = 0, nccl_us = 0;
+  double tx_graph_us = 0, nccl_graph_us = 0;  // from graph replays (small all-reduces), else 0
   double bus = 2.0;  // bus bytes per byte, times ranks / (ranks - 1): 2 all-reduce, 1 the others
 };
 
@@ -73,6 +77,37 @@ double time_calls(const dist::Group& g, const Stream& s, int iters, F&& fn) {
   Event start(g.device()), stop(g.device());
   start.record(s);
   for (int i = 0; i < iters; ++i) fn();
+  stop.record(s);
+  stop.synchronize();
+  return static_cast<double>(stop.elapsed_since(start)) * 1000.0 / iters;
+}
+
+// The same: `iters` calls captured into a CUDA graph on every rank (set-up
+// done by a call outside the capture), one replay timed after the ranks
+// line up. -1 when the calls cannot be captured.
+template <class F>
+double time_graph(const dist::Group& g, const Stream& s, int iters, F&& fn) {
+  fn();
+  s.synchronize();
+  g.barrier();
+  Graph graph;
+  try {
+    graph = Graph::capture(
+        [&] {
+          for (int i = 0; i < iters; ++i) fn();
+        },
+        g.device());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: capture failed: %s\n", g.rank(), e.what());
+    g.barrier();
+    return -1;
+  }
+  graph.replay(s);  // warm-up
+  s.synchronize();
+  g.barrier();
+  Event start(g.device()), stop(g.device());
+  start.record(s);
+  graph.replay(s);
   stop.record(s);
   stop.synchronize();
   return static_cast<double>(stop.elapsed_since(start)) * 1000.0 / iters;
@@ -111,6 +146,11 @@ int main(int argc, char** argv) {
       const int it = sizes[k] >= (64 << 20) ? std::max(5, iters / 5) : iters;
       double t_tx = time_calls(g, s, it, [&] { ar(x, y); });
       double t_nccl = time_calls(g, s, it, [&] { g.nccl_all_reduce(x); });
+      double g_tx = 0, g_nccl = 0;
+      if (sizes[k] <= (2 << 20)) {
+        g_tx = time_graph(g, s, it, [&] { ar(x, y); });
+        g_nccl = time_graph(g, s, it, [&] { g.nccl_all_reduce(x); });
+      }
       // Keep the slowest rank's time.
       std::lock_guard<std::mutex> lock(mu);
       Row& r = rows[k];
@@ -118,12 +158,14 @@ int main(int argc, char** argv) {
       r.bytes = sizes[k];
       r.tx_us = std::max(r.tx_us, t_tx);
       r.nccl_us = std::max(r.nccl_us, t_nccl);
+      r.tx_graph_us = g_tx < 0 || r.tx_graph_us < 0 ? -1 : std::max(r.tx_graph_us, g_tx);
+      r.nccl_graph_us = g_nccl < 0 || r.nccl_graph_us < 0 ? -1 : std::max(r.nccl_graph_us, g_nccl);
     }
   });
   // tx's all-gather and reduce-scatter against NCCL's, the gathered size
   // from 16 KiB to 64 MiB on 2 ranks.
-  const std::vector<std::int64_t> part_sizes = {8 << 10,  32 << 10, 128 << 10, 512 << 10,
-                                                2 << 20,  8 << 20,  32 << 20};
+  const std::vector<std::int64_t> part_sizes = {8 << 10, 32 << 10, 128 << 10, 512 << 10,
+                                                2 << 20, 8 << 20,  32 << 20};
   std::vector<Row> coll_rows(2 * part_sizes.size());
   dist::Group::run_local(devices, [&](dist::Group& g) {
     Stream s = Stream::create(g.device());
@@ -222,13 +264,13 @@ int main(int argc, char** argv) {
   });
   std::printf("%d GPUs (%s), %s\n", ranks, runtime::device_info(0).name.c_str(),
               "per call, back to back, slowest rank");
-  std::printf("%-22s %10s %10s %10s %9s %12s %12s\n", "what", "bytes", "tx us", "NCCL us",
-              "tx/NCCL", "tx busbw", "NCCL busbw");
+  std::printf("%-22s %10s %10s %10s %9s %12s %12s %14s %14s\n", "what", "bytes", "tx us", "NCCL us",
+              "tx/NCCL", "tx busbw", "NCCL busbw", "tx graph us", "NCCL graph us");
   for (const Row& r : rows) {
     const double f = r.bus * (ranks - 1) / ranks * static_cast<double>(r.bytes) / 1e3;  // GB/s * us
-    std::printf("%-22s %10lld %10.2f %10.2f %9.3f %9.1f GB/s %9.1f GB/s\n", r.what.c_str(),
-                static_cast<long long>(r.bytes), r.tx_us, r.nccl_us, r.nccl_us / r.tx_us,
-                f / r.tx_us, f / r.nccl_us);
+    std::printf("%-22s %10lld %10.2f %10.2f %9.3f %9.1f GB/s %9.1f GB/s %14.2f %14.2f\n",
+                r.what.c_str(), static_cast<long long>(r.bytes), r.tx_us, r.nccl_us,
+                r.nccl_us / r.tx_us, f / r.tx_us, f / r.nccl_us, r.tx_graph_us, r.nccl_graph_us);
   }
   std::printf("\nall_gather(A) @ B, bf16, per call, slowest rank (N: this rank's columns)\n");
   std::printf("%6s %6s %6s %12s %12s %12s %9s %9s  %s\n", "M", "K", "N", "GEMM us", "seq us",
@@ -261,7 +303,9 @@ int main(int argc, char** argv) {
         static_cast<long long>(r.N), r.gemm_us, r.seq_us, r.fused_us);
   for (const Row& r : rows)
     std::printf(
-        "{\"what\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"tx_us\": %.3f, \"nccl_us\": %.3f}\n",
-        r.what.c_str(), ranks, static_cast<long long>(r.bytes), r.tx_us, r.nccl_us);
+        "{\"what\": \"%s\", \"ranks\": %d, \"bytes\": %lld, \"tx_us\": %.3f, \"nccl_us\": %.3f, "
+        "\"tx_graph_us\": %.3f, \"nccl_graph_us\": %.3f}\n",
+        r.what.c_str(), ranks, static_cast<long long>(r.bytes), r.tx_us, r.nccl_us, r.tx_graph_us,
+        r.nccl_graph_us);
   return 0;
 }

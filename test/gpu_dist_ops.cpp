@@ -361,6 +361,140 @@ TEST_CASE("gpu dist all_gather and reduce_scatter written in tx against float64"
   }
 }
 
+// The collectives written in tx keep their call counts on the device
+// (ops/src/dist_counters.hpp): captured in a CUDA graph on every rank, each
+// replay is a new call -- new flag values, the other staging half. A graph
+// of a small all-reduce (16 CTAs), a large one (128), an all-gather and a
+// reduce-scatter, replayed three times with fresh inputs written in place
+// before each replay, every result against float64; then direct calls on the
+// same objects (the counters the replays left). The fused GEMM paths, whose
+// counts live on the host, refuse to be captured.
+TEST_CASE("gpu dist collectives captured in a CUDA graph: every replay is a new call") {
+  const int ranks = 2;
+  const std::int64_t small = 4096 + 8, large = std::int64_t{1} << 20, n = 8192;
+  const auto R = static_cast<std::size_t>(ranks);
+  const int replays = 3;
+  // inputs[rep][rank]: the all-reduces' (large, of which small is a prefix),
+  // and the reduce-scatter's (ranks * n; its first n also feed the all-gather).
+  std::vector<std::vector<std::vector<double>>> ar_in(replays + 1), rs_in(replays + 1);
+  for (int rep = 0; rep <= replays; ++rep)
+    for (std::size_t r = 0; r < R; ++r) {
+      ar_in[static_cast<std::size_t>(rep)].push_back(
+          random_values(static_cast<std::size_t>(large), tx::test::rng()(), bf16));
+      rs_in[static_cast<std::size_t>(rep)].push_back(
+          random_values(R * static_cast<std::size_t>(n), tx::test::rng()(), bf16));
+    }
+  struct Got {
+    std::vector<double> small, large, gathered, scattered;
+  };
+  std::mutex mu;
+  std::vector<std::vector<Got>> got(replays + 1, std::vector<Got>(R));
+  std::vector<std::string> refused(R);
+  dist::Group::run_local(rank_devices(ranks), [&](dist::Group& g) {
+    Stream s = Stream::create(g.device());
+    StreamGuard on(s);
+    const auto me = static_cast<std::size_t>(g.rank());
+    ops::AllReduce ar(g, large, bf16);
+    ops::AllGather ag(g, n, bf16);
+    ops::ReduceScatter rs(g, n, bf16);
+    Tensor x = Tensor::empty({large}, bf16, g.device()),
+           y_small = Tensor::empty({small}, bf16, g.device()),
+           y_large = Tensor::empty({large}, bf16, g.device());
+    Tensor z = Tensor::empty({ranks * n}, bf16, g.device()),
+           all = Tensor::empty({ranks * n}, bf16, g.device()),
+           part = Tensor::empty({n}, bf16, g.device());
+    Tensor x_small = x.slice(0, 0, small), z_head = z.slice(0, 0, n);
+    auto calls = [&] {
+      ar(x_small, y_small);
+      ar(x, y_large);
+      ag(z_head, all);
+      rs(z, part);
+    };
+    auto load = [&](int rep) {  // this rank's inputs of round rep, in place
+      const auto k = static_cast<std::size_t>(rep);
+      Tensor a = Tensor::from_doubles(ar_in[k][me], {large}, bf16, g.device());
+      Tensor b = Tensor::from_doubles(rs_in[k][me], {ranks * n}, bf16, g.device());
+      runtime::copy_device_to_device(reinterpret_cast<runtime::DevicePtr>(x.data_ptr()),
+                                     reinterpret_cast<runtime::DevicePtr>(a.data_ptr()),
+                                     static_cast<std::size_t>(large) * 2, s.handle());
+      runtime::copy_device_to_device(reinterpret_cast<runtime::DevicePtr>(z.data_ptr()),
+                                     reinterpret_cast<runtime::DevicePtr>(b.data_ptr()),
+                                     static_cast<std::size_t>(ranks * n) * 2, s.handle());
+      for (Tensor* t : {&y_small, &y_large, &all, &part}) t->fill_bits(0x7fc0);
+      s.synchronize();
+      g.barrier();
+    };
+    auto keep = [&](int rep) {
+      Got o{y_small.to_doubles(), y_large.to_doubles(), all.to_doubles(), part.to_doubles()};
+      std::lock_guard<std::mutex> lock(mu);
+      got[static_cast<std::size_t>(rep)][me] = std::move(o);
+    };
+    calls();  // compiles and loads every kernel outside the capture
+    s.synchronize();
+    g.barrier();
+    Graph graph = Graph::capture(calls, g.device());
+    for (int rep = 0; rep < replays; ++rep) {
+      load(rep);
+      graph.replay(s);
+      s.synchronize();
+      keep(rep);
+    }
+    load(replays);
+    calls();  // direct again, after the replays
+    s.synchronize();
+    keep(replays);
+    // The fused all-gather GEMM is refused inside a capture, by name.
+    ops::AllGatherMatmul agm(g, 128, 256, bf16);
+    Tensor a = Tensor::from_doubles(random_values(128 * 256, tx::test::rng()(), bf16), {128, 256},
+                                    bf16, g.device());
+    Tensor w = Tensor::from_doubles(random_values(256 * 128, tx::test::rng()(), bf16), {256, 128},
+                                    bf16, g.device());
+    g.barrier();
+    std::string what;
+    try {
+      Graph::capture([&] { agm(a, w, {.path = ops::FusionPath::fused}); }, g.device());
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    refused[me] = what;
+  });
+  for (int rep = 0; rep <= replays; ++rep) {
+    CAPTURE(rep);
+    const auto k = static_cast<std::size_t>(rep);
+    for (std::size_t r = 0; r < R; ++r) {
+      CAPTURE(r);
+      const Got& o = got[k][r];
+      REQUIRE(o.large.size() == static_cast<std::size_t>(large));
+      int bad = 0;
+      for (std::size_t i = 0; i < static_cast<std::size_t>(large); ++i) {
+        double want = 0;
+        for (std::size_t q = 0; q < R; ++q) want += ar_in[k][q][i];
+        const double bound =
+            ranks * 8.0 * std::ldexp(1.0, -24) + std::abs(want) * unit_roundoff(bf16) * 1.0001;
+        bad += !(std::abs(o.large[i] - want) <= bound);
+        if (i < static_cast<std::size_t>(small)) bad += o.small[i] != o.large[i];
+      }
+      for (std::size_t q = 0; q < R; ++q)
+        for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i)
+          bad += o.gathered[q * static_cast<std::size_t>(n) + i] != rs_in[k][q][i];
+      for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+        double want = 0;
+        for (std::size_t q = 0; q < R; ++q)
+          want += rs_in[k][q][r * static_cast<std::size_t>(n) + i];
+        const double bound =
+            ranks * 8.0 * std::ldexp(1.0, -24) + std::abs(want) * unit_roundoff(bf16) * 1.0001;
+        bad += !(std::abs(o.scattered[i] - want) <= bound);
+      }
+      CHECK(bad == 0);
+    }
+  }
+  for (const std::string& w : refused) {
+    CHECK(w.find("tx.ops.all_gather_matmul") != std::string::npos);
+    CHECK(w.find("CUDA graph") != std::string::npos);
+  }
+}
+
 // A rank's first launch of a kernel right after a multi-GPU op, with nothing
 // synchronized: the module load may wait for the rank's GPU to go idle while
 // holding a lock the process shares, and that GPU waits for the peers' side

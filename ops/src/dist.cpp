@@ -18,7 +18,8 @@
 // Step k + 1 is staged before step k is waited for (local copies overlap
 // the NVLink reads). Flags count steps: step k of a call has the value
 // base + k + 1, base being the steps of every earlier call, compared modulo
-// 2^32 (T::dist::wait_until), so flags are never reset. The staging copies
+// 2^32 (T::dist::wait_until), so flags are never reset. The call and step
+// counts live on the device (dist_counters.hpp): a captured call replays. The staging copies
 // are double-buffered by the call's parity, so a call never waits for the
 // peers to finish reading: a rank restages a half in call j + 2, after its
 // call j + 1 saw every peer's step-0 signal of j + 1, which each peer gave
@@ -30,6 +31,7 @@
 #include <map>
 #include <mutex>
 
+#include "dist_counters.hpp"
 #include "tx/builder.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/runtime/kernel.hpp"
@@ -78,7 +80,7 @@ PrimFunc all_reduce_ir(const Config& cfg) {
   return T::prim_func(
       cfg.two_shot ? "all_reduce_two_shot" : "all_reduce_one_shot",
       [&](Handle x_ptr, Handle out_ptr, Handle staging_ptr, Handle flags_ptr, Handle rank_ptr,
-          Handle epoch_ptr, Handle base_ptr) {
+          Handle counters_ptr) {
         Var m;  // chunks: an extent of x (vector io), else computed from n
         Var n;  // elements (element io)
         TileBuffer X, Out;
@@ -98,13 +100,15 @@ PrimFunc all_reduce_ir(const Config& cfg) {
         Var nflags = T::dim("nflags", {.min = 2 * ranks * ctas});
         auto Flags = T::match_symmetric(flags_ptr, {nflags}, u32, "Flags");
         Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
-        Var epoch = T::match_scalar(epoch_ptr, u32, "epoch");
-        Var base = T::match_scalar(base_ptr, u32, "base");
+        auto Counters =
+            T::match_buffer(counters_ptr, {2 * kMaxCtas}, u32, std::nullopt, "Counters");
         T::device_entry();
         if (!cfg.vector_io) m = T::let(ceildiv(n, V), "m");
         auto b = T::cta_id({ctas}, "b");
         auto tid = T::thread_id({kThreads}, "tid");
-        Var half = T::let(cast(epoch % 2u, i32), "half");
+        const auto calls = dist_detail::read_call_counters(Counters, kMaxCtas, b);
+        Var base = calls.base;
+        Var half = T::let(cast(calls.epoch % 2u, i32), "half");
         Expr steps = ceildiv(m, ctas * kThreads * kUnroll);
         // Chunk u (< kUnroll) of this thread at step k: a step covers
         // ctas * threads * kUnroll chunks, so a call of 256 MiB makes tens of
@@ -213,19 +217,21 @@ PrimFunc all_reduce_ir(const Config& cfg) {
           }
           signal(1, k);
         }
-        if (!cfg.two_shot) return;
-        for (Var k : T::serial(steps, "k")) {
-          wait(1, k, k % ranks);
-          auto owner = T::peer(Staging, k % ranks, "owner");
-          for (Var u : T::unroll(kUnroll, "u")) {
-            Var c = chunk_of(k, u);
-            T::if_(c < m, [&] {
-              auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
-              Tx::thread::copy(r, staged(owner, c), {.partial = true});
-              store_out(r, c);
-            });
+        if (cfg.two_shot) {
+          for (Var k : T::serial(steps, "k")) {
+            wait(1, k, k % ranks);
+            auto owner = T::peer(Staging, k % ranks, "owner");
+            for (Var u : T::unroll(kUnroll, "u")) {
+              Var c = chunk_of(k, u);
+              T::if_(c < m, [&] {
+                auto r = T::alloc_buffer({1, V}, dtype, scope::local, std::nullopt, "r");
+                Tx::thread::copy(r, staged(owner, c), {.partial = true});
+                store_out(r, c);
+              });
+            }
           }
         }
+        dist_detail::advance_call_counters(calls, b, tid, ctas, steps);
       });
 }
 
@@ -270,6 +276,9 @@ AllReduce::AllReduce(const dist::Group& group, std::int64_t max_elems, DType dty
   const std::int64_t chunks = (max_elems + vector_width(dtype) - 1) / vector_width(dtype);
   staging_ = group_.empty_symmetric({2 * chunks * vector_width(dtype)}, dtype);
   flags_ = group_.symmetric_flags(2 * group_.size() * kMaxCtas);
+  // Calls and steps made, per CTA slot (dist_counters.hpp): zero, as the flags.
+  counters_ = Tensor::empty({2 * kMaxCtas}, u32, group_.device());
+  counters_.fill_bits(0);
 }
 
 namespace {
@@ -362,19 +371,13 @@ void AllReduce::operator()(const Tensor& x, Tensor& out, AllReduceOptions opt,
   };
   const Config c = config_for(group_, dtype_, n, opt, aligned(x) && aligned(out));
   const Kernel& k = all_reduce_kernel(c, group_.device());
-  ++epoch_;
-  const std::int64_t per_step = std::int64_t{c.ctas} * kThreads * kUnroll;
-  const std::int64_t steps = (m + per_step - 1) / per_step;
   Tensor io_x = c.vector_io ? x.reshape({m, V}) : x.reshape({n});
   Tensor io_out = c.vector_io ? out.reshape({m, V}) : out.reshape({n});
   // The staging copies as two halves of whole chunks (m <= the capacity).
   Tensor staging = staging_.reshape({staging_.numel() / V, V});
   // On this rank's device (the kernel was compiled once, for the first
   // rank's), on its current stream.
-  k.launch({io_x, io_out, staging, flags_, group_.rank(), static_cast<std::int64_t>(epoch_),
-            static_cast<std::int64_t>(steps_)},
-           {.device = group_.device()});
-  steps_ += static_cast<std::uint32_t>(steps);  // modulo 2^32, as the flags compare
+  k.launch({io_x, io_out, staging, flags_, group_.rank(), counters_}, {.device = group_.device()});
   // Every rank's kernel enqueued before this thread may block in the driver.
   group_.enqueue_barrier();
 }

@@ -16,11 +16,13 @@
 // are never reset; the staging copies are double-buffered by the call's
 // parity: a rank restages a half in call j + 2, after its call j + 1 waited
 // for the peers' signals of j + 1, given after their whole call j -- the
-// last reads of that half -- had finished (stream order).
+// last reads of that half -- had finished (stream order). The call and step
+// counts live on the device (dist_counters.hpp): a captured call replays.
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include "dist_counters.hpp"
 #include "tx/builder.hpp"
 #include "tx/ops/dist.hpp"
 #include "tx/runtime/kernel.hpp"
@@ -48,7 +50,7 @@ PrimFunc collective_ir(const Config& cfg) {
   return T::prim_func(
       gather ? "all_gather" : "reduce_scatter",
       [&](Handle x_ptr, Handle out_ptr, Handle staging_ptr, Handle flags_ptr, Handle rank_ptr,
-          Handle epoch_ptr, Handle base_ptr) {
+          Handle counters_ptr) {
         // m: chunks of one segment -- x's rows for the all-gather (its out
         // holds every rank's), out's for the reduce-scatter (its x holds
         // every rank's). Rows of V elements.
@@ -60,12 +62,14 @@ PrimFunc collective_ir(const Config& cfg) {
         Var nflags = T::dim("nflags", {.min = ranks * ctas});
         auto Flags = T::match_symmetric(flags_ptr, {nflags}, u32, "Flags");
         Var rank = T::match_scalar(rank_ptr, i32, "rank", DimFacts{.min = 0, .max = ranks - 1});
-        Var epoch = T::match_scalar(epoch_ptr, u32, "epoch");
-        Var base = T::match_scalar(base_ptr, u32, "base");
+        auto Counters =
+            T::match_buffer(counters_ptr, {2 * kMaxCtas}, u32, std::nullopt, "Counters");
         T::device_entry();
         auto b = T::cta_id({ctas}, "b");
         auto tid = T::thread_id({kThreads}, "tid");
-        Var half = T::let(cast(epoch % 2u, i32), "half");
+        const auto calls = dist_detail::read_call_counters(Counters, kMaxCtas, b);
+        Var base = calls.base;
+        Var half = T::let(cast(calls.epoch % 2u, i32), "half");
         Expr steps = ceildiv(m, ctas * kThreads * kUnroll);
         auto chunk_of = [&](const Expr& k, const Expr& u) {
           return T::let(((k * kUnroll + u) * ctas + b) * kThreads + tid, "c");
@@ -130,6 +134,7 @@ PrimFunc collective_ir(const Config& cfg) {
             });
           }
         }
+        dist_detail::advance_call_counters(calls, b, tid, ctas, steps);
       });
 }
 
@@ -184,7 +189,7 @@ struct CollectiveState {
   std::int64_t max_elems = 0;  // per segment
   DType dtype = f32;
   Tensor staging, flags;
-  std::uint32_t epoch = 0, steps = 0;
+  Tensor counters;  // calls and steps made, on the device (dist_counters.hpp)
 
   CollectiveState(const dist::Group& g, std::int64_t max, DType t, int segments, const char* op,
                   SourceLoc at)
@@ -196,22 +201,20 @@ struct CollectiveState {
     const std::int64_t V = 16 / t.bytes(), chunks = (max + V - 1) / V;
     staging = g.empty_symmetric({2 * segments * chunks * V}, t);
     flags = g.symmetric_flags(g.size() * kMaxCtas);
+    counters = Tensor::empty({2 * kMaxCtas}, u32, g.device());
+    counters.fill_bits(0);
   }
 
-  // Launches the kernel for segments of n elements (n % V == 0).
-  void launch(Kind kind, dist::ReduceOp op, const Tensor& x, const Tensor& out, std::int64_t n) {
-    const std::int64_t V = 16 / dtype.bytes(), m = n / V;
+  // Launches the kernel (segments of whole 16-byte chunks: the callers check).
+  void launch(Kind kind, dist::ReduceOp op, const Tensor& x, const Tensor& out) {
+    const std::int64_t V = 16 / dtype.bytes();
     const std::int64_t bytes = x.numel() * dtype.bytes();
     const Config c{
         .kind = kind, .dtype = dtype, .op = op, .ranks = group.size(), .ctas = ctas_for(bytes)};
     const Kernel& k = collective_kernel(c, group.device());
-    ++epoch;
-    const std::int64_t per_step = std::int64_t{c.ctas} * kThreads * kUnroll;
     k.launch({x.reshape({x.numel() / V, V}), out.reshape({out.numel() / V, V}),
-              staging.reshape({staging.numel() / V, V}), flags, group.rank(),
-              static_cast<std::int64_t>(epoch), static_cast<std::int64_t>(steps)},
+              staging.reshape({staging.numel() / V, V}), flags, group.rank(), counters},
              {.device = group.device()});
-    steps += static_cast<std::uint32_t>((m + per_step - 1) / per_step);
     // Every rank's kernel enqueued before this thread may block in the driver.
     group.enqueue_barrier();
   }
@@ -253,7 +256,7 @@ void AllGather::operator()(const Tensor& x, Tensor& out, std::source_location lo
     s.group.nccl_all_gather(x, out);
     return;
   }
-  s.launch(Kind::all_gather, dist::ReduceOp::sum, x, out, n);
+  s.launch(Kind::all_gather, dist::ReduceOp::sum, x, out);
 }
 
 ReduceScatter::ReduceScatter(const dist::Group& group, std::int64_t max_elems, DType dtype,
@@ -286,7 +289,7 @@ void ReduceScatter::operator()(const Tensor& x, Tensor& out, dist::ReduceOp redu
     s.group.nccl_reduce_scatter(x, out, reduce);
     return;
   }
-  s.launch(Kind::reduce_scatter, reduce, x, out, n);
+  s.launch(Kind::reduce_scatter, reduce, x, out);
 }
 
 }  // namespace tx::ops

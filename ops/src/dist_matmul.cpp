@@ -87,6 +87,19 @@ namespace {
 
 constexpr const char* kOp = "tx.ops.all_gather_matmul";
 
+// The fused paths count calls on the host (the epoch their flags and copy
+// engines' memops carry): a CUDA graph would freeze one call's values, and
+// every replay would find its flags already reached and read blocks still
+// in flight. Refused while the caller's stream is being captured.
+void refuse_capture(const char* op, const Device& d, SourceLoc at) {
+  if (d.is_cuda() && runtime::stream_capturing(d.index, current_stream(d).handle()))
+    fail(op, "a", at,
+         "its fused path cannot be captured into a CUDA graph: the call count its flags carry "
+         "is kept on the host, so a replay would not advance it. Call it outside the capture "
+         "(the all-reduce, all-gather and reduce-scatter ops can be captured), or take "
+         "FusionPath::sequential inside it");
+}
+
 // Compiled kernels by shape and configuration; the ranks of one process
 // share them.
 const Kernel& fused_kernel(std::int64_t M, std::int64_t N, std::int64_t K, DType t,
@@ -216,12 +229,12 @@ Tensor AllGatherMatmul::operator()(const Tensor& a, const Tensor& b, AllGatherMa
          "is on " + (a.device() == d ? b.device() : a.device()).str() +
              " but this rank's device is " + d.str());
   const std::int64_t M = W * m;
-  Tensor c = Tensor::empty({M, N}, s.dtype, d);
-  if (m == 0 || N == 0) return c;
-
   const MatmulTiling* tiling = detail::all_gather_matmul_tiling(m, N, s.extent, s.dtype, d);
   const bool fused =
       choose_path(opt.path, tiling != nullptr || !d.is_cuda(), "", 2.0 * M * N * s.extent, d).fused;
+  if (fused && m > 0 && N > 0) refuse_capture(kOp, d, at);  // before anything is recorded
+  Tensor c = Tensor::empty({M, N}, s.dtype, d);
+  if (m == 0 || N == 0) return c;
   if (!fused) {
     Tensor gathered = Tensor::empty({M, s.extent}, s.dtype, d);
     g.nccl_all_gather(a, gathered);
@@ -433,9 +446,11 @@ Tensor MatmulReduceScatter::operator()(const Tensor& a, const Tensor& b,
          "has N = " + std::to_string(s.extent) +
              ": the fused path sums 16-byte chunks (N * element bytes % 16 == 0); use "
              "FusionPath::automatic or sequential");
+  const bool fused = m > 0 && rs_path(opt, W * m, a.shape()[1], s.extent, s.dtype, d).fused;
+  if (fused) refuse_capture(kRsOp, d, at);  // before anything is recorded
   Tensor c = Tensor::empty({m, s.extent}, s.dtype, d);
   if (m == 0) return c;
-  if (!rs_path(opt, W * m, a.shape()[1], s.extent, s.dtype, d).fused) {
+  if (!fused) {
     Tensor full = matmul(a, b, {}, loc);
     g.nccl_reduce_scatter(full, c);
     return c;

@@ -44,10 +44,14 @@ struct AllReduceOptions {
 
 // An all-reduce over a group: each rank stages its input in its symmetric
 // copy and signals the peers; the reduction reads the peers' copies
-// (AllReduceAlgorithm); a last round of flags says when the peers are done
-// reading, so the next call may overwrite the copies. f32, f16 and bf16; the
-// sum is accumulated in f32 in rank order (0, 1, ...) and rounded once, so
-// every rank gets the same bits.
+// (AllReduceAlgorithm); the copies are double-buffered by the call's parity,
+// so the next call may restage without waiting for the peers' reads. f32,
+// f16 and bf16; the sum is accumulated in f32 in rank order (0, 1, ...) and
+// rounded once, so every rank gets the same bits. Calls may be captured into
+// a CUDA graph (tx::Graph, torch.cuda.graph) on every rank: the call counts
+// the flags carry live on the device, and each replay is a new call (the
+// same holds for AllGather and ReduceScatter below; the fused paths of
+// AllGatherMatmul and MatmulReduceScatter refuse a capture).
 class AllReduce {
  public:
   AllReduce(const dist::Group& group, std::int64_t max_elems, DType dtype,
@@ -71,10 +75,9 @@ class AllReduce {
   dist::Group group_;
   std::int64_t max_elems_;
   DType dtype_;
-  Tensor staging_;           // symmetric: max_elems of dtype
-  Tensor flags_;             // symmetric: two rounds of a flag per (rank, CTA)
-  std::uint32_t epoch_ = 0;  // calls made (the staging half is its parity)
-  std::uint32_t steps_ = 0;  // steps of the calls made: the flags' base
+  Tensor staging_;   // symmetric: max_elems of dtype
+  Tensor flags_;     // symmetric: two rounds of a flag per (rank, CTA)
+  Tensor counters_;  // this rank's calls and steps made, on the device (graph replays count)
 };
 
 // The all-gather and the reduce-scatter written in tx (ops/src/
