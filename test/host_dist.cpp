@@ -20,6 +20,7 @@
 
 #include "test_support.hpp"
 #include "tx/ops/dist.hpp"
+#include "tx/runtime/nvrtc.hpp"
 #include "tx/tx.hpp"
 
 using namespace tx;
@@ -315,6 +316,23 @@ TEST_CASE("dist IR and CUDA of a peer view and its flags") {
   CHECK(cuda.find("= tx_peers_Buf[") != std::string::npos);
   // A symmetric buffer is never read-only: the peers write it.
   CHECK(cuda.find("const float* Buf") == std::string::npos);
+}
+
+TEST_CASE("dist the all-reduce's kernel builds for sm_90a with its call counts on the device") {
+  // Graph replays advance the counts only if the kernel reads and writes
+  // them itself: no epoch or base among the launch arguments.
+  for (bool two_shot : {false, true})
+    for (int ctas : {16, 128}) {
+      CAPTURE(two_shot);
+      CAPTURE(ctas);
+      const std::string cuda = ops::detail::all_reduce_cuda(4, bf16, two_shot, ctas);
+      CHECK(cuda.find("Counters") != std::string::npos);
+      CHECK(cuda.find("epoch") != std::string::npos);
+      CHECK(cuda.find("unsigned epoch,") == std::string::npos);  // not a parameter
+      auto out =
+          runtime::nvrtc_compile(cuda, "all_reduce.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+      CHECK(out.cubin.size() > 4);
+    }
 }
 
 TEST_CASE("dist errors a kernel author meets") {

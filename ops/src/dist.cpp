@@ -33,6 +33,7 @@
 
 #include "dist_counters.hpp"
 #include "tx/builder.hpp"
+#include "tx/lowering/codegen_cuda.hpp"
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/runtime/kernel.hpp"
 
@@ -262,6 +263,16 @@ std::int64_t two_shot_from_bytes() {
 }
 
 }  // namespace
+
+std::string detail::all_reduce_cuda(int ranks, DType dtype, bool two_shot, int ctas) {
+  const Config c{.dtype = dtype,
+                 .op = dist::ReduceOp::sum,
+                 .ranks = ranks,
+                 .ctas = ctas,
+                 .two_shot = two_shot,
+                 .vector_io = true};
+  return lowering::codegen_cuda(lowering::lower(all_reduce_ir(c), {.arch = "sm_90a"}));
+}
 
 AllReduce::AllReduce(const dist::Group& group, std::int64_t max_elems, DType dtype,
                      std::source_location loc)

@@ -52,6 +52,12 @@ struct AllReduceOptions {
 // the flags carry live on the device, and each replay is a new call (the
 // same holds for AllGather and ReduceScatter below; the fused paths of
 // AllGatherMatmul and MatmulReduceScatter refuse a capture).
+namespace detail {
+// The CUDA of the all-reduce's kernel for sm_90a (sum, 16-byte io, a grid of
+// `ctas`: 16 or 128), as a GPU would get it, without one: for tests and ptxas.
+std::string all_reduce_cuda(int ranks, DType dtype, bool two_shot, int ctas);
+}  // namespace detail
+
 class AllReduce {
  public:
   AllReduce(const dist::Group& group, std::int64_t max_elems, DType dtype,
