@@ -29,7 +29,8 @@
 #   scripts/device_all.sh gemm    bench/gemm: tx, cuBLAS, Triton,
 #                                 torch._scaled_mm (after hopper, warm)
 #   scripts/device_all.sh attention  gpu_attention, the attention sample,
-#                                 memcheck / racecheck / synccheck on it, then
+#                                 memcheck / racecheck / synccheck on it and on
+#                                 ops::attention's kernels, then
 #                                 bench/attention (tx, cuDNN, flash, Triton)
 #   scripts/device_all.sh decode  decode over a paged KV cache: gpu_paged_attention,
 #                                 the paged prefill cases of gpu_attention_op,
@@ -109,7 +110,7 @@ races | shapes | interop | generic | hopper | gemm | grouped | grouped-ncu | att
   [ "$stage" = gemm ] && targets="bench_gemm tx_torch"
   [ "$stage" = grouped ] && targets="gpu_gemm_family gpu_hopper tx_torch"
   [ "$stage" = grouped-ncu ] && targets="tx_torch"
-  [ "$stage" = attention ] && targets="gpu_attention attention_hopper bench_attention"
+  [ "$stage" = attention ] && targets="gpu_attention gpu_attention_op attention_hopper bench_attention"
   [ "${stage%-memcheck}" = decode ] && targets="gpu_paged_attention gpu_attention_op bench_paged_decode"
   [ "$stage" = decode-pages ] && targets="bench_paged_decode"
   [ "$stage" = backward ] && targets="gpu_attention_op gpu_hopper bench_attention_backward"
@@ -171,6 +172,10 @@ attention)
     TX_SYNC=1 timeout 120 "$CS" --tool $tool --report-api-errors no $B/test/gpu_attention \
       -tc="*the host's cases*" > "$OUT/${tool}_attention.txt" 2>&1
     echo "$tool exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_attention.txt" | tr '\n' ' ')"
+    # ops::attention's own kernels, the three-consumer form among them.
+    TX_SYNC=1 timeout 120 "$CS" --tool $tool --report-api-errors no $B/test/gpu_attention_op \
+      -tc="*three consumer*,*against float64: layouts*" > "$OUT/${tool}_attention_op.txt" 2>&1
+    echo "$tool (op) exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|test cases' "$OUT/${tool}_attention_op.txt" | tr '\n' ' ')"
   done
   grep -hE "^========= (Error|Race|Barrier|Invalid)|hazard" "$OUT"/*check_attention.txt 2>/dev/null | sort | uniq -c | head -20
   # ATTN_ROWS=name,name: those rows of the benchmark only (TX_ATTN_ONLY).
