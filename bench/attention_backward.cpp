@@ -114,9 +114,31 @@ int main(int argc, char** argv) {
   js << "[\n";
   bool first = true;
   int bad = 0;
-  for (const Row& r : rows()) {
-    if (only && ("," + std::string(only) + ",").find("," + r.name + ",") == std::string::npos)
-      continue;
+  std::vector<Row> selected;
+  for (const Row& r : rows())
+    if (!only || ("," + std::string(only) + ",").find("," + r.name + ",") != std::string::npos)
+      selected.push_back(r);
+  // Every row's kernels compiled first, a core a row (five kernels a row, each
+  // seconds of NVRTC and ptxas: most of the wall time when done one by one):
+  // the forward and both dQ forms of the backward on one sequence of the
+  // row's shape, which builds the kernels the row's calls take (they depend
+  // on the heads, head_dim, mask and lengths' class, not on the batch).
+  bench::parallel_for(selected.size(), [&](std::size_t i) {
+    const Row& r = selected[i];
+    auto one = [&](std::int64_t heads) {
+      return bench::random_tensor({1, r.S, heads, r.D}, tx::bf16).transpose(1, 2);
+    };
+    tx::Tensor Q = one(r.H), K = one(r.Hk), V = one(r.Hk), G = one(r.H);
+    tx::ops::AttentionOptions opt{.causal = r.causal};
+    auto [O, L] = tx::ops::attention(Q, K, V, opt);
+    for (auto sum : {tx::ops::DqSum::deterministic, tx::ops::DqSum::atomics}) {
+      tx::ops::AttentionOptions o = opt;
+      o.dq_sum = sum;
+      tx::ops::attention_backward(G, Q, K, V, O, L, o);
+    }
+  });
+  tx::synchronize();
+  for (const Row& r : selected) {
     const auto row_start = std::chrono::steady_clock::now();
     // (B, S, H, D) storage seen as (B, H, S, D): the flash kernels' layout.
     auto make = [&](std::int64_t heads) {

@@ -3,17 +3,47 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tx/runtime/cuda_driver.hpp"
 #include "tx/tx.hpp"
 
 namespace bench {
+
+// fn(0), ..., fn(n - 1) on up to one thread per core, each index once; the
+// first exception is rethrown after every thread has stopped. For compiling a
+// benchmark's kernels up front (a compile takes seconds and runs alone on a
+// core: NVRTC and ptxas in a worker process each, docs/reliability.md).
+inline void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn) {
+  const std::size_t workers =
+      std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr first;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (std::size_t w = 0; w < workers; ++w)
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next++) < n;) {
+        try {
+          fn(i);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!first) first = std::current_exception();
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
 
 inline double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
