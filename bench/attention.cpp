@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
       if (!std::getenv("TX_ATTN_BN"))
         r.tiling.bn = r.tiling.consumers == 3 && r.shape.causal ? 112 : 128;
     }
+    // TX_ATTN_OVERLAP=1: each tile's first Q K^T issued behind the last
+    // tile's last P V (AttentionTiling::overlap_tiles).
+    if (const char* ov = std::getenv("TX_ATTN_OVERLAP"); ov && std::string(ov) == "1")
+      r.tiling.overlap_tiles = true;
     // TX_ATTN_PINGPONG=1: the consumers take turns issuing their MMAs.
     if (const char* pp = std::getenv("TX_ATTN_PINGPONG"); pp && std::string(pp) == "1")
       r.tiling.pingpong = true;

@@ -57,6 +57,11 @@ struct AttentionTiling {
   // key blocks of at most 128 (112 when causal: ptxas spills the masked
   // consumer at 128).
   std::int64_t consumers = 2;
+  // Across tiles: a consumer issues the next tile's first S = Q K^T right
+  // behind its last P V (its waits for Q and K and its MMA overlap that P V)
+  // and only then waits for both and runs the epilogue. Host-tested and
+  // checked; not yet timed on a GPU, so off unless asked for.
+  bool overlap_tiles = false;
 };
 
 PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = {}) {
@@ -65,6 +70,9 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
     fail("attention_hopper", "consumers", {},
          std::to_string(NC) + " consumer warpgroups: 2, or 3 at head_dim <= 64 without pingpong " +
              "(160 registers a thread hold no larger tile)");
+  if (c.overlap_tiles && c.pingpong)
+    fail("attention_hopper", "overlap_tiles", {},
+         "not with pingpong (the next tile's first MMA would be issued out of turn)");
   const std::int64_t NB = (p.seq_k + BN - 1) / BN, group = p.heads / p.kv_heads;
   const std::int64_t diagonal = p.bottom_right ? p.seq_k - p.seq_q : 0;
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(static_cast<double>(D));
@@ -175,6 +183,13 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
             if (c.pingpong) turn.arrive(1 - me);
           };
           if (c.pingpong) T::if_(me == 1, [&] { turn.arrive(0); });  // consumer 0 starts
+          // overlap_tiles: 1 when this tile's first S was computed at the end
+          // of the previous tile (its Q and first key block waited for).
+          TileBuffer ahead;
+          if (c.overlap_tiles) {
+            ahead = T::alloc_buffer({1}, i32, scope::local, std::nullopt, "ahead");
+            ahead(0) = 0;
+          }
           for (Var r : T::serial(sched.rounds(), "r")) {
             auto [valid, m0, b, h, n_end] = tile_of(r);
             T::if_(valid, [&] {
@@ -203,7 +218,10 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 Tx::warpgroup::sum(l, S, {.accum = true});
               };
               auto qi = T::let(kv(1));
-              qpipe.consumer_wait(qi);
+              if (!c.overlap_tiles)
+                qpipe.consumer_wait(qi);
+              else  // with ahead, waited for at the end of the last tile
+                T::if_(ahead(0) == 0, [&] { qpipe.consumer_wait(qi); });
               Tx::warpgroup::fill(Oacc, 0.0f);
               // m starts below every score but finite: a row whose keys are all
               // masked keeps alpha = exp2(0) (with -inf it would be -inf + inf = NaN).
@@ -211,11 +229,20 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
               Tx::warpgroup::fill(l, 0.0f);
               T::if_(n_end > 0, [&] {
                 auto it0 = T::let(kv(0));
-                kpipe.consumer_wait(it0);
-                my_turn();
-                Tx::warpgroup::gemm(S, Qw, K_at(it0), {.pending = 1, .transpose_b = true});
-                their_turn();
-                T::cuda::wgmma_wait(0, S);
+                auto first_s = [&] {
+                  kpipe.consumer_wait(it0);
+                  my_turn();
+                  Tx::warpgroup::gemm(S, Qw, K_at(it0), {.pending = 1, .transpose_b = true});
+                  their_turn();
+                  T::cuda::wgmma_wait(0, S);
+                };
+                // (With overlap_tiles every path meets the next with no MMA
+                // in flight: ptxas serializes a kernel's wgmma where paths
+                // with different pending groups meet.)
+                if (!c.overlap_tiles)
+                  first_s();
+                else  // with ahead, computed at the end of the last tile
+                  T::if_(ahead(0) == 0, first_s);
                 release(kpipe, it0);
                 softmax(T::let(0, "j0"));
                 Tx::warpgroup::cast(P, S);
@@ -246,9 +273,33 @@ PrimFunc attention_hopper(AttentionShape p, DType t = bf16, AttentionTiling c = 
                 Tx::warpgroup::mul(Oacc, Oacc, alpha);
                 Tx::warpgroup::gemm(Oacc, P, V_at(last), {.accum = true, .pending = 1});
                 their_turn();
-                T::cuda::wgmma_wait(0, Oacc);
+                if (!c.overlap_tiles) {
+                  T::cuda::wgmma_wait(0, Oacc);
+                } else {
+                  // The next tile's first S = Q K^T goes in behind P V (S is
+                  // free: P holds this block's scores): its waits for Q and K
+                  // and its MMA overlap the last P V. Both are waited for
+                  // before the epilogue, as on the other path.
+                  auto [next_valid, next_m0, next_b, next_h, next_n_end] =
+                      tile_of(T::let(r + 1, "next_r"));
+                  auto go = T::let(r + 1 < sched.rounds() && next_valid && next_n_end > 0);
+                  T::if_(go, [&] {
+                    qpipe.consumer_wait(qi + 1);
+                    kpipe.consumer_wait(last + 1);
+                    Tx::warpgroup::gemm(S, Qw, K_at(last + 1), {.pending = 2, .transpose_b = true});
+                    T::cuda::wgmma_wait(0, Oacc);
+                    T::cuda::wgmma_wait(0, S);  // (fences S's registers too)
+                    ahead(0) = 1;
+                  }).else_([&] {
+                    T::cuda::wgmma_wait(0, Oacc);
+                    ahead(0) = 0;
+                  });
+                }
                 release(vpipe, last);
-              }).else_([&] { release(qpipe, qi); });
+              }).else_([&] {
+                release(qpipe, qi);
+                if (c.overlap_tiles) ahead(0) = 0;
+              });
               kv(0) = kv(0) + n_end;
               kv(1) = kv(1) + 1;
               // Epilogue: lse = (m c + log2 l) ln 2 (-inf for a row with no key),

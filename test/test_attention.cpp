@@ -312,6 +312,7 @@ TEST_CASE("three consumer warpgroups: 192-row blocks, 512 threads, 160 registers
   CHECK(cuda.find("setmaxnreg.inc.sync.aligned.u32 %0;\" :: \"n\"(160)") != std::string::npos);
   auto out = runtime::nvrtc_compile(cuda, "attention_c3.cu", "sm_90a", runtime::NvrtcTarget::cubin);
   CHECK(out.cubin.size() > 4);
+  CHECK(out.log.find("C7515") == std::string::npos);
   // Larger heads, or pingpong's two-way turns, are refused by name.
   CHECK_THROWS_WITH_AS(attention_hopper({.head_dim = 128}, bf16, {.consumers = 3}),
                        doctest::Contains("consumers"), Error);
@@ -337,6 +338,33 @@ TEST_CASE(
                        doctest::Contains("min_ctas_per_sm"), Error);
 }
 
+TEST_CASE("overlap_tiles: the next tile's first Q K^T behind the last P V, lowered for sm_90a") {
+  // Every path that meets another has no wgmma group in flight (else ptxas
+  // serializes the kernel's wgmma, C7515): the conditional first Q K^T waits
+  // inside its branch, the tail waits for both groups before the epilogue.
+  for (bool causal : {false, true}) {
+    CAPTURE(causal);
+    const AttentionShape p{.batch = 2,
+                           .heads = 4,
+                           .kv_heads = 4,
+                           .seq_q = 1000,
+                           .seq_k = 1000,
+                           .head_dim = 128,
+                           .causal = causal};
+    const std::string cuda = lowering::codegen_cuda(lowering::lower(
+        attention_hopper(p, bf16, {.bn = causal ? 128 : 176, .overlap_tiles = true}),
+        {.arch = "sm_90a"}));
+    CHECK(cuda.find("ahead[0] = 1;") != std::string::npos);
+    auto out =
+        runtime::nvrtc_compile(cuda, "attention_ov.cu", "sm_90a", runtime::NvrtcTarget::cubin);
+    CHECK(out.cubin.size() > 4);
+    CHECK(out.log.find("C7515") == std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(
+      attention_hopper({.head_dim = 64}, bf16, {.pingpong = true, .overlap_tiles = true}),
+      doctest::Contains("overlap_tiles"), Error);
+}
+
 TEST_CASE("ops::attention's kernel lowers for sm_90a and builds as a cubin, every head dim") {
   for (std::int64_t D : {64, 128, 256})
     for (bool causal : {false, true}) {
@@ -349,6 +377,7 @@ TEST_CASE("ops::attention's kernel lowers for sm_90a and builds as a cubin, ever
       auto out =
           runtime::nvrtc_compile(cuda, "attention_fwd.cu", "sm_90a", runtime::NvrtcTarget::cubin);
       CHECK(out.cubin.size() > 4);
+      CHECK(out.log.find("C7515") == std::string::npos);  // ptxas kept the MMAs pipelined
     }
   // Three consumer warpgroups at head_dim 64: 512 threads, 160 registers a consumer.
   for (bool causal : {false, true}) {
@@ -359,6 +388,7 @@ TEST_CASE("ops::attention's kernel lowers for sm_90a and builds as a cubin, ever
     auto out =
         runtime::nvrtc_compile(cuda, "attention_fwd3.cu", "sm_90a", runtime::NvrtcTarget::cubin);
     CHECK(out.cubin.size() > 4);
+    CHECK(out.log.find("C7515") == std::string::npos);
   }
   CHECK_THROWS_WITH_AS(ops::detail::attention_cuda(128, 8, 2, bf16, false, false, 3),
                        doctest::Contains("consumers"), Error);
@@ -385,6 +415,8 @@ TEST_CASE("ops::attention_backward's kernels lower for sm_90a and build as cubin
         auto out = runtime::nvrtc_compile(cuda[i], "attention_bwd.cu", "sm_90a",
                                           runtime::NvrtcTarget::cubin);
         CHECK(out.cubin.size() > 4);
+        CAPTURE(i);
+        CHECK(out.log.find("C7515") == std::string::npos);
       }
     }
 }

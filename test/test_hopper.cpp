@@ -712,6 +712,7 @@ TEST_CASE("gemm/wgmma with A in registers: frag::wgmma_a, the register form, the
     CHECK(cuda.find("}, {%32, %33, %34, %35}, %36, p, 1, 1") != std::string::npos);
     auto out = runtime::nvrtc_compile(cuda, "wgmma_ra.cu", "sm_90a", runtime::NvrtcTarget::cubin);
     REQUIRE(out.cubin.size() > 4);
+    CHECK(out.log.find("C7515") == std::string::npos);  // ptxas kept the MMAs pipelined
   }
   // A register tile in another layout is refused with the layout to use.
   auto wrong = T::prim_func("wrong_a", [&](Handle d_ptr) {
@@ -767,6 +768,7 @@ TEST_CASE("ops::matmul's wgmma kernel with B as (N, K): K-major tiles, fp8, a cu
     const std::string cuda = lowering::codegen_cuda(k, {"matmul_nt", false});
     auto out = runtime::nvrtc_compile(cuda, "matmul_nt.cu", "sm_90a", runtime::NvrtcTarget::cubin);
     REQUIRE(out.cubin.size() > 4);
+    CHECK(out.log.find("C7515") == std::string::npos);
     CHECK(std::string(out.cubin.data() + 1, 3) == "ELF");
   }
   // fp8 with B as (K, N) is MN-major, which the instruction cannot read: the
@@ -896,6 +898,7 @@ TEST_CASE("ops::grouped_matmul's Hopper kernel lowers for sm_90a and builds as c
         auto out =
             runtime::nvrtc_compile(cuda, "grouped.cu", "sm_90a", runtime::NvrtcTarget::cubin);
         CHECK(out.cubin.size() > 4);
+        CHECK(out.log.find("C7515") == std::string::npos);
       }
   // A tiling that is not wgmma's, and fp8 with b (K, N): errors naming why.
   CHECK_THROWS_WITH_AS(ops::detail::grouped_matmul_kernel(8, 512, 384, bf16,
@@ -921,6 +924,7 @@ TEST_CASE("ops::scaled_matmul's Hopper kernel lowers for sm_90a and builds as cu
     const std::string cuda = lowering::codegen_cuda(k);
     auto out = runtime::nvrtc_compile(cuda, "scaled.cu", "sm_90a", runtime::NvrtcTarget::cubin);
     CHECK(out.cubin.size() > 4);
+    CHECK(out.log.find("C7515") == std::string::npos);
   }
   // quantize_fp8's kernels: the row kernel (warp shuffles) and the per-thread one.
   for (std::int64_t K : {1024, 1000}) {
